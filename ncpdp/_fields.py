@@ -1,0 +1,280 @@
+"""The field dictionary, as data: id, number, name, format.
+
+Formats follow the standard's picture notation: ``x(n)`` alphanumeric, ``9(n)``
+numeric, ``9(n)v999`` implied decimals, ``s9(n)v99`` signed overpunch amount,
+``CCYYMMDD`` date. :func:`codec_of` maps a format to the codec that decodes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["FieldDef", "FIELDS", "field_name", "codec_of", "Codec"]
+
+Codec = Literal["text", "number", "date", "implied", "overpunch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldDef:
+    id: str
+    number: int
+    name: str
+    format: str
+
+    @property
+    def codec(self) -> Codec:
+        return codec_of(self.format)
+
+    @property
+    def places(self) -> int:
+        """Implied decimal places (0 when the format has none)."""
+        _, _, frac = self.format.partition("v")
+        return len(frac)
+
+
+def codec_of(fmt: str) -> Codec:
+    if fmt == "CCYYMMDD":
+        return "date"
+    if fmt.startswith("s9"):
+        return "overpunch"
+    if fmt.startswith("9") and "v" in fmt:
+        return "implied"
+    if fmt.startswith("9"):
+        return "number"
+    return "text"
+
+
+_TABLE: tuple[tuple[str, int, str, str], ...] = (
+    # --- header ---
+    ("A1", 101, "BIN Number", "9(6)"),
+    ("A2", 102, "Version/Release Number", "x(2)"),
+    ("A3", 103, "Transaction Code", "x(2)"),
+    ("A4", 104, "Processor Control Number", "x(10)"),
+    ("A9", 109, "Transaction Count", "x(1)"),
+    ("AK", 110, "Software Vendor/Certification ID", "x(10)"),
+    ("AM", 111, "Segment Identification", "x(2)"),
+    ("B1", 201, "Service Provider ID", "x(15)"),
+    ("B2", 202, "Service Provider ID Qualifier", "x(2)"),
+    ("D1", 401, "Date of Service", "CCYYMMDD"),
+    ("F1", 501, "Header Response Status", "x(1)"),
+    # --- patient (01) ---
+    ("CX", 331, "Patient ID Qualifier", "x(2)"),
+    ("CY", 332, "Patient ID", "x(20)"),
+    ("C4", 304, "Date of Birth", "CCYYMMDD"),
+    ("C5", 305, "Patient Gender Code", "9(1)"),
+    ("CA", 310, "Patient First Name", "x(12)"),
+    ("CB", 311, "Patient Last Name", "x(15)"),
+    ("CM", 322, "Patient Street Address", "x(30)"),
+    ("CN", 323, "Patient City Address", "x(20)"),
+    ("CO", 324, "Patient State/Province Address", "x(2)"),
+    ("CP", 325, "Patient ZIP/Postal Zone", "x(15)"),
+    ("CQ", 326, "Patient Phone Number", "9(10)"),
+    ("C7", 307, "Place of Service", "9(2)"),
+    ("CZ", 333, "Employer ID", "x(15)"),
+    ("HN", 350, "Patient E-Mail Address", "x(80)"),
+    ("4X", 384, "Patient Residence", "9(2)"),
+    ("2C", 335, "Pregnancy Indicator", "x(1)"),
+    ("1C", 334, "Smoker/Non-Smoker Code", "x(1)"),
+    # --- insurance (04) ---
+    ("C1", 301, "Group ID", "x(15)"),
+    ("C2", 302, "Cardholder ID", "x(20)"),
+    ("C3", 303, "Person Code", "x(3)"),
+    ("C6", 306, "Patient Relationship Code", "9(1)"),
+    ("CC", 312, "Cardholder First Name", "x(12)"),
+    ("CD", 313, "Cardholder Last Name", "x(15)"),
+    ("C9", 309, "Eligibility Clarification Code", "9(1)"),
+    ("FO", 524, "Plan ID", "x(8)"),
+    ("CE", 314, "Home Plan", "x(3)"),
+    ("2A", 359, "Medigap ID", "x(20)"),
+    ("2B", 360, "Medicaid Indicator", "x(2)"),
+    ("MT", 391, "Patient Assignment Indicator", "x(1)"),
+    ("N5", 115, "Medicaid ID Number", "x(20)"),
+    ("N6", 116, "Medicaid Agency Number", "x(15)"),
+    # --- claim (07) ---
+    ("EM", 455, "Prescription/Service Reference Number Qualifier", "x(1)"),
+    ("D2", 402, "Prescription/Service Reference Number", "9(12)"),
+    ("E1", 436, "Product/Service ID Qualifier", "x(2)"),
+    ("D7", 407, "Product/Service ID", "x(19)"),
+    ("EN", 456, "Associated Prescription/Service Reference Number", "9(12)"),
+    ("EP", 457, "Associated Prescription/Service Date", "CCYYMMDD"),
+    ("RE", 458, "Procedure Modifier Code Count", "9(1)"),
+    ("ER", 459, "Procedure Modifier Code", "x(2)"),
+    ("E7", 442, "Quantity Dispensed", "9(7)v999"),
+    ("D3", 403, "Fill Number", "9(2)"),
+    ("D5", 405, "Days Supply", "9(3)"),
+    ("D6", 406, "Compound Code", "9(1)"),
+    ("D8", 408, "Dispense As Written (DAW)/Product Selection Code", "x(1)"),
+    ("DE", 414, "Date Prescription Written", "CCYYMMDD"),
+    ("DF", 415, "Number of Refills Authorized", "9(2)"),
+    ("DJ", 419, "Prescription Origin Code", "9(1)"),
+    ("NX", 354, "Submission Clarification Code Count", "9(1)"),
+    ("DK", 420, "Submission Clarification Code", "9(2)"),
+    ("ET", 460, "Quantity Prescribed", "9(7)v999"),
+    ("C8", 308, "Other Coverage Code", "9(2)"),
+    ("DT", 429, "Special Packaging Indicator", "9(1)"),
+    ("EJ", 453, "Originally Prescribed Product/Service ID Qualifier", "x(2)"),
+    ("EA", 445, "Originally Prescribed Product/Service Code", "x(19)"),
+    ("EB", 446, "Originally Prescribed Quantity", "9(7)v999"),
+    ("28", 600, "Unit of Measure", "x(2)"),
+    ("DI", 418, "Level of Service", "9(2)"),
+    ("EU", 461, "Prior Authorization Type Code", "9(2)"),
+    ("EV", 462, "Prior Authorization Number Submitted", "9(11)"),
+    ("EW", 463, "Intermediary Authorization Type ID", "9(2)"),
+    ("EX", 464, "Intermediary Authorization ID", "9(11)"),
+    ("HD", 343, "Dispensing Status", "x(1)"),
+    ("HF", 344, "Quantity Intended To Be Dispensed", "9(7)v999"),
+    ("HG", 345, "Days Supply Intended To Be Dispensed", "9(3)"),
+    ("NV", 357, "Delay Reason Code", "9(2)"),
+    ("E2", 995, "Route of Administration", "x(11)"),
+    ("MA", 993, "URL", "x(100)"),
+    ("U7", 147, "Pharmacy Service Type", "9(2)"),
+    ("EK", 454, "Scheduled Prescription ID Number", "x(12)"),
+    # --- pharmacy provider (02) ---
+    ("EY", 465, "Provider ID Qualifier", "x(2)"),
+    ("E9", 444, "Provider ID", "x(15)"),
+    # --- prescriber (03) ---
+    ("EZ", 466, "Prescriber ID Qualifier", "x(2)"),
+    ("DB", 411, "Prescriber ID", "x(15)"),
+    ("DR", 427, "Prescriber Last Name", "x(15)"),
+    ("2J", 364, "Prescriber First Name", "x(12)"),
+    ("PM", 498, "Prescriber Phone Number", "9(10)"),
+    ("2K", 365, "Prescriber Street Address", "x(30)"),
+    ("2M", 366, "Prescriber City Address", "x(20)"),
+    ("2N", 367, "Prescriber State/Province Address", "x(2)"),
+    ("2P", 368, "Prescriber ZIP/Postal Zone", "x(15)"),
+    ("2E", 468, "Primary Care Provider ID Qualifier", "x(2)"),
+    ("DL", 421, "Primary Care Provider ID", "x(15)"),
+    ("4E", 469, "Primary Care Provider Last Name", "x(15)"),
+    # --- COB (05) ---
+    ("4C", 337, "Coordination of Benefits/Other Payments Count", "9(1)"),
+    ("5C", 338, "Other Payer Coverage Type", "x(2)"),
+    ("6C", 339, "Other Payer ID Qualifier", "x(2)"),
+    ("7C", 340, "Other Payer ID", "x(10)"),
+    ("E8", 443, "Other Payer Date", "CCYYMMDD"),
+    ("HB", 341, "Other Payer Amount Paid Count", "9(1)"),
+    ("HC", 342, "Other Payer Amount Paid Qualifier", "x(2)"),
+    ("DV", 431, "Other Payer Amount Paid", "s9(6)v99"),
+    ("5E", 471, "Other Payer Reject Count", "9(2)"),
+    ("6E", 472, "Other Payer Reject Code", "x(3)"),
+    # --- DUR/PPS (08) ---
+    ("7E", 473, "DUR/PPS Code Counter", "9(1)"),
+    ("E4", 439, "Reason for Service Code", "x(2)"),
+    ("J6", 567, "DUR/PPS Response Code Counter", "9(1)"),
+    ("E5", 440, "Professional Service Code", "x(2)"),
+    ("E6", 441, "Result of Service Code", "x(2)"),
+    ("8E", 474, "DUR/PPS Level of Effort", "9(2)"),
+    ("J9", 475, "DUR Co-Agent ID Qualifier", "x(2)"),
+    ("H6", 476, "DUR Co-Agent ID", "x(19)"),
+    # --- pricing (11) ---
+    ("D9", 409, "Ingredient Cost Submitted", "s9(6)v99"),
+    ("DC", 412, "Dispensing Fee Submitted", "s9(6)v99"),
+    ("BE", 477, "Professional Service Fee Submitted", "s9(6)v99"),
+    ("E3", 438, "Incentive Amount Submitted", "s9(6)v99"),
+    ("H7", 478, "Other Amount Claimed Submitted Count", "9(1)"),
+    ("H8", 479, "Other Amount Claimed Submitted Qualifier", "x(2)"),
+    ("H9", 480, "Other Amount Claimed Submitted", "s9(6)v99"),
+    ("HA", 481, "Flat Sales Tax Amount Submitted", "s9(6)v99"),
+    ("GE", 482, "Percentage Sales Tax Amount Submitted", "s9(6)v99"),
+    ("HE", 483, "Percentage Sales Tax Rate Submitted", "s9(3)v9999"),
+    ("JE", 484, "Percentage Sales Tax Basis Submitted", "x(2)"),
+    ("DQ", 426, "Usual and Customary Charge", "s9(6)v99"),
+    ("DU", 430, "Gross Amount Due", "s9(6)v99"),
+    ("DN", 423, "Basis of Cost Determination", "x(2)"),
+    ("DX", 433, "Patient Paid Amount Submitted", "s9(6)v99"),
+    # --- prior authorization (12) ---
+    ("PA", 498, "Request Type", "x(1)"),
+    ("PB", 498, "Request Period Date-Begin", "CCYYMMDD"),
+    ("PC", 498, "Request Period Date-End", "CCYYMMDD"),
+    ("PD", 498, "Basis of Request", "x(2)"),
+    ("PE", 498, "Authorized Representative First Name", "x(12)"),
+    ("PF", 498, "Authorized Representative Last Name", "x(15)"),
+    ("PY", 498, "Prior Authorization Number-Assigned", "9(11)"),
+    # --- clinical (13) ---
+    ("VE", 491, "Diagnosis Code Count", "9(1)"),
+    ("WE", 492, "Diagnosis Code Qualifier", "x(2)"),
+    ("DO", 424, "Diagnosis Code", "x(15)"),
+    # --- response status (21) ---
+    ("AN", 112, "Transaction Response Status", "x(1)"),
+    ("F3", 503, "Authorization Number", "x(20)"),
+    ("FA", 510, "Reject Count", "9(2)"),
+    ("FB", 511, "Reject Code", "x(3)"),
+    ("4F", 546, "Reject Field Occurrence Indicator", "9(2)"),
+    ("5F", 547, "Approved Message Code Count", "9(1)"),
+    ("6F", 548, "Approved Message Code", "x(3)"),
+    ("UF", 130, "Additional Message Information Count", "9(2)"),
+    ("UH", 132, "Additional Message Information Qualifier", "x(2)"),
+    ("FQ", 526, "Additional Message Information", "x(40)"),
+    ("UG", 131, "Additional Message Information Continuity", "x(1)"),
+    ("7F", 549, "Help Desk Phone Number Qualifier", "x(2)"),
+    ("8F", 550, "Help Desk Phone Number", "x(18)"),
+    ("K5", 880, "Transaction Reference Number", "x(10)"),
+    ("A7", 987, "Internal Control Number", "x(30)"),
+    # --- response message (20) ---
+    ("F4", 504, "Message", "x(200)"),
+    # --- response insurance (25) / patient (29) ---
+    ("2F", 545, "Network Reimbursement ID", "x(10)"),
+    ("J7", 568, "Payer ID Qualifier", "x(2)"),
+    ("J8", 569, "Payer ID", "x(10)"),
+    # --- response claim (22) ---
+    ("9F", 551, "Preferred Product Count", "9(1)"),
+    ("AP", 552, "Preferred Product ID Qualifier", "x(2)"),
+    ("AR", 553, "Preferred Product ID", "x(19)"),
+    ("AS", 554, "Preferred Product Incentive", "s9(6)v99"),
+    ("AT", 555, "Preferred Product Cost Share Incentive", "s9(6)v99"),
+    ("AU", 556, "Preferred Product Description", "x(40)"),
+    # --- response pricing (23) ---
+    ("F5", 505, "Patient Pay Amount", "s9(6)v99"),
+    ("F6", 506, "Ingredient Cost Paid", "s9(6)v99"),
+    ("F7", 507, "Dispensing Fee Paid", "s9(6)v99"),
+    ("F9", 509, "Total Amount Paid", "s9(6)v99"),
+    ("AV", 557, "Tax Exempt Indicator", "x(1)"),
+    ("AW", 558, "Flat Sales Tax Amount Paid", "s9(6)v99"),
+    ("AX", 559, "Percentage Sales Tax Amount Paid", "s9(6)v99"),
+    ("AY", 560, "Percentage Sales Tax Rate Paid", "s9(3)v9999"),
+    ("AZ", 561, "Percentage Sales Tax Basis Paid", "x(2)"),
+    ("FL", 521, "Incentive Amount Paid", "s9(6)v99"),
+    ("J1", 562, "Professional Service Fee Paid", "s9(6)v99"),
+    ("J2", 563, "Other Amount Paid Count", "9(1)"),
+    ("J3", 564, "Other Amount Paid Qualifier", "x(2)"),
+    ("J4", 565, "Other Amount Paid", "s9(6)v99"),
+    ("J5", 566, "Other Payer Amount Recognized", "s9(6)v99"),
+    ("FM", 522, "Basis of Reimbursement Determination", "9(2)"),
+    ("FN", 523, "Amount Attributed to Sales Tax", "s9(6)v99"),
+    ("FC", 512, "Accumulated Deductible Amount", "s9(6)v99"),
+    ("FD", 513, "Remaining Deductible Amount", "s9(6)v99"),
+    ("FE", 514, "Remaining Benefit Amount", "s9(6)v99"),
+    ("FH", 517, "Amount Applied to Periodic Deductible", "s9(6)v99"),
+    ("FI", 518, "Amount of Copay", "s9(6)v99"),
+    ("FJ", 519, "Amount Attributed to Product Selection/Brand Drug", "s9(6)v99"),
+    ("FK", 520, "Amount Exceeding Periodic Benefit Maximum", "s9(6)v99"),
+    ("NZ", 571, "Amount Attributed to Processor Fee", "s9(6)v99"),
+    ("4U", 572, "Amount of Coinsurance", "s9(6)v99"),
+    # --- response DUR/PPS (24) ---
+    ("FY", 544, "DUR Free Text Message", "x(30)"),
+    ("FS", 528, "Clinical Significance Code", "x(1)"),
+    ("FT", 529, "Other Pharmacy Indicator", "9(1)"),
+    ("FU", 530, "Previous Date of Fill", "CCYYMMDD"),
+    ("FV", 531, "Quantity of Previous Fill", "9(7)v999"),
+    ("FW", 532, "Database Indicator", "x(1)"),
+    ("FX", 533, "Other Prescriber Indicator", "9(1)"),
+)
+
+
+def _build() -> dict[str, FieldDef]:
+    out: dict[str, FieldDef] = {}
+    for fid, number, name, fmt in _TABLE:
+        if fid in out:  # a data error in this table, caught at import and by a test
+            raise AssertionError(f"field id {fid} listed twice")
+        out[fid] = FieldDef(id=fid, number=number, name=name, format=fmt)
+    return out
+
+
+#: Every known field, by its two-character id.
+FIELDS: dict[str, FieldDef] = _build()
+
+
+def field_name(field_id: str) -> str | None:
+    """``"D2"`` -> ``"Prescription/Service Reference Number"``; ``None`` if unknown."""
+    fd = FIELDS.get(field_id)
+    return fd.name if fd is not None else None

@@ -1,0 +1,552 @@
+"""Immutable, typed objects for one NCPDP transmission.
+
+A segment keeps its fields as the raw ``<id><value>`` strings it was read from, in
+order and with repetition, so that writing it back is a join. Field objects are made
+on demand. Public constructors validate; the parser uses a private trusted path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, NamedTuple, overload
+
+from ._errors import ModelError
+from ._versions import REQUEST_HEADER, RESPONSE_HEADER, VERSIONS, HeaderSlot
+
+if TYPE_CHECKING:
+    from ._views import RequestView, ResponseView
+
+__all__ = [
+    "SEGMENT_SEPARATOR",
+    "FIELD_SEPARATOR",
+    "GROUP_SEPARATOR",
+    "Field",
+    "Segment",
+    "TransactionGroup",
+    "RequestHeader",
+    "ResponseHeader",
+    "Header",
+    "Transmission",
+    "segment_name",
+]
+
+SEGMENT_SEPARATOR = "\x1e"
+FIELD_SEPARATOR = "\x1c"
+GROUP_SEPARATOR = "\x1d"
+_SEPARATORS = frozenset("\x1c\x1d\x1e")
+
+
+def _check_text(value: str, what: str) -> None:
+    if any(c in _SEPARATORS for c in value):
+        raise ModelError(f"{what} contains an NCPDP separator character")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ModelError(f"{what} has a character outside the single-byte range") from None
+
+
+def segment_name(segment_id: str, version: str = "D0") -> str | None:
+    """``"07"`` -> ``"Claim"``; ``None`` for ids the version's table does not know."""
+    spec = VERSIONS.get(version) or VERSIONS["D0"]
+    entry = spec.segments.get(segment_id)
+    return entry[0] if entry is not None else None
+
+
+class Field(NamedTuple):
+    """One field occurrence: its 2-character id (``"D2"``) and raw value."""
+
+    id: str
+    value: str
+
+    @property
+    def raw(self) -> str:
+        return self.id + self.value
+
+
+class Segment:
+    """A segment: its id (``"07"`` for ``AM07``) and its fields in wire order.
+
+    >>> s = Segment("07", [("EM", "1"), ("D2", "000000123456")])
+    >>> s.get("D2")
+    '000000123456'
+    """
+
+    __slots__ = ("_id", "_raw")
+    _id: str
+    _raw: tuple[str, ...]
+
+    def __init__(self, id: str, fields: Iterable[Field | tuple[str, str]] = ()) -> None:
+        if len(id) != 2:
+            raise ModelError(f"segment id must be 2 characters, got {id!r}")
+        _check_text(id, "segment id")
+        raw: list[str] = []
+        for fid, value in fields:
+            if len(fid) != 2:
+                raise ModelError(f"field id must be 2 characters, got {fid!r} in segment AM{id}")
+            _check_text(fid, f"field id in segment AM{id}")
+            _check_text(value, f"value of field {fid} in segment AM{id}")
+            raw.append(fid + value)
+        self._id = id
+        self._raw = tuple(raw)
+
+    @classmethod
+    def _trusted(cls, id: str, raw: tuple[str, ...]) -> Segment:
+        seg = cls.__new__(cls)
+        seg._id = id
+        seg._raw = raw
+        return seg
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def name(self) -> str | None:
+        return segment_name(self._id)
+
+    @property
+    def raw_fields(self) -> tuple[str, ...]:
+        """Each field as written: id then value, without its separator."""
+        return self._raw
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        return tuple(Field(r[:2], r[2:]) for r in self._raw)
+
+    def __iter__(self) -> Iterator[Field]:
+        return (Field(r[:2], r[2:]) for r in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, field_id: object) -> bool:
+        return any(r[:2] == field_id for r in self._raw)
+
+    def get(self, field_id: str, default: str | None = None) -> str | None:
+        """The first occurrence's raw value, or ``default``."""
+        for r in self._raw:
+            if r[:2] == field_id:
+                return r[2:]
+        return default
+
+    def get_all(self, field_id: str) -> tuple[str, ...]:
+        """Every occurrence's raw value, in order."""
+        return tuple(r[2:] for r in self._raw if r[:2] == field_id)
+
+    def replace(self, field_id: str, value: str) -> Segment:
+        """A copy with the first occurrence of ``field_id`` set to ``value`` (appended
+        when absent)."""
+        fields = list(self.fields)
+        for i, f in enumerate(fields):
+            if f.id == field_id:
+                fields[i] = Field(field_id, value)
+                break
+        else:
+            fields.append(Field(field_id, value))
+        return Segment(self._id, fields)
+
+    def to_text(self) -> str:
+        if self._raw:
+            return "\x1e\x1cAM" + self._id + "\x1c" + "\x1c".join(self._raw)
+        return "\x1e\x1cAM" + self._id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Segment):
+            return NotImplemented
+        return self._id == other._id and self._raw == other._raw
+
+    def __hash__(self) -> int:
+        return hash((self._id, self._raw))
+
+    def __repr__(self) -> str:
+        return f"Segment({self._id!r}, {list(self.fields)!r})"
+
+
+class TransactionGroup:
+    """The segments of one transaction, in wire order."""
+
+    __slots__ = ("_segments",)
+    _segments: tuple[Segment, ...]
+
+    def __init__(self, segments: Iterable[Segment] = ()) -> None:
+        segs = tuple(segments)
+        for s in segs:
+            if not isinstance(s, Segment):
+                raise ModelError("a transaction group holds Segment objects only")
+        self._segments = segs
+
+    @classmethod
+    def _trusted(cls, segments: tuple[Segment, ...]) -> TransactionGroup:
+        g = cls.__new__(cls)
+        g._segments = segments
+        return g
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self._segments
+
+    def segment(self, segment_id: str) -> Segment | None:
+        for s in self._segments:
+            if s._id == segment_id:
+                return s
+        return None
+
+    def __iter__(self) -> Iterator[Segment]:
+        return iter(self._segments)
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def to_text(self) -> str:
+        return "\x1d" + "".join(s.to_text() for s in self._segments)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TransactionGroup):
+            return NotImplemented
+        return self._segments == other._segments
+
+    def __hash__(self) -> int:
+        return hash(self._segments)
+
+    def __repr__(self) -> str:
+        return f"TransactionGroup({list(self._segments)!r})"
+
+
+class _FixedHeader:
+    """A fixed-width header kept as its exact characters; fields are slices."""
+
+    __slots__ = ("_raw",)
+    _raw: str
+    LAYOUT: tuple[HeaderSlot, ...] = ()
+    LENGTH: int = 0
+
+    def __init__(self, raw: str) -> None:
+        if len(raw) != self.LENGTH:
+            raise ModelError(
+                f"{type(self).__name__} must be {self.LENGTH} characters, got {len(raw)}"
+            )
+        _check_text(raw, "header")
+        self._raw = raw
+
+    @classmethod
+    def _trusted(cls, raw: str) -> _FixedHeader:
+        h = cls.__new__(cls)
+        h._raw = raw
+        return h
+
+    @property
+    def raw(self) -> str:
+        return self._raw
+
+    def slot(self, field_id: str) -> str:
+        """The raw (padded) value of the header field ``field_id``."""
+        for s in self.LAYOUT:
+            if s.field_id == field_id:
+                return self._raw[s.start : s.start + s.width]
+        raise KeyError(field_id)
+
+    def items(self) -> tuple[tuple[HeaderSlot, str], ...]:
+        return tuple((s, self._raw[s.start : s.start + s.width]) for s in self.LAYOUT)
+
+    @classmethod
+    def _from_values(cls, values: dict[str, str]) -> str:
+        parts: list[str] = []
+        for s in cls.LAYOUT:
+            v = values.get(s.attr, values.get(s.field_id, ""))
+            if len(v) > s.width:
+                raise ModelError(f"header field {s.field_id} ({s.name}) is longer than {s.width}")
+            parts.append(v.ljust(s.width))
+        return "".join(parts)
+
+    @property
+    def version(self) -> str:
+        return self.slot("A2")
+
+    @property
+    def transaction_code(self) -> str:
+        return self.slot("A3")
+
+    @property
+    def transaction_count(self) -> str:
+        return self.slot("A9")
+
+    @property
+    def service_provider_id_qualifier(self) -> str:
+        return self.slot("B2").strip()
+
+    @property
+    def service_provider_id(self) -> str:
+        return self.slot("B1").strip()
+
+    @property
+    def date_of_service(self) -> str:
+        return self.slot("D1")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _FixedHeader)
+        return self._raw == other._raw
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._raw))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._raw!r})"
+
+
+class RequestHeader(_FixedHeader):
+    """The 56-character request header."""
+
+    __slots__ = ()
+    LAYOUT = REQUEST_HEADER
+    LENGTH = 56
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        bin: str,
+        version: str = "D0",
+        transaction_code: str = "B1",
+        pcn: str = "",
+        transaction_count: int = 1,
+        service_provider_id_qualifier: str = "01",
+        service_provider_id: str,
+        date_of_service: str,
+        software_vendor_id: str = "",
+    ) -> RequestHeader:
+        return cls(
+            cls._from_values(
+                {
+                    "bin": bin,
+                    "version": version,
+                    "transaction_code": transaction_code,
+                    "pcn": pcn,
+                    "transaction_count": str(transaction_count),
+                    "service_provider_id_qualifier": service_provider_id_qualifier,
+                    "service_provider_id": service_provider_id,
+                    "date_of_service": date_of_service,
+                    "software_vendor_id": software_vendor_id,
+                }
+            )
+        )
+
+    @property
+    def bin(self) -> str:
+        return self.slot("A1").strip()
+
+    @property
+    def pcn(self) -> str:
+        return self.slot("A4").strip()
+
+    @property
+    def software_vendor_id(self) -> str:
+        return self.slot("AK").strip()
+
+
+class ResponseHeader(_FixedHeader):
+    """The 31-character response header."""
+
+    __slots__ = ()
+    LAYOUT = RESPONSE_HEADER
+    LENGTH = 31
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        version: str = "D0",
+        transaction_code: str = "B1",
+        transaction_count: int = 1,
+        header_response_status: str = "A",
+        service_provider_id_qualifier: str = "01",
+        service_provider_id: str,
+        date_of_service: str,
+    ) -> ResponseHeader:
+        return cls(
+            cls._from_values(
+                {
+                    "version": version,
+                    "transaction_code": transaction_code,
+                    "transaction_count": str(transaction_count),
+                    "header_response_status": header_response_status,
+                    "service_provider_id_qualifier": service_provider_id_qualifier,
+                    "service_provider_id": service_provider_id,
+                    "date_of_service": date_of_service,
+                }
+            )
+        )
+
+    @property
+    def header_response_status(self) -> str:
+        return self.slot("F1")
+
+
+Header = RequestHeader | ResponseHeader
+
+
+class Transmission:
+    """A whole request or response: header, transmission-level segments, and 1-4
+    transaction groups. ``leading``/``trailing`` hold framing that lenient parsing
+    tolerated (STX, ETX, CR/LF, a trailing separator); ``tolerated`` says what."""
+
+    __slots__ = ("_header", "_segments", "_groups", "_leading", "_trailing", "_tolerated")
+    _header: Header
+    _segments: tuple[Segment, ...]
+    _groups: tuple[TransactionGroup, ...]
+    _leading: str
+    _trailing: str
+    _tolerated: tuple[str, ...]
+
+    def __init__(
+        self,
+        header: Header,
+        segments: Iterable[Segment] = (),
+        groups: Iterable[TransactionGroup] = (),
+        *,
+        leading: str = "",
+        trailing: str = "",
+        tolerated: Iterable[str] = (),
+    ) -> None:
+        if not isinstance(header, (RequestHeader, ResponseHeader)):
+            raise ModelError("header must be a RequestHeader or a ResponseHeader")
+        segs = tuple(segments)
+        grps = tuple(groups)
+        if any(not isinstance(s, Segment) for s in segs):
+            raise ModelError("segments must be Segment objects")
+        if any(not isinstance(g, TransactionGroup) for g in grps):
+            raise ModelError("groups must be TransactionGroup objects")
+        for text, what in ((leading, "leading"), (trailing, "trailing")):
+            try:
+                text.encode("latin-1")
+            except UnicodeEncodeError:
+                raise ModelError(f"{what} framing is not single-byte text") from None
+        self._header = header
+        self._segments = segs
+        self._groups = grps
+        self._leading = leading
+        self._trailing = trailing
+        self._tolerated = tuple(tolerated)
+
+    @classmethod
+    def _trusted(
+        cls,
+        header: Header,
+        segments: tuple[Segment, ...],
+        groups: tuple[TransactionGroup, ...],
+        leading: str,
+        trailing: str,
+        tolerated: tuple[str, ...],
+    ) -> Transmission:
+        t = cls.__new__(cls)
+        t._header = header
+        t._segments = segments
+        t._groups = groups
+        t._leading = leading
+        t._trailing = trailing
+        t._tolerated = tolerated
+        return t
+
+    @property
+    def header(self) -> Header:
+        return self._header
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """Transmission-level segments (before the first group separator)."""
+        return self._segments
+
+    @property
+    def groups(self) -> tuple[TransactionGroup, ...]:
+        return self._groups
+
+    @property
+    def leading(self) -> str:
+        return self._leading
+
+    @property
+    def trailing(self) -> str:
+        return self._trailing
+
+    @property
+    def tolerated(self) -> tuple[str, ...]:
+        return self._tolerated
+
+    @property
+    def is_request(self) -> bool:
+        return isinstance(self._header, RequestHeader)
+
+    @property
+    def is_response(self) -> bool:
+        return isinstance(self._header, ResponseHeader)
+
+    @property
+    def kind(self) -> str:
+        return "request" if self.is_request else "response"
+
+    @property
+    def version(self) -> str:
+        return self._header.version
+
+    @property
+    def transaction_code(self) -> str:
+        return self._header.transaction_code
+
+    def segment(self, segment_id: str) -> Segment | None:
+        """The first transmission-level segment with this id."""
+        for s in self._segments:
+            if s._id == segment_id:
+                return s
+        return None
+
+    @overload
+    def find(self, segment_id: str, field_id: str) -> str | None: ...
+    @overload
+    def find(self, segment_id: str, field_id: str, group: int) -> str | None: ...
+    def find(self, segment_id: str, field_id: str, group: int | None = None) -> str | None:
+        """First raw value of ``field_id`` in segment ``segment_id``: at transmission
+        level when ``group`` is None, else in that 0-based transaction group."""
+        seg = self.segment(segment_id) if group is None else self._groups[group].segment(segment_id)
+        return None if seg is None else seg.get(field_id)
+
+    def canonical(self) -> Transmission:
+        """The same transmission without tolerated framing."""
+        return Transmission._trusted(self._header, self._segments, self._groups, "", "", ())
+
+    def to_text(self) -> str:
+        return (
+            self._leading
+            + self._header._raw
+            + "".join(s.to_text() for s in self._segments)
+            + "".join(g.to_text() for g in self._groups)
+            + self._trailing
+        )
+
+    def __bytes__(self) -> bytes:
+        return self.to_text().encode("latin-1")
+
+    def as_request(self) -> RequestView:
+        from ._views import request_view
+
+        return request_view(self)
+
+    def as_response(self) -> ResponseView:
+        from ._views import response_view
+
+        return response_view(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Transmission):
+            return NotImplemented
+        return self.to_text() == other.to_text()
+
+    def __hash__(self) -> int:
+        return hash(self.to_text())
+
+    def __repr__(self) -> str:
+        return (
+            f"Transmission({self.kind}, version={self.version!r}, "
+            f"code={self.transaction_code!r}, segments={len(self._segments)}, "
+            f"groups={len(self._groups)})"
+        )

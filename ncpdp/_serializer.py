@@ -1,0 +1,18 @@
+"""Writing a transmission: the exact inverse of :func:`ncpdp.parse`."""
+
+from __future__ import annotations
+
+from ._errors import SerializeError
+from ._model import Transmission
+
+__all__ = ["serialize"]
+
+
+def serialize(obj: Transmission) -> bytes:
+    """The wire bytes of ``obj``; ``serialize(parse(x)) == x`` for every accepted input."""
+    if not isinstance(obj, Transmission):
+        raise SerializeError(f"serialize() takes a Transmission, not {type(obj).__name__}")
+    try:
+        return obj.to_text().encode("latin-1")
+    except UnicodeEncodeError:  # unreachable through the validating constructors
+        raise SerializeError("a value has a character outside the single-byte range") from None

@@ -1,0 +1,283 @@
+"""Typed read-only views of the fields the daemon needs.
+
+Views read what is really in the segments, not the counts that announce them: a
+510-FA that disagrees with the 511-FB codes present is ignored, and a paid status
+that still carries reject codes is treated as rejected (``rejected`` is True).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from ._codecs import decode_implied
+from ._errors import CodecError, NcpdpError
+from ._model import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+
+__all__ = [
+    "PatientView",
+    "RequestTransactionView",
+    "RequestView",
+    "RejectCode",
+    "PreferredProduct",
+    "ResponseTransactionView",
+    "ResponseView",
+    "PA_REJECT_CODES",
+    "OUTCOMES_FIRST_CODES",
+    "request_view",
+    "response_view",
+]
+
+#: Reject codes that offer a PA (service interface, "Pharmacy claim interface").
+PA_REJECT_CODES = frozenset({"MR", "AG", "A6", "70", "75", "76"})
+#: Of those, the ones for which the outcomes interface is called before answering.
+OUTCOMES_FIRST_CODES = frozenset({"70", "75", "76"})
+
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    v = value.strip()
+    return v or None
+
+
+def _int(value: str | None) -> int | None:
+    v = _clean(value)
+    if v is None or not v.isdigit():
+        return None
+    return int(v)
+
+
+def _get(seg: Segment | None, field_id: str) -> str | None:
+    return None if seg is None else _clean(seg.get(field_id))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatientView:
+    first_name: str | None
+    last_name: str | None
+    date_of_birth: str | None
+    gender_code: str | None
+    street: str | None
+    city: str | None
+    state: str | None
+    zip: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTransactionView:
+    index: int
+    rx_number: str | None
+    rx_number_qualifier: str | None
+    product_id: str | None
+    product_id_qualifier: str | None
+    fill_number: int | None
+    quantity: Decimal | None
+    days_supply: int | None
+    date_written: str | None
+    prescriber_id: str | None
+    prescriber_id_qualifier: str | None
+    prescriber_last_name: str | None
+    prescriber_first_name: str | None
+    prescriber_phone: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestView:
+    version: str
+    transaction_code: str
+    bin: str
+    pcn: str
+    service_provider_id: str
+    service_provider_id_qualifier: str
+    date_of_service: str
+    software_vendor_id: str
+    group_id: str | None
+    cardholder_id: str | None
+    person_code: str | None
+    patient_relationship_code: str | None
+    patient: PatientView
+    transactions: tuple[RequestTransactionView, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectCode:
+    code: str
+    occurrence: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreferredProduct:
+    qualifier: str | None
+    id: str | None
+    description: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseTransactionView:
+    index: int
+    transaction_status: str | None
+    authorization_number: str | None
+    reject_codes: tuple[RejectCode, ...]
+    approved_message_codes: tuple[str, ...]
+    additional_messages: tuple[str, ...]
+    help_desk_phone_qualifier: str | None
+    help_desk_phone: str | None
+    preferred_products: tuple[PreferredProduct, ...]
+
+    @property
+    def rejected(self) -> bool:
+        """Rejected when 112-AN says so, or when reject codes are present at all."""
+        return self.transaction_status == "R" or bool(self.reject_codes)
+
+    @property
+    def additional_message(self) -> str | None:
+        """The 526-FQ lines joined with spaces (the payer's rejection message)."""
+        return " ".join(self.additional_messages) or None
+
+    @property
+    def pa_eligible(self) -> bool:
+        return self.rejected and any(r.code in PA_REJECT_CODES for r in self.reject_codes)
+
+    @property
+    def outcomes_first(self) -> bool:
+        return self.rejected and any(r.code in OUTCOMES_FIRST_CODES for r in self.reject_codes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseView:
+    version: str
+    transaction_code: str
+    header_response_status: str
+    service_provider_id: str
+    service_provider_id_qualifier: str
+    date_of_service: str
+    message: str | None
+    transactions: tuple[ResponseTransactionView, ...]
+
+
+def request_view(t: Transmission) -> RequestView:
+    h = t.header
+    if not isinstance(h, RequestHeader):
+        raise NcpdpError("as_request() needs a request transmission; this is a response")
+    pat = t.segment("01")
+    ins = t.segment("04")
+    txs = []
+    for i, g in enumerate(t.groups):
+        claim = g.segment("07")
+        pres = g.segment("03")
+        qty_raw = _get(claim, "E7")
+        try:
+            quantity = decode_implied(qty_raw, 3) if qty_raw is not None else None
+        except CodecError:
+            quantity = None
+        txs.append(
+            RequestTransactionView(
+                index=i,
+                rx_number=_get(claim, "D2"),
+                rx_number_qualifier=_get(claim, "EM"),
+                product_id=_get(claim, "D7"),
+                product_id_qualifier=_get(claim, "E1"),
+                fill_number=_int(_get(claim, "D3")),
+                quantity=quantity,
+                days_supply=_int(_get(claim, "D5")),
+                date_written=_get(claim, "DE"),
+                prescriber_id=_get(pres, "DB"),
+                prescriber_id_qualifier=_get(pres, "EZ"),
+                prescriber_last_name=_get(pres, "DR"),
+                prescriber_first_name=_get(pres, "2J"),
+                prescriber_phone=_get(pres, "PM"),
+            )
+        )
+    return RequestView(
+        version=h.version,
+        transaction_code=h.transaction_code,
+        bin=h.bin,
+        pcn=h.pcn,
+        service_provider_id=h.service_provider_id,
+        service_provider_id_qualifier=h.service_provider_id_qualifier,
+        date_of_service=h.date_of_service,
+        software_vendor_id=h.software_vendor_id,
+        group_id=_get(ins, "C1"),
+        cardholder_id=_get(ins, "C2"),
+        person_code=_get(ins, "C3"),
+        patient_relationship_code=_get(ins, "C6"),
+        patient=PatientView(
+            first_name=_get(pat, "CA"),
+            last_name=_get(pat, "CB"),
+            date_of_birth=_get(pat, "C4"),
+            gender_code=_get(pat, "C5"),
+            street=_get(pat, "CM"),
+            city=_get(pat, "CN"),
+            state=_get(pat, "CO"),
+            zip=_get(pat, "CP"),
+        ),
+        transactions=tuple(txs),
+    )
+
+
+_PREFERRED_KEYS = {"AP": "qualifier", "AR": "id", "AU": "description"}
+
+
+def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
+    st = g.segment("21")
+    rc = g.segment("22")
+    rejects: list[RejectCode] = []
+    approved: list[str] = []
+    messages: list[str] = []
+    if st is not None:
+        for f in st:
+            if f.id == "FB":
+                rejects.append(RejectCode(code=f.value.strip()))
+            elif f.id == "4F" and rejects and rejects[-1].occurrence is None:
+                rejects[-1] = RejectCode(code=rejects[-1].code, occurrence=_int(f.value))
+            elif f.id == "6F":
+                approved.append(f.value.strip())
+            elif f.id == "FQ":
+                messages.append(f.value.strip())
+    products: list[PreferredProduct] = []
+    if rc is not None:
+        cur: dict[str, str | None] | None = None
+        for f in rc:
+            key = _PREFERRED_KEYS.get(f.id)
+            if key is None:
+                continue
+            # A new product starts at each 552-AP, or when a field of the current one
+            # repeats (payers that omit the qualifier).
+            if cur is None or cur[key] is not None or (
+                f.id == "AP" and any(v is not None for v in cur.values())
+            ):
+                if cur is not None:
+                    products.append(PreferredProduct(**cur))  # type: ignore[arg-type]
+                cur = {"qualifier": None, "id": None, "description": None}
+            cur[key] = _clean(f.value)
+        if cur is not None:
+            products.append(PreferredProduct(**cur))  # type: ignore[arg-type]
+    return ResponseTransactionView(
+        index=i,
+        transaction_status=_get(st, "AN"),
+        authorization_number=_get(st, "F3"),
+        reject_codes=tuple(rejects),
+        approved_message_codes=tuple(approved),
+        additional_messages=tuple(m for m in messages if m),
+        help_desk_phone_qualifier=_get(st, "7F"),
+        help_desk_phone=_get(st, "8F"),
+        preferred_products=tuple(products),
+    )
+
+
+def response_view(t: Transmission) -> ResponseView:
+    h = t.header
+    if not isinstance(h, ResponseHeader):
+        raise NcpdpError("as_response() needs a response transmission; this is a request")
+    msg = t.segment("20")
+    return ResponseView(
+        version=h.version,
+        transaction_code=h.transaction_code,
+        header_response_status=h.header_response_status,
+        service_provider_id=h.service_provider_id,
+        service_provider_id_qualifier=h.service_provider_id_qualifier,
+        date_of_service=h.date_of_service,
+        message=_get(msg, "F4"),
+        transactions=tuple(_status_view(i, g) for i, g in enumerate(t.groups)),
+    )

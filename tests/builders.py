@@ -1,0 +1,228 @@
+"""Builders of synthetic NCPDP claims for the tests. Every person, prescriber and
+pharmacy here is made up; no real identifier is used anywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import ncpdp
+from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+
+# A synthetic patient whose name, date of birth and cardholder id the PHI tests
+# search every log line for.
+PATIENT_FIRST = "ZEBULONTEST"
+PATIENT_LAST = "QUIXOTESYNTH"
+PATIENT_DOB = "19610407"
+CARDHOLDER_ID = "ZQX90817263"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rx:
+    """One transaction of a request."""
+
+    rx_number: str = "000001234567"
+    rx_qualifier: str = "1"
+    product_id: str = "00093505601"
+    product_qualifier: str = "03"
+    quantity: str = "30000"  # 30.000
+    fill_number: str = "00"
+    days_supply: str = "030"
+    prescriber_id: str = "1999999984"
+    prescriber_qualifier: str = "01"
+    prescriber_last: str = "DRSYNTH"
+    prescriber_first: str = "PAT"
+    ingredient_cost: str = "1234{"  # +123.40
+    gross_due: str = "1299E"  # +129.95
+    extra_claim_fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    version: str = "D0"
+    code: str = "B1"
+    bin: str = "610014"
+    pcn: str = "SYNPCN"
+    group_id: str = "SYNGRP01"
+    cardholder_id: str = CARDHOLDER_ID
+    person_code: str = "001"
+    relationship: str = "1"
+    first_name: str = PATIENT_FIRST
+    last_name: str = PATIENT_LAST
+    dob: str = PATIENT_DOB
+    gender: str = "2"
+    zip: str = "99999"
+    provider_id: str = "1999999976"
+    provider_qualifier: str = "01"
+    date_of_service: str = "20261123"
+    vendor: str = "SYNVENDOR1"
+    rxs: tuple[Rx, ...] = field(default_factory=lambda: (Rx(),))
+
+    def with_(self, **kw: object) -> Claim:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+
+def request(claim: Claim | None = None, **kw: object) -> Transmission:
+    c = (claim or Claim()).with_(**kw) if kw else (claim or Claim())
+    header = RequestHeader.build(
+        bin=c.bin,
+        version=c.version,
+        transaction_code=c.code,
+        pcn=c.pcn,
+        transaction_count=len(c.rxs),
+        service_provider_id_qualifier=c.provider_qualifier,
+        service_provider_id=c.provider_id,
+        date_of_service=c.date_of_service,
+        software_vendor_id=c.vendor,
+    )
+    ins = Segment(
+        "04",
+        [("C2", c.cardholder_id), ("C1", c.group_id), ("C3", c.person_code), ("C6", c.relationship)],
+    )
+    pat = Segment(
+        "01",
+        [
+            ("C4", c.dob),
+            ("C5", c.gender),
+            ("CA", c.first_name),
+            ("CB", c.last_name),
+            ("CP", c.zip),
+        ],
+    )
+    groups = []
+    for rx in c.rxs:
+        claim_fields = [
+            ("EM", rx.rx_qualifier),
+            ("D2", rx.rx_number),
+            ("E1", rx.product_qualifier),
+            ("D7", rx.product_id),
+            ("E7", rx.quantity),
+            ("D3", rx.fill_number),
+            ("D5", rx.days_supply),
+            ("D6", "1"),
+            ("D8", "0"),
+            ("DE", "20261120"),
+            ("DF", "05"),
+            ("DJ", "1"),
+            *rx.extra_claim_fields,
+        ]
+        segs = [Segment("07", claim_fields)]
+        if c.code != "B2":
+            segs.append(
+                Segment(
+                    "03",
+                    [
+                        ("EZ", rx.prescriber_qualifier),
+                        ("DB", rx.prescriber_id),
+                        ("DR", rx.prescriber_last),
+                        ("2J", rx.prescriber_first),
+                    ],
+                )
+            )
+            segs.append(
+                Segment(
+                    "11",
+                    [("D9", rx.ingredient_cost), ("DC", "050{"), ("DU", rx.gross_due), ("DN", "01")],
+                )
+            )
+        groups.append(TransactionGroup(segs))
+    trans = [ins, pat] if c.code != "B2" else [ins]
+    return Transmission(header, trans, groups)
+
+
+def request_bytes(claim: Claim | None = None, **kw: object) -> bytes:
+    return ncpdp.serialize(request(claim, **kw))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """One transaction of a response."""
+
+    status: str = "P"  # P paid, R rejected, D duplicate
+    reject_codes: tuple[str, ...] = ()
+    occurrences: tuple[str, ...] = ()
+    approved_codes: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()
+    help_phone: str | None = None
+    preferred: tuple[tuple[str, str, str], ...] = ()
+    authorization: str | None = None
+    pricing: bool = True
+
+
+def response(
+    outcomes: Sequence[Outcome] = (Outcome(),),
+    *,
+    version: str = "D0",
+    code: str = "B1",
+    provider_id: str = "1999999976",
+    date_of_service: str = "20261123",
+    message: str | None = None,
+) -> Transmission:
+    header_status = "R" if all(o.status == "R" for o in outcomes) else "A"
+    header = ResponseHeader.build(
+        version=version,
+        transaction_code=code,
+        transaction_count=len(outcomes),
+        header_response_status=header_status,
+        service_provider_id=provider_id,
+        date_of_service=date_of_service,
+    )
+    trans = []
+    if message is not None:
+        trans.append(Segment("20", [("F4", message)]))
+    groups = []
+    for o in outcomes:
+        st: list[tuple[str, str]] = [("AN", o.status)]
+        if o.authorization:
+            st.append(("F3", o.authorization))
+        if o.reject_codes:
+            st.append(("FA", str(len(o.reject_codes)).zfill(2)))
+            for i, code_ in enumerate(o.reject_codes):
+                st.append(("FB", code_))
+                if i < len(o.occurrences):
+                    st.append(("4F", o.occurrences[i]))
+        if o.approved_codes:
+            st.append(("5F", str(len(o.approved_codes))))
+            st.extend(("6F", a) for a in o.approved_codes)
+        if o.messages:
+            st.append(("UF", str(len(o.messages)).zfill(2)))
+            for i, m in enumerate(o.messages):
+                st.append(("UH", str(i + 1).zfill(2)))
+                st.append(("FQ", m))
+                if i + 1 < len(o.messages):
+                    st.append(("UG", "+"))
+        if o.help_phone:
+            st.extend([("7F", "03"), ("8F", o.help_phone)])
+        segs = [Segment("21", st)]
+        if o.preferred:
+            rc: list[tuple[str, str]] = [("9F", str(len(o.preferred)))]
+            for q, pid, desc in o.preferred:
+                rc.extend([("AP", q), ("AR", pid), ("AU", desc)])
+            segs.append(Segment("22", rc))
+        if o.pricing and o.status in ("P", "D"):
+            segs.append(Segment("23", [("F5", "1000{"), ("F6", "1200{"), ("F9", "250E")]))
+        groups.append(TransactionGroup(segs))
+    return Transmission(header, trans, groups)
+
+
+def response_bytes(outcomes: Sequence[Outcome] = (Outcome(),), **kw: object) -> bytes:
+    return ncpdp.serialize(response(outcomes, **kw))  # type: ignore[arg-type]
+
+
+PAID = Outcome(status="P", authorization="SYNAUTH001")
+REJECT_75 = Outcome(
+    status="R",
+    reject_codes=("75",),
+    occurrences=("01",),
+    messages=("PRIOR AUTHORIZATION REQUIRED", "CALL HELP DESK"),
+    help_phone="8005550100",
+    preferred=(("03", "00093505602", "SYNTHETIC PREFERRED 10MG"),),
+)
+REJECT_MR = Outcome(status="R", reject_codes=("MR",), messages=("PRODUCT NOT ON FORMULARY",))
+REJECT_TWO = Outcome(
+    status="R",
+    reject_codes=("76", "79"),
+    occurrences=("01", "02"),
+    messages=("PLAN LIMITATIONS EXCEEDED",),
+)
+DUPLICATE = Outcome(status="D", authorization="SYNAUTH001")
