@@ -1,0 +1,24 @@
+"""The `pa-bridge` command: a thin layer; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from . import __version__
+from .cli_claim import claim
+from .cli_daemon import backup, doctor, queue, serve
+from .sandbox.cli import sandbox
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pa-bridge")
+def main() -> None:
+    """pa-bridge: electronic prior authorization for a pharmacy dispensing system."""
+
+
+main.add_command(serve)
+main.add_command(sandbox)
+main.add_command(claim)
+main.add_command(queue)
+main.add_command(doctor)
+main.add_command(backup)
