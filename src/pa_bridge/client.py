@@ -1,0 +1,1111 @@
+"""The httpx client of the PA service's pharmacy interfaces.
+
+Three interfaces, one pooled :class:`httpx.Client` each:
+
+* the pharmacy **claim interface** (:meth:`PaServiceClient.submit_claim`): B1 starts a
+  PA, B2 deletes it. Both are **safe to retry**: the service answers a duplicate B1 or
+  B2 with the response for the original PA and never creates a second one, so a caller
+  that did not get an answer (timeout, connection reset) may send the same claim again.
+  Errors say whether a retry can help (``ServiceError.retryable``);
+* the **outcomes interface** (:meth:`PaServiceClient.outcomes`): never raises, and
+  returns within a hard total deadline (see "Outcomes deadline" below);
+* the **dashboard login** (:meth:`PaServiceClient.dashboard_login`).
+
+Every failure is one of our own :class:`ServiceError` subclasses, with a stable
+``code``, a ``message`` a pharmacist can act on (plain words, no PHI, no secrets), a
+``detail`` for store IT, and ``retryable``.
+
+Outcomes deadline. httpx timeouts are per phase (connect, each read, each write, pool
+acquisition) and DNS resolution has none: a server that trickles one byte every 100 ms
+never trips a 1.5 s read timeout. So the call runs on a small worker pool and the
+caller waits on the future for at most the remaining budget; the worker streams the
+body with every httpx timeout set to the remaining budget and checks a monotonic
+deadline between chunks, so an abandoned worker also stops soon after the deadline.
+See docs/decisions/0002-outcomes-deadline.md.
+
+Logging: status codes, PA ids, elapsed times and error codes only. Never claim
+content, patient data, cardholder ids, the password, the api_key or a dashboard token.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import re
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from html.parser import HTMLParser
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlencode, urljoin, urlsplit
+
+import httpx
+
+import ncpdp
+
+__all__ = [
+    "CLAIM_VARIABLES",
+    "OPTIONAL_CLAIM_VARIABLES",
+    "OUTCOME_VARIABLES",
+    "BadClaimError",
+    "BadResponseError",
+    "ClaimMetadata",
+    "ClaimResult",
+    "CredentialsError",
+    "HttpStatusError",
+    "InvalidClaimError",
+    "MissingClaimDataError",
+    "MissingVariablesError",
+    "OutcomeResult",
+    "PaServiceClient",
+    "RedirectError",
+    "ServiceError",
+    "ServiceTimeoutError",
+    "TlsError",
+    "UnreachableError",
+    "UnrecognizedNdcError",
+    "claim_metadata",
+    "claim_minimum_missing",
+    "outcome_variables",
+    "patient_age",
+]
+
+log = logging.getLogger("pa_bridge.client")
+
+#: Required variables of the claim interface.
+CLAIM_VARIABLES: tuple[str, ...] = ("username", "password", "api_key", "ncpdp_claim")
+
+#: Optional metadata variables of the claim interface, in the interface's order.
+OPTIONAL_CLAIM_VARIABLES: tuple[str, ...] = (
+    "physician_fname",
+    "physician_lname",
+    "physician_specialty",
+    "physician_npi",
+    "physician_dea",
+    "physician_street",
+    "physician_city",
+    "physician_state",
+    "physician_zip",
+    "physician_phone",
+    "physician_fax",
+    "pharmacy_plan_name",
+    "prescription_sig",
+    "rejection_code",
+    "rejection_msg",
+    "help_phone",
+    "preferred_product_id_qualifier",
+    "preferred_product_id",
+    "preferred_product_description",
+    "bin_number",
+    "pcn_number",
+    "group_id",
+)
+
+#: Every variable of the outcomes interface ("all required").
+OUTCOME_VARIABLES: tuple[str, ...] = (
+    "api_key",
+    "bin",
+    "pcn",
+    "group_id",
+    "approval_code",
+    "rejection_code",
+    "rejection_message",
+    "prescription_reference_number",
+    "prescription_reference_number_qualifier",
+    "product_service_id",
+    "product_service_id_qualifier",
+    "service_provider_id",
+    "service_provider_id_qualifier",
+    "cardholder_id",
+    "person_code",
+    "prescriber_id",
+    "prescriber_id_qualifier",
+    "days_supply",
+    "fill_number",
+    "quantity_dispensed",
+    "transaction_response_status",
+    "patient_age",
+    "prescriber_fax",
+)
+
+_ALL_CLAIM_VARIABLES = CLAIM_VARIABLES + OPTIONAL_CLAIM_VARIABLES
+_DETAIL_LIMIT = 500
+_OUTCOMES_BODY_LIMIT = 64 * 1024
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ServiceError(Exception):
+    """Base of every error of this module.
+
+    ``code``: stable machine string; ``message``: for the pharmacist (no PHI, no
+    secrets); ``detail``: for store IT; ``retryable``: whether sending the same request
+    again may succeed.
+    """
+
+    code: ClassVar[str] = "service_error"
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str = "",
+        retryable: bool | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail[:_DETAIL_LIMIT]
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.status_code = status_code
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" + (f" ({self.detail})" if self.detail else "")
+
+
+class CredentialsError(ServiceError):
+    """403: wrong or unknown username, password or api_key."""
+
+    code = "credentials"
+
+
+class MissingVariablesError(ServiceError):
+    """404: wrong URL or missing POST variables; ``missing`` names those the body names."""
+
+    code = "missing_variables"
+
+    def __init__(self, message: str, *, missing: list[str], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.missing = missing
+
+
+class ServiceTimeoutError(ServiceError):
+    """408 from the service, or no answer in time on our side."""
+
+    code = "timeout"
+    default_retryable = True
+
+
+class UnrecognizedNdcError(ServiceError):
+    """422: unprocessable fields, usually an NDC the service does not know."""
+
+    code = "unrecognized_ndc"
+
+
+class BadClaimError(ServiceError):
+    """500: usually a badly formed claim; ``detail`` carries the service's explanation."""
+
+    code = "bad_claim"
+
+
+class RedirectError(ServiceError):
+    """3xx: a redirect or proxy problem; the configured URL is probably wrong."""
+
+    code = "redirect"
+
+
+class HttpStatusError(ServiceError):
+    """Any other non-2xx status."""
+
+    code = "http_error"
+
+
+class UnreachableError(ServiceError):
+    """Connection refused, name not resolved, connection reset."""
+
+    code = "unreachable"
+    default_retryable = True
+
+
+class TlsError(ServiceError):
+    """The TLS handshake failed (certificate not trusted, expired, wrong host)."""
+
+    code = "tls"
+
+
+class BadResponseError(ServiceError):
+    """A 2xx answer we cannot read (no PA URL in it, no token)."""
+
+    code = "bad_response"
+    default_retryable = True
+
+
+class MissingClaimDataError(ServiceError):
+    """Checked before sending: the claim plus metadata misses payer-sheet fields."""
+
+    code = "missing_claim_data"
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(
+            "The claim is missing information the PA service needs: "
+            + ", ".join(missing)
+            + ". Complete it in the dispensing system and submit again.",
+            detail="missing: " + ", ".join(missing),
+        )
+        self.missing = missing
+
+
+class InvalidClaimError(ServiceError):
+    """The claim is not a B1/B2 request we can read (checked before sending)."""
+
+    code = "invalid_claim"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The claim interface's answer, whichever of its three formats came."""
+
+    pa_urls: tuple[str, ...]
+    pa_id: str | None
+    duplicate: bool
+    status_code: int
+    format: Literal["html", "json", "empty"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeResult:
+    """The outcomes interface's answer, or the fallback (``source == "fallback"``)."""
+
+    message: str
+    button_label: str
+    source: Literal["outcomes", "fallback"]
+    error: str | None
+    elapsed_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimMetadata:
+    """The optional metadata variables of the claim interface ("" means not sent)."""
+
+    physician_fname: str = ""
+    physician_lname: str = ""
+    physician_specialty: str = ""
+    physician_npi: str = ""
+    physician_dea: str = ""
+    physician_street: str = ""
+    physician_city: str = ""
+    physician_state: str = ""
+    physician_zip: str = ""
+    physician_phone: str = ""
+    physician_fax: str = ""
+    pharmacy_plan_name: str = ""
+    prescription_sig: str = ""
+    rejection_code: str = ""
+    rejection_msg: str = ""
+    help_phone: str = ""
+    preferred_product_id_qualifier: str = ""
+    preferred_product_id: str = ""
+    preferred_product_description: str = ""
+    bin_number: str = ""
+    pcn_number: str = ""
+    group_id: str = ""
+
+    def as_form(self) -> dict[str, str]:
+        """The non-empty variables, in the interface's order."""
+        out: dict[str, str] = {}
+        for name in OPTIONAL_CLAIM_VARIABLES:
+            value = getattr(self, name).strip()
+            if value:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str]) -> ClaimMetadata:
+        """Known variable names only; other keys are ignored."""
+        return cls(**{k: str(v) for k, v in values.items() if k in OPTIONAL_CLAIM_VARIABLES})
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def _s(value: str | None) -> str:
+    return (value or "").strip()
+
+
+def claim_metadata(
+    request: ncpdp.Transmission,
+    response: ncpdp.Transmission | None,
+    dispensing: Mapping[str, str] | None,
+    index: int = 0,
+) -> ClaimMetadata:
+    """The metadata variables for transaction ``index`` of a claim exchange.
+
+    From the claim: physician npi (411-DB when 466-EZ is 01), dea (411-DB when 466-EZ
+    is 12), last name 427-DR, first name 364-2J, phone 498-PM. From the response:
+    rejection code(s) 511-FB (comma-separated), message 526-FQ, help desk 550-8F, the
+    first preferred product 552-AP/553-AR/556-AU. Non-empty values of the dispensing
+    system's ``dispensing`` mapping win over claim-derived ones; unknown keys there
+    are ignored.
+    """
+    values: dict[str, str] = {}
+    req = request.as_request()
+    if 0 <= index < len(req.transactions):
+        tx = req.transactions[index]
+        qualifier = _s(tx.prescriber_id_qualifier)
+        if tx.prescriber_id:
+            if qualifier == "01":
+                values["physician_npi"] = tx.prescriber_id
+            elif qualifier == "12":
+                values["physician_dea"] = tx.prescriber_id
+        values["physician_lname"] = _s(tx.prescriber_last_name)
+        values["physician_fname"] = _s(tx.prescriber_first_name)
+        values["physician_phone"] = _s(tx.prescriber_phone)
+    if response is not None:
+        resp = response.as_response()
+        if 0 <= index < len(resp.transactions):
+            rtx = resp.transactions[index]
+            values["rejection_code"] = ",".join(r.code for r in rtx.reject_codes if r.code)
+            values["rejection_msg"] = _s(rtx.additional_message)
+            values["help_phone"] = _s(rtx.help_desk_phone)
+            if rtx.preferred_products:
+                p = rtx.preferred_products[0]
+                values["preferred_product_id_qualifier"] = _s(p.qualifier)
+                values["preferred_product_id"] = _s(p.id)
+                values["preferred_product_description"] = _s(p.description)
+    for key, value in (dispensing or {}).items():
+        if key in OPTIONAL_CLAIM_VARIABLES and str(value).strip():
+            values[key] = str(value).strip()
+    return ClaimMetadata(**{k: v for k, v in values.items() if v})
+
+
+# (field label, getter) for the payer-sheet minimum the interface reads.
+_B1_HEADER_MINIMUM = (
+    ("101-A1 BIN Number", "bin"),
+    ("102-A2 Version/Release Number", "version"),
+    ("103-A3 Transaction Code", "transaction_code"),
+    ("201-B1 Service Provider ID", "service_provider_id"),
+    ("401-D1 Date of Service", "date_of_service"),
+)
+
+
+def claim_minimum_missing(
+    transmission: ncpdp.Transmission, metadata: ClaimMetadata | None = None
+) -> list[str]:
+    """The payer-sheet fields the claim interface reads that this claim lacks.
+
+    B1: BIN (or ``bin_number``), version, transaction code, service provider id, date
+    of service, cardholder id, patient first and last name, date of birth, and per
+    transaction product id, Rx number, quantity, days supply and prescriber id (unless
+    ``physician_npi`` or ``physician_dea`` is given). B2: BIN, provider, date of service,
+    and per transaction Rx number and product id. Labels name the field, e.g.
+    ``"302-C2 Cardholder ID"``; a field of the second transaction says so.
+    """
+    md = metadata or ClaimMetadata()
+    req = transmission.as_request()
+    missing: list[str] = []
+    code = req.transaction_code.strip()
+
+    def need(label: str, value: str | None, override: str = "") -> None:
+        if not _s(value) and not override.strip():
+            missing.append(label)
+
+    need("101-A1 BIN Number", req.bin, md.bin_number)
+    need("201-B1 Service Provider ID", req.service_provider_id)
+    need("401-D1 Date of Service", req.date_of_service)
+    if code == "B2":
+        for tx in req.transactions:
+            suffix = f" (transaction {tx.index + 1})" if tx.index else ""
+            need("402-D2 Prescription/Service Reference Number" + suffix, tx.rx_number)
+            need("407-D7 Product/Service ID" + suffix, tx.product_id)
+        if not req.transactions:
+            missing.append("402-D2 Prescription/Service Reference Number")
+        return missing
+    need("102-A2 Version/Release Number", req.version)
+    need("103-A3 Transaction Code", req.transaction_code)
+    need("302-C2 Cardholder ID", req.cardholder_id)
+    need("310-CA Patient First Name", req.patient.first_name)
+    need("311-CB Patient Last Name", req.patient.last_name)
+    need("304-C4 Date of Birth", req.patient.date_of_birth)
+    prescriber_override = md.physician_npi or md.physician_dea
+    for tx in req.transactions:
+        suffix = f" (transaction {tx.index + 1})" if tx.index else ""
+        need("407-D7 Product/Service ID" + suffix, tx.product_id)
+        need("402-D2 Prescription/Service Reference Number" + suffix, tx.rx_number)
+        need("442-E7 Quantity Dispensed" + suffix, None if tx.quantity is None else "x")
+        need("405-D5 Days Supply" + suffix, None if tx.days_supply is None else "x")
+        need("411-DB Prescriber ID" + suffix, tx.prescriber_id, prescriber_override)
+    if not req.transactions:
+        missing.append("407-D7 Product/Service ID")
+    return missing
+
+
+def patient_age(date_of_birth: str | None, date_of_service: str | None) -> str:
+    """Whole years between two CCYYMMDD dates, or "" when either is unreadable."""
+    try:
+        dob = ncpdp.decode_date(_s(date_of_birth))
+        dos = ncpdp.decode_date(_s(date_of_service))
+    except (ncpdp.NcpdpError, ValueError):
+        return ""
+    if not isinstance(dob, date) or not isinstance(dos, date) or dos < dob:
+        return ""
+    years = dos.year - dob.year - ((dos.month, dos.day) < (dob.month, dob.day))
+    return str(years)
+
+
+_age = patient_age  # outcome_variables() has a parameter of the same name
+
+
+def outcome_variables(
+    request: ncpdp.Transmission,
+    response: ncpdp.Transmission,
+    index: int = 0,
+    *,
+    api_key: str,
+    patient_age: str = "",
+    prescriber_fax: str = "",
+) -> dict[str, str]:
+    """Every outcomes variable for transaction ``index``, mapped by meaning.
+
+    The interface document pairs ``service_provider_id`` with 202-B2 and its qualifier
+    with 201-B1; in the standard 201-B1 is the id and 202-B2 the qualifier, and that is
+    what we send (tests/test_client.py keeps a test of it). It also names 422-E7 for
+    quantity dispensed; the standard's field is 442-E7, sent as a decimal with its three
+    implied places made explicit ("30.000"), so it cannot be misread as 30000 units.
+    Several approval or rejection codes are sent comma-separated. ``patient_age`` is
+    computed from 304-C4 and the date of service when not given. Every variable is
+    present (the interface marks them all required); unknown values are "".
+    """
+    req = request.as_request()
+    resp = response.as_response()
+    tx = req.transactions[index] if 0 <= index < len(req.transactions) else None
+    rtx = resp.transactions[index] if 0 <= index < len(resp.transactions) else None
+    claim_seg = request.groups[index].segment("07") if 0 <= index < len(request.groups) else None
+    age = patient_age or _age(req.patient.date_of_birth, req.date_of_service)
+    quantity = ""
+    if tx is not None and tx.quantity is not None:
+        quantity = str(tx.quantity)
+    elif claim_seg is not None:
+        quantity = _s(claim_seg.get("E7"))
+    return {
+        "api_key": api_key,
+        "bin": _s(req.bin),
+        "pcn": _s(req.pcn),
+        "group_id": _s(req.group_id),
+        "approval_code": ",".join(rtx.approved_message_codes) if rtx else "",
+        "rejection_code": ",".join(r.code for r in rtx.reject_codes) if rtx else "",
+        "rejection_message": _s(rtx.additional_message) if rtx else "",
+        "prescription_reference_number": _s(tx.rx_number) if tx else "",
+        "prescription_reference_number_qualifier": _s(tx.rx_number_qualifier) if tx else "",
+        "product_service_id": _s(tx.product_id) if tx else "",
+        "product_service_id_qualifier": _s(tx.product_id_qualifier) if tx else "",
+        # By meaning: 201-B1 is the id, 202-B2 its qualifier (the doc swaps them).
+        "service_provider_id": _s(req.service_provider_id),
+        "service_provider_id_qualifier": _s(req.service_provider_id_qualifier),
+        "cardholder_id": _s(req.cardholder_id),
+        "person_code": _s(req.person_code),
+        "prescriber_id": _s(tx.prescriber_id) if tx else "",
+        "prescriber_id_qualifier": _s(tx.prescriber_id_qualifier) if tx else "",
+        "days_supply": _s(claim_seg.get("D5")) if claim_seg else "",
+        "fill_number": _s(claim_seg.get("D3")) if claim_seg else "",
+        # 442-E7 (the doc says 422-E7).
+        "quantity_dispensed": quantity,
+        "transaction_response_status": _s(rtx.transaction_status) if rtx else "",
+        "patient_age": age,
+        "prescriber_fax": prescriber_fax,
+    }
+
+
+# --------------------------------------------------------------------------- reading answers
+
+
+class _LinkParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag.lower() == "a":
+            for name, value in attrs:
+                if name.lower() == "href" and value:
+                    self.links.append(value.strip())
+
+
+_URL_KEYS = frozenset({"pa_url", "pa_urls", "url", "urls", "html_url"})
+_ID_RE = re.compile(r"^[A-Za-z0-9]{4,32}$")
+
+
+def _dedup(urls: list[str]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for u in urls:
+        seen.setdefault(u, None)
+    return tuple(seen)
+
+
+def _is_http(url: str) -> bool:
+    return urlsplit(url).scheme in ("http", "https")
+
+
+def _json_urls(node: Any, out: list[str]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _URL_KEYS:
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, str) and _is_http(v):
+                        out.append(v)
+            elif key not in ("href", "pdf_url", "thumbnail_url", "thumbnail_urls"):
+                _json_urls(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _json_urls(item, out)
+
+
+def _json_pa_id(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    for key in ("pa_id", "id"):
+        if isinstance(body.get(key), str) and body[key]:
+            return str(body[key])
+    for key in ("request", "requests"):
+        node = body.get(key)
+        if isinstance(node, list) and node:
+            node = node[0]
+        if isinstance(node, dict):
+            found = _json_pa_id(node.get("request", node))
+            if found:
+                return found
+    return None
+
+
+def _pa_id_from_url(url: str) -> str | None:
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if parts and _ID_RE.match(parts[-1]):
+        return parts[-1]
+    return None
+
+
+def _error_text(resp: httpx.Response) -> str:
+    """The service's explanation: the messages of a JSON error body, else the text."""
+    try:
+        body = resp.json()
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        parts = []
+        for err in body["errors"]:
+            if isinstance(err, dict):
+                parts.append(" ".join(str(err[k]) for k in ("message", "debug") if err.get(k)))
+        return "; ".join(p for p in parts if p)
+    text = resp.text
+    if "<" in text:
+        text = re.sub(r"<[^>]+>", " ", text)
+    return " ".join(text.split())
+
+
+_VARIABLE_RE = re.compile(r"\b(" + "|".join(_ALL_CLAIM_VARIABLES) + r")\b")
+
+
+def _missing_variables(text: str) -> list[str]:
+    found: dict[str, None] = {}
+    for m in _VARIABLE_RE.finditer(text):
+        found.setdefault(m.group(1), None)
+    return list(found)
+
+
+def _status_error(resp: httpx.Response, what: str) -> ServiceError:
+    """Map a non-2xx answer to a typed error a pharmacist can act on."""
+    status = resp.status_code
+    text = _error_text(resp)
+    detail = f"HTTP {status} from the {what}: {text}" if text else f"HTTP {status} from the {what}"
+    if 300 <= status < 400:
+        location = resp.headers.get("location", "")
+        return RedirectError(
+            f"The PA service redirected the request (HTTP {status}). "
+            "Ask store IT to check the service address in the configuration.",
+            detail=f"HTTP {status} from the {what}; Location: {urlsplit(location).netloc}"
+            f"{urlsplit(location).path}",
+            status_code=status,
+        )
+    if status in (401, 403):
+        return CredentialsError(
+            "The PA service did not accept the pharmacy's credentials. "
+            "Ask store IT to check the username, password and API key.",
+            detail=detail,
+            status_code=status,
+        )
+    if status == 404:
+        missing = _missing_variables(text)
+        msg = (
+            "The PA service says information is missing: " + ", ".join(missing) + "."
+            if missing
+            else "The PA service address was not found. Ask store IT to check the configuration."
+        )
+        return MissingVariablesError(msg, missing=missing, detail=detail, status_code=status)
+    if status == 408:
+        return ServiceTimeoutError(
+            "The PA service timed out. Try again in a moment.", detail=detail, status_code=status
+        )
+    if status == 422:
+        return UnrecognizedNdcError(
+            "The PA service does not recognise the drug (NDC) on this claim. "
+            "Check the product ID and submit again.",
+            detail=detail,
+            status_code=status,
+        )
+    if status == 500:
+        return BadClaimError(
+            "The PA service could not process this claim. "
+            "Check the claim in the dispensing system; store IT can see the details.",
+            detail=detail,
+            status_code=status,
+        )
+    retryable = status in (429, 502, 503, 504)
+    return HttpStatusError(
+        f"The PA service answered with an error (HTTP {status})."
+        + (" Try again in a moment." if retryable else " Ask store IT to check the logs."),
+        detail=detail,
+        retryable=retryable,
+        status_code=status,
+    )
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError | ssl.CertificateError):
+            return True
+        text = str(cur)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLS" in text:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _transport_error(exc: httpx.TransportError, what: str) -> ServiceError:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return ServiceTimeoutError(
+            "The PA service did not answer in time. Try again in a moment.",
+            detail=f"{name} talking to the {what}",
+        )
+    if _is_tls_failure(exc):
+        return TlsError(
+            "A secure connection to the PA service could not be made. "
+            "Ask store IT to check the certificate settings.",
+            detail=f"TLS failure talking to the {what}: {exc}",
+        )
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.ProtocolError) and not isinstance(
+        exc, httpx.RemoteProtocolError
+    ):
+        return HttpStatusError(
+            "The PA service address is not usable. Ask store IT to check the configuration.",
+            detail=f"{name} talking to the {what}: {exc}",
+        )
+    return UnreachableError(
+        "The PA service cannot be reached. Check the network; try again in a moment.",
+        detail=f"{name} talking to the {what}: {exc}",
+    )
+
+
+def _make_verify(verify: bool | str) -> bool | ssl.SSLContext:
+    """httpx 0.28 deprecates ``verify=<path>``: build the context ourselves."""
+    if isinstance(verify, str):
+        import os
+
+        if os.path.isdir(verify):
+            return ssl.create_default_context(capath=verify)
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
+class _Deadline(Exception):
+    pass
+
+
+class _BadOutcome(Exception):
+    pass
+
+
+def _parse_outcome(content_type: str, body: bytes) -> tuple[str, str]:
+    """(button_label, message) from a JSON or text outcomes answer."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _BadOutcome("bad_body: not UTF-8") from None
+    ctype = content_type.split(";")[0].strip().lower()
+    stripped = text.strip()
+    if ctype == "application/json" or ctype.endswith("+json") or stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            raise _BadOutcome("bad_body: invalid JSON") from None
+        if not isinstance(data, dict):
+            raise _BadOutcome("bad_body: JSON is not an object")
+        message = data.get("message")
+        label = data.get("button_label", "")
+        if label is None:
+            label = ""
+        if not isinstance(message, str) or not isinstance(label, str):
+            raise _BadOutcome("bad_body: message or button_label is not a string")
+    elif ctype in ("text/plain", "") and ";" in text:
+        # Split at the FIRST ';' (the button text never contains one).
+        label, message = text.split(";", 1)
+        label = label.strip()
+    else:
+        raise _BadOutcome(f"bad_body: unexpected content type {ctype or 'none'}")
+    message = message.strip()
+    if not message:
+        raise _BadOutcome("bad_body: empty message")
+    return label, message
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class PaServiceClient:
+    """Client of the PA service's pharmacy interfaces; one pooled httpx client each.
+
+    Thread-safe. ``verify``: True (system CAs), False, or a CA bundle file/directory.
+    ``dashboard_login_url`` defaults to ``dashboard_url + "/login"``.
+    """
+
+    def __init__(
+        self,
+        *,
+        claim_url: str,
+        outcomes_url: str,
+        dashboard_url: str,
+        username: str,
+        password: str,
+        api_key: str,
+        timeout_s: float = 15.0,
+        verify: bool | str = True,
+        dashboard_login_url: str | None = None,
+        outcomes_workers: int = 16,
+    ) -> None:
+        self.claim_url = claim_url
+        self.outcomes_url = outcomes_url
+        self.dashboard_url = dashboard_url
+        self.dashboard_login_url = dashboard_login_url or dashboard_url.rstrip("/") + "/login"
+        self._username = username
+        self._password = password
+        self._api_key = api_key
+        self.timeout_s = timeout_s
+        ctx = _make_verify(verify)
+        common: dict[str, Any] = {
+            "verify": ctx,
+            "follow_redirects": False,
+            "headers": {"User-Agent": "pa-bridge"},
+        }
+        self._claim_http = httpx.Client(timeout=timeout_s, **common)
+        self._outcomes_http = httpx.Client(
+            timeout=1.5, limits=httpx.Limits(max_connections=outcomes_workers * 2), **common
+        )
+        self._dashboard_http = httpx.Client(timeout=timeout_s, **common)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=outcomes_workers, thread_name_prefix="pa-outcomes"
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def api_key(self) -> str:
+        """The outcomes/claim api_key (for :func:`outcome_variables`); never log it."""
+        return self._api_key
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        """Stop the outcomes workers (each ends within its own budget) and the pools."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._claim_http.close()
+        self._outcomes_http.close()
+        self._dashboard_http.close()
+
+    def __enter__(self) -> PaServiceClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # no secrets
+        return f"PaServiceClient(claim_url={self.claim_url!r}, username=<set>, api_key=<set>)"
+
+    # -- claim interface
+
+    def submit_claim(
+        self, ncpdp_claim: bytes | str, metadata: ClaimMetadata | None = None
+    ) -> ClaimResult:
+        """POST a B1 (start a PA) or B2 (delete it) to the claim interface.
+
+        Checks the payer-sheet minimum first (:class:`MissingClaimDataError`). B1 and B2
+        are safe to retry: a duplicate is answered with the original PA.
+        """
+        text = ncpdp_claim.decode("latin-1") if isinstance(ncpdp_claim, bytes) else ncpdp_claim
+        try:
+            transmission = ncpdp.parse(text, strict=False)
+        except ncpdp.ParseError as exc:
+            raise InvalidClaimError(
+                "The claim could not be read. Check it in the dispensing system.",
+                detail=f"claim does not parse: {exc}",
+            ) from None
+        if not transmission.is_request:
+            raise InvalidClaimError(
+                "This is a claim response, not a claim request.",
+                detail="the claim interface takes the request (B1 or B2), without the response",
+            )
+        code = transmission.transaction_code.strip()
+        if code not in ("B1", "B2"):
+            raise InvalidClaimError(
+                f"Only B1 and B2 claims can be sent to the PA service (this is {code!r}).",
+                detail=f"transaction code {code!r}",
+            )
+        md = metadata or ClaimMetadata()
+        missing = claim_minimum_missing(transmission, md)
+        if missing:
+            raise MissingClaimDataError(missing)
+        form = {
+            "username": self._username,
+            "password": self._password,
+            "api_key": self._api_key,
+            "ncpdp_claim": text,
+            **md.as_form(),
+        }
+        started = time.monotonic()
+        try:
+            resp = self._claim_http.post(self.claim_url, data=form)
+        except httpx.TransportError as exc:
+            err = _transport_error(exc, "claim interface")
+            log.warning("claim %s failed: %s (%s)", code, err.code, type(exc).__name__)
+            raise err from None
+        elapsed_ms = (time.monotonic() - started) * 1000
+        if not 200 <= resp.status_code < 300:
+            err = _status_error(resp, "claim interface")
+            log.warning(
+                "claim %s answered HTTP %d (%s) in %.0f ms",
+                code,
+                resp.status_code,
+                err.code,
+                elapsed_ms,
+            )
+            raise err
+        result = self._read_claim_answer(resp, code)
+        log.info(
+            "claim %s answered HTTP %d format=%s pa_id=%s duplicate=%s urls=%d in %.0f ms",
+            code,
+            resp.status_code,
+            result.format,
+            result.pa_id,
+            result.duplicate,
+            len(result.pa_urls),
+            elapsed_ms,
+        )
+        return result
+
+    def _read_claim_answer(self, resp: httpx.Response, code: str) -> ClaimResult:
+        body = resp.content
+        base = str(resp.request.url)
+        fmt: Literal["html", "json", "empty"]
+        urls: list[str] = []
+        pa_id: str | None = None
+        duplicate = resp.status_code == 200
+        ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not body.strip():
+            fmt = "empty"
+            location = resp.headers.get("location")
+            if location:
+                urls.append(urljoin(base, location))
+        elif ctype.endswith("json") or body.lstrip().startswith((b"{", b"[")):
+            fmt = "json"
+            try:
+                data = json.loads(body)
+            except ValueError:
+                raise BadResponseError(
+                    "The PA service's answer could not be read. Try again in a moment.",
+                    detail="claim interface answered invalid JSON",
+                    status_code=resp.status_code,
+                ) from None
+            _json_urls(data, urls)
+            urls = [urljoin(base, u) for u in urls]
+            pa_id = _json_pa_id(data)
+            if isinstance(data, dict) and isinstance(data.get("duplicate"), bool):
+                duplicate = bool(data["duplicate"])
+        else:
+            fmt = "html"
+            parser = _LinkParser()
+            try:
+                parser.feed(resp.text)
+                parser.close()
+            except Exception:  # html.parser is tolerant; be safe anyway
+                log.debug("claim answer HTML did not parse cleanly")
+            urls = [urljoin(base, u) for u in parser.links]
+            urls = [u for u in urls if _is_http(u)]
+        pa_urls = _dedup(urls)
+        if pa_id is None and pa_urls:
+            pa_id = _pa_id_from_url(pa_urls[0])
+        if code == "B1" and not pa_urls:
+            raise BadResponseError(
+                "The PA service answered without a PA link. Try again in a moment; "
+                "a repeated submit returns the same PA.",
+                detail=f"HTTP {resp.status_code} {fmt} answer without a PA URL",
+                status_code=resp.status_code,
+            )
+        return ClaimResult(
+            pa_urls=pa_urls,
+            pa_id=pa_id,
+            duplicate=duplicate,
+            status_code=resp.status_code,
+            format=fmt,
+        )
+
+    # -- outcomes interface
+
+    def outcome_variables(
+        self,
+        request: ncpdp.Transmission,
+        response: ncpdp.Transmission,
+        index: int = 0,
+        *,
+        patient_age: str = "",
+        prescriber_fax: str = "",
+    ) -> dict[str, str]:
+        """:func:`outcome_variables` with this client's api_key."""
+        return outcome_variables(
+            request,
+            response,
+            index,
+            api_key=self._api_key,
+            patient_age=patient_age,
+            prescriber_fax=prescriber_fax,
+        )
+
+    def outcomes(
+        self,
+        variables: Mapping[str, str],
+        *,
+        budget_ms: float = 1500,
+        fallback_message: str,
+    ) -> OutcomeResult:
+        """POST the outcome variables; NEVER raises; returns within ``budget_ms``.
+
+        Any non-200, unreadable body, error, or no complete answer by the deadline gives
+        the fallback: ``message=fallback_message``, ``button_label=""``,
+        ``source="fallback"`` and ``error`` saying why. An ``api_key`` missing from
+        ``variables`` is filled in with this client's.
+        """
+        started = time.monotonic()
+        try:
+            budget_s = max(0.0, float(budget_ms) / 1000.0)
+            # Return a little before the budget so that waking up and building the
+            # result stay inside it.
+            margin = min(0.02, budget_s * 0.05)
+            deadline = started + budget_s - margin
+            form = {k: str(v) for k, v in variables.items()}
+            form.setdefault("api_key", self._api_key)
+            if self._closed:
+                raise _BadOutcome("closed: client is closed")
+            future = self._pool.submit(self._outcomes_call, form, deadline)
+            try:
+                label, message = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                raise _Deadline(f"deadline: no complete answer within {budget_ms:.0f} ms") from None
+            result = OutcomeResult(
+                message=message,
+                button_label=label,
+                source="outcomes",
+                error=None,
+                elapsed_ms=(time.monotonic() - started) * 1000,
+            )
+            log.info("outcomes answered in %.0f ms", result.elapsed_ms)
+            return result
+        except Exception as exc:  # the contract is: never raise
+            error = str(exc) if isinstance(exc, _Deadline | _BadOutcome) else _outcome_error(exc)
+            elapsed = (time.monotonic() - started) * 1000
+            log.warning("outcomes fallback after %.0f ms: %s", elapsed, error)
+            return OutcomeResult(
+                message=fallback_message,
+                button_label="",
+                source="fallback",
+                error=error,
+                elapsed_ms=elapsed,
+            )
+
+    def _outcomes_call(self, form: dict[str, str], deadline: float) -> tuple[str, str]:
+        """Runs on a worker: every httpx timeout is the remaining budget, and the
+        deadline is checked between chunks, so an abandoned worker stops soon too."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Deadline("deadline: budget spent before the call started")
+        try:
+            with self._outcomes_http.stream(
+                "POST", self.outcomes_url, data=form, timeout=httpx.Timeout(remaining)
+            ) as resp:
+                if resp.status_code != 200:
+                    raise _BadOutcome(f"http_status: HTTP {resp.status_code}")
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in resp.iter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > _OUTCOMES_BODY_LIMIT:
+                        raise _BadOutcome("bad_body: answer too large")
+                    if time.monotonic() > deadline:
+                        raise _Deadline("deadline: answer still arriving at the deadline")
+                content_type = resp.headers.get("content-type", "")
+        except httpx.TransportError as exc:
+            raise _BadOutcome(_outcome_error(exc)) from None
+        return _parse_outcome(content_type, b"".join(chunks))
+
+    # -- dashboard
+
+    def dashboard_login(self) -> str:
+        """POST username and plaintext_password; the token (never logged)."""
+        try:
+            resp = self._dashboard_http.post(
+                self.dashboard_login_url,
+                data={"username": self._username, "plaintext_password": self._password},
+            )
+        except httpx.TransportError as exc:
+            err = _transport_error(exc, "dashboard login")
+            log.warning("dashboard login failed: %s", err.code)
+            raise err from None
+        if not 200 <= resp.status_code < 300:
+            err = _status_error(resp, "dashboard login")
+            log.warning("dashboard login answered HTTP %d (%s)", resp.status_code, err.code)
+            raise err
+        token = resp.text.strip()
+        ctype = resp.headers.get("content-type", "")
+        if "json" in ctype or token.startswith("{"):
+            try:
+                data = json.loads(token)
+            except ValueError:
+                data = None
+            token = str(data.get("token", "")).strip() if isinstance(data, dict) else ""
+        if not token or any(c.isspace() for c in token) or len(token) > 4096:
+            raise BadResponseError(
+                "The PA service's dashboard did not answer with a login. Try again.",
+                detail=f"dashboard login answered HTTP {resp.status_code} without a usable token",
+                status_code=resp.status_code,
+            )
+        log.info("dashboard login succeeded")
+        return token
+
+    def dashboard_url_with_token(self, token: str) -> str:
+        """The dashboard URL carrying ``token``, to redirect a browser to."""
+        sep = "&" if urlsplit(self.dashboard_url).query else "?"
+        return f"{self.dashboard_url}{sep}{urlencode({'token': token})}"
+
+
+def _outcome_error(exc: BaseException) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timeout: {type(exc).__name__}"
+    if isinstance(exc, httpx.TransportError):
+        if _is_tls_failure(exc):
+            return "tls: TLS failure"
+        return f"unreachable: {type(exc).__name__}"
+    return f"error: {type(exc).__name__}"
