@@ -1,13 +1,61 @@
-"""`pa-bridge serve|queue|doctor|backup` (being written)."""
+"""`pa-bridge serve | queue | doctor | backup`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
 
 import click
 
+from .config import ConfigError, Settings, load_settings
+
+__all__ = ["serve", "queue", "doctor", "backup"]
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="PA_BRIDGE_CONFIG",
+    help="TOML config file (default: the embedded default: SQLite under ./var, sandbox in-process).",
+)
+
+
+def _settings(config_path: str | None) -> Settings:
+    try:
+        return load_settings(config_path)
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+
 
 @click.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
+@config_option
 def serve(config_path: str | None) -> None:
-    """Run the daemon."""
-    raise click.ClickException("serve is not built yet")
+    """Run the daemon: intake API, callback receiver, scheduler."""
+    from .logs import configure_logging
+    from .runtime import Daemon
+
+    settings = _settings(config_path)
+    configure_logging(settings.logging.level)
+    daemon = Daemon(settings)
+    try:
+        daemon.run_forever()
+    except OSError as e:
+        click.echo(f"error: cannot start: {e.strerror or e}", err=True)
+        daemon.stop()
+        sys.exit(1)
+
+
+def _outbox(config_path: str | None) -> Any:
+    from .outbox import Outbox
+    from .store import Store
+
+    settings = _settings(config_path)
+    store = Store(settings.storage.path)
+    return store, Outbox(store, {}, settings.queue)
 
 
 @click.group()
@@ -15,8 +63,49 @@ def queue() -> None:
     """Inspect and re-drive the durable outbound queue."""
 
 
+@queue.command("list")
+@config_option
+@click.option("--status", type=click.Choice(["pending", "failed", "delivered"]), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def queue_list(config_path: str | None, status: str | None, as_json: bool) -> None:
+    """List queued items (newest first) with their attempts and last error."""
+    store, outbox = _outbox(config_path)
+    try:
+        items = outbox.list(status)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    if not items:
+        click.echo("the queue is empty")
+        return
+    click.echo(f"{'ID':>6}  {'KIND':<15} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} LAST ERROR")
+    for it in items:
+        click.echo(
+            f"{it['id']:>6}  {it['kind']:<15} {it['status']:<10} {it['attempts']:>5}  "
+            f"{it['created_at']:<24} {it['last_error'] or ''}"
+        )
+
+
+@queue.command("retry")
+@config_option
+@click.argument("item_id", type=int)
+def queue_retry(config_path: str | None, item_id: int) -> None:
+    """Make item ID due now (the running daemon delivers it on its next pass)."""
+    store, outbox = _outbox(config_path)
+    try:
+        ok = outbox.retry(item_id)
+    finally:
+        store.close()
+    if not ok:
+        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        sys.exit(1)
+    click.echo(f"queue item {item_id} is due now")
+
+
 @click.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
+@config_option
 def doctor(config_path: str | None) -> None:
     """Check the installation."""
     raise click.ClickException("doctor is not built yet")
@@ -24,7 +113,7 @@ def doctor(config_path: str | None) -> None:
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
+@config_option
 def backup(file: str, config_path: str | None) -> None:
     """Make a consistent online copy of the database."""
     raise click.ClickException("backup is not built yet")

@@ -1,0 +1,609 @@
+"""The use cases, with no Flask in sight: claim intake, submit PA, reversal, PA reads.
+
+Web handlers call these and turn :class:`BridgeError` into the JSON error body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import ncpdp
+
+from .client import (
+    ClaimResult,
+    OutcomeResult,
+    PaServiceClient,
+    ServiceError,
+    claim_metadata,
+    outcome_variables,
+)
+from .config import Settings
+from .logs import log_event
+from .outbox import DeliveryFailed, Outbox, enqueue
+from .store import Database, Store, StoreUnavailable, now_iso
+
+__all__ = ["Bridge", "BridgeError"]
+
+
+class BridgeError(Exception):
+    """An answer other than success: HTTP ``status``, stable ``code``, a ``message`` a
+    pharmacist or store IT can act on, and ``detail`` (never PHI, never secrets)."""
+
+    def __init__(self, status: int, code: str, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.detail = detail
+
+
+def _parse(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes]:
+    if not isinstance(raw, str) or not raw:
+        raise BridgeError(400, "invalid_body", f"'{what}' must be a non-empty string of raw NCPDP")
+    try:
+        t = ncpdp.parse(raw, strict=False)
+    except ncpdp.ParseError as e:
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the {what} is not a well-formed NCPDP {want}: {e}",
+            {"part": what, "offset": e.offset, "segment_id": e.segment_id, "field_id": e.field_id},
+        ) from None
+    if t.kind != want:
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the {what} is an NCPDP {t.kind}, expected a {want}",
+            {"part": what},
+        )
+    return t, bytes(t)
+
+
+def claim_key(req: ncpdp.Transmission, index: int) -> str:
+    """What identifies a claim to the service's duplicate check."""
+    v = req.as_request()
+    tx = v.transactions[index] if index < len(v.transactions) else None
+    parts = [
+        v.bin,
+        v.pcn,
+        v.group_id or "",
+        (tx.rx_number or "").lstrip("0") if tx else "",
+        str(tx.fill_number) if tx and tx.fill_number is not None else "",
+        v.service_provider_id,
+    ]
+    return "|".join(parts)
+
+
+def _single_transaction(req: ncpdp.Transmission, index: int) -> ncpdp.Transmission:
+    """The request with only transaction ``index`` (109-A9 set to 1)."""
+    if len(req.groups) <= 1:
+        return req.canonical()
+    h = req.header
+    raw = h.raw[:20] + "1" + h.raw[21:]
+    return ncpdp.Transmission(ncpdp.RequestHeader(raw), req.segments, [req.groups[index]])
+
+
+@dataclass(frozen=True)
+class _TxDecision:
+    index: int
+    transaction_status: str
+    reject_codes: list[str]
+    pa_eligible: bool
+    outcomes_first: bool
+    payer_message: str
+
+
+class Bridge:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: PaServiceClient,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = client
+        self.clock = clock
+        self.outbox = Outbox(
+            store,
+            {"outcome_report": self._deliver_outcome_report, "reversal": self._deliver_reversal},
+            settings.queue,
+            clock=clock,
+        )
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="outcomes")
+        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks_guard = threading.Lock()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- audit ----------------------------------------------------------------
+    @staticmethod
+    def _audit(
+        db: Database, actor: str, action: str, object_id: str | None, detail: str | None = None
+    ) -> None:
+        db.execute(
+            "INSERT INTO audit (at, actor, action, object_id, detail) VALUES (?, ?, ?, ?, ?)",
+            [now_iso(), actor, action, object_id, detail],
+        )
+
+    # ---- claim intake ----------------------------------------------------------
+    def intake(self, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+        started = time.monotonic()
+        budget_s = self.settings.outcomes.budget_ms / 1000.0
+        req, req_bytes = _parse(body.get("request"), "request", want="request")
+        resp, resp_bytes = _parse(body.get("response"), "response", want="response")
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        rv = req.as_request()
+        sv = resp.as_response()
+        decisions = self._decide(sv)
+        claim_id = uuid.uuid4().hex
+        first = decisions[0]
+
+        def store_exchange(db: Database) -> None:
+            db["exchanges"].insert(
+                {
+                    "id": claim_id,
+                    "received_at": now_iso(self.clock()),
+                    "actor": actor,
+                    "kind": "claim",
+                    "version": rv.version,
+                    "transaction_code": rv.transaction_code,
+                    "bin": rv.bin,
+                    "pcn": rv.pcn,
+                    "group_id": rv.group_id,
+                    "provider_id": rv.service_provider_id,
+                    "date_of_service": rv.date_of_service,
+                    "transaction_count": len(decisions),
+                    "request_raw": req_bytes,
+                    "response_raw": resp_bytes,
+                    "metadata_json": json.dumps(metadata),
+                    "transaction_status": first.transaction_status,
+                    "reject_codes": ",".join(first.reject_codes),
+                    "pa_eligible": int(any(d.pa_eligible for d in decisions)),
+                }
+            )
+            for d in decisions:
+                if not d.outcomes_first and d.index < len(req.groups):
+                    enqueue(
+                        db,
+                        "outcome_report",
+                        {"claim_id": claim_id, "index": d.index},
+                        claim_id=claim_id,
+                        now=self.clock(),
+                    )
+
+        stored: Future[None] = self.store.submit(store_exchange)
+
+        outcome_futures: dict[int, Future[OutcomeResult]] = {}
+        for d in decisions:
+            if d.outcomes_first and d.index < len(req.groups):
+                remaining_ms = max(0.0, budget_s - (time.monotonic() - started)) * 1000 - 25
+                variables = outcome_variables(req, resp, d.index, api_key=self.client.api_key)
+                outcome_futures[d.index] = self._pool.submit(
+                    self.client.outcomes,
+                    variables,
+                    budget_ms=max(1, int(remaining_ms)),
+                    fallback_message=d.payer_message,
+                )
+
+        answers = []
+        for d in decisions:
+            message, label, source = d.payer_message, "", "payer"
+            if d.pa_eligible:
+                label = self.settings.intake.default_button_label
+            fut = outcome_futures.get(d.index)
+            if fut is not None:
+                remaining = max(0.0, budget_s - (time.monotonic() - started))
+                try:
+                    res = fut.result(timeout=remaining + 0.01)
+                except Exception:
+                    res = None
+                if res is not None and res.source == "outcomes":
+                    message = res.message or d.payer_message
+                    label = res.button_label or label
+                    source = "outcomes"
+                else:
+                    source = "fallback"
+            answers.append(
+                {
+                    "index": d.index,
+                    "transaction_status": d.transaction_status,
+                    "reject_codes": d.reject_codes,
+                    "pa_eligible": d.pa_eligible,
+                    "message": message,
+                    "button_label": label,
+                    "message_source": source,
+                }
+            )
+
+        try:
+            stored.result(timeout=10.0)
+        except StoreUnavailable as e:
+            raise BridgeError(
+                503, "storage_unavailable", "the claim could not be stored; send it again", str(e)
+            ) from None
+        self.outbox.wake()
+
+        top = dict(answers[0])
+        top.pop("index")
+        answer: dict[str, Any] = {"claim_id": claim_id, **top}
+        if len(answers) > 1:
+            answer["transactions"] = answers
+        if req.tolerated or resp.tolerated:
+            answer["tolerated"] = list(req.tolerated) + list(resp.tolerated)
+        answer["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        saved = json.dumps(answer)
+
+        def record_answer(db: Database) -> None:
+            db.execute(
+                "UPDATE exchanges SET answer_json = ?, message_source = ? WHERE id = ?",
+                [saved, answer["message_source"], claim_id],
+            )
+
+        self.store.submit(record_answer)  # not awaited: the answer never waits on it
+        log_event(
+            "claim.accepted",
+            claim_id=claim_id,
+            transaction_code=rv.transaction_code,
+            transaction_status=answer["transaction_status"],
+            reject_codes=answer["reject_codes"],
+            message_source=answer["message_source"],
+            elapsed_ms=answer["elapsed_ms"],
+        )
+        return answer
+
+    @staticmethod
+    def _decide(sv: ncpdp.ResponseView) -> list[_TxDecision]:
+        out = []
+        for tx in sv.transactions:
+            status = "R" if tx.rejected else (tx.transaction_status or "")
+            out.append(
+                _TxDecision(
+                    index=tx.index,
+                    transaction_status=status,
+                    reject_codes=[r.code for r in tx.reject_codes],
+                    pa_eligible=tx.pa_eligible,
+                    outcomes_first=tx.outcomes_first,
+                    payer_message=tx.additional_message or sv.message or "",
+                )
+            )
+        if not out:  # rejected at header level: no transaction group at all
+            out.append(
+                _TxDecision(
+                    index=0,
+                    transaction_status=sv.header_response_status,
+                    reject_codes=[],
+                    pa_eligible=False,
+                    outcomes_first=False,
+                    payer_message=sv.message or "",
+                )
+            )
+        return out
+
+    def _exchange(self, claim_id: str) -> dict[str, Any]:
+        rows = self.store.query("SELECT * FROM exchanges WHERE id = ?", [claim_id])
+        if not rows or rows[0]["kind"] != "claim":
+            raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
+        return rows[0]
+
+    def _deliver_outcome_report(self, payload: dict[str, Any]) -> None:
+        row = self.store.query(
+            "SELECT request_raw, response_raw FROM exchanges WHERE id = ?",
+            [payload.get("claim_id")],
+        )
+        if not row or row[0]["request_raw"] is None:
+            raise DeliveryFailed("the claim's content is gone (purged)", retryable=False)
+        req = ncpdp.parse(row[0]["request_raw"], strict=False)
+        resp = ncpdp.parse(row[0]["response_raw"], strict=False)
+        variables = outcome_variables(
+            req, resp, int(payload.get("index", 0)), api_key=self.client.api_key
+        )
+        res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
+        if res.source != "outcomes":
+            raise DeliveryFailed(f"outcomes interface: {res.error or 'no answer'}")
+
+    # ---- submit PA -------------------------------------------------------------
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self._claim_locks_guard:
+            lock = self._claim_locks.get(key)
+            if lock is None:
+                lock = self._claim_locks[key] = threading.Lock()
+            return lock
+
+    def _pa_for_claim(self, claim_id: str, index: int) -> dict[str, Any] | None:
+        rows = self.store.query(
+            "SELECT * FROM pas WHERE claim_id = ? AND transaction_index = ? ORDER BY created_at LIMIT 1",
+            [claim_id, index],
+        )
+        return rows[0] if rows else None
+
+    def submit_pa(
+        self, claim_id: str, body: Mapping[str, Any], actor: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (the PA, created now?)."""
+        ex = self._exchange(claim_id)
+        index = body.get("transaction", 0)
+        if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
+            raise BridgeError(
+                400,
+                "invalid_body",
+                "'transaction' must be the index of one of the claim's transactions",
+            )
+        existing = self._pa_for_claim(claim_id, index)
+        if existing is not None:
+            return self.pa_json(existing), False
+        if ex["request_raw"] is None:
+            raise BridgeError(
+                410, "claim_purged", "this claim is older than the retention period; send it again"
+            )
+        req = ncpdp.parse(ex["request_raw"], strict=False)
+        resp = ncpdp.parse(ex["response_raw"], strict=False)
+        tx = resp.as_response().transactions
+        if index >= len(tx) or not tx[index].pa_eligible:
+            raise BridgeError(
+                409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
+            )
+        extra = body.get("metadata") or {}
+        if not isinstance(extra, dict):
+            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
+        with self._lock_for(f"{claim_id}:{index}"):
+            existing = self._pa_for_claim(claim_id, index)
+            if existing is not None:
+                return self.pa_json(existing), False
+            md = claim_metadata(
+                req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
+            )
+            try:
+                result = self.client.submit_claim(bytes(_single_transaction(req, index)), md)
+            except ServiceError as e:
+                log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
+                raise self._service_error(e) from None
+            pa = self._store_pa(claim_id, index, claim_key(req, index), result, actor)
+        log_event("pa.submitted", claim_id=claim_id, pa_id=pa["pa_id"], duplicate=result.duplicate)
+        return pa, True
+
+    @staticmethod
+    def _service_error(e: ServiceError) -> BridgeError:
+        status = {"timeout": 504, "unreachable": 503, "tls": 502, "missing_claim_data": 422}.get(
+            e.code, 502
+        )
+        return BridgeError(status, f"service_{e.code}", e.message, e.detail)
+
+    def _store_pa(
+        self, claim_id: str, index: int, key: str, result: ClaimResult, actor: str
+    ) -> dict[str, Any]:
+        pa_id = result.pa_id or ("local-" + uuid.uuid4().hex[:12])
+        now = now_iso(self.clock())
+        urls = json.dumps(list(result.pa_urls))
+
+        def job(db: Database) -> str:
+            seq = db.execute("SELECT coalesce(max(change_seq), 0) + 1 FROM pas").fetchone()[0]
+            row = db.execute("SELECT id FROM pas WHERE id = ?", [pa_id]).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
+                    " plan_outcome, created_at, updated_at, change_seq, matched)"
+                    " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1)",
+                    [pa_id, claim_id, index, key, urls, "New", now, now, seq],
+                )
+            else:  # known already (a callback came first, or a duplicate): link it
+                db.execute(
+                    "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
+                    " claim_key = coalesce(claim_key, ?), urls_json = CASE WHEN ? != '[]' THEN ? ELSE urls_json END,"
+                    " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
+                    [claim_id, index, key, urls, urls, now, seq, pa_id],
+                )
+            db.execute(
+                "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, note) VALUES (?, ?, 'submit', ?, ?)",
+                [
+                    pa_id,
+                    now,
+                    "New",
+                    "duplicate: the service returned the original PA" if result.duplicate else None,
+                ],
+            )
+            self._audit(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
+            return pa_id
+
+        try:
+            self.store.write(job)
+        except StoreUnavailable as e:
+            raise BridgeError(
+                503,
+                "storage_unavailable",
+                "the PA was created but could not be saved; click again",
+                str(e),
+            ) from None
+        pa = self.get_pa_row(pa_id)
+        assert pa is not None
+        return self.pa_json(pa)
+
+    # ---- reversal ----------------------------------------------------------------
+    def reversal(self, body: Mapping[str, Any], actor: str) -> tuple[dict[str, Any], bool]:
+        """Returns (answer, delivered now?)."""
+        req, raw = _parse(body.get("request"), "request", want="request")
+        if req.transaction_code != "B2":
+            raise BridgeError(
+                400, "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
+            )
+        rv = req.as_request()
+        exchange_id = uuid.uuid4().hex
+        keys = [claim_key(req, i) for i in range(len(req.groups))]
+
+        def job(db: Database) -> int:
+            db["exchanges"].insert(
+                {
+                    "id": exchange_id,
+                    "received_at": now_iso(self.clock()),
+                    "actor": actor,
+                    "kind": "reversal",
+                    "version": rv.version,
+                    "transaction_code": "B2",
+                    "bin": rv.bin,
+                    "pcn": rv.pcn,
+                    "group_id": rv.group_id,
+                    "provider_id": rv.service_provider_id,
+                    "date_of_service": rv.date_of_service,
+                    "transaction_count": len(req.groups),
+                    "request_raw": raw,
+                }
+            )
+            item = enqueue(
+                db,
+                "reversal",
+                {"exchange_id": exchange_id, "claim_keys": keys},
+                claim_id=exchange_id,
+                now=self.clock(),
+            )
+            self._audit(db, actor, "reversal.accepted", exchange_id, f"queue item {item}")
+            return item
+
+        try:
+            item_id = self.store.write(job)
+        except StoreUnavailable as e:
+            raise BridgeError(
+                503,
+                "storage_unavailable",
+                "the reversal could not be stored; send it again",
+                str(e),
+            ) from None
+        delivered = self.outbox.deliver(item_id)
+        row = self.store.query(
+            "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [item_id]
+        )[0]
+        answer = {
+            "reversal_id": exchange_id,
+            "queue_id": item_id,
+            "status": "delivered" if delivered else row["status"],
+            "last_error": row["last_error"],
+        }
+        log_event(
+            "reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=answer["status"]
+        )
+        return answer, delivered
+
+    def _deliver_reversal(self, payload: dict[str, Any]) -> None:
+        row = self.store.query(
+            "SELECT request_raw FROM exchanges WHERE id = ?", [payload.get("exchange_id")]
+        )
+        if not row or row[0]["request_raw"] is None:
+            raise DeliveryFailed("the reversal's content is gone", retryable=False)
+        try:
+            self.client.submit_claim(row[0]["request_raw"], None)
+        except ServiceError as e:
+            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
+        keys = payload.get("claim_keys") or []
+        now = now_iso(self.clock())
+
+        def job(db: Database) -> None:
+            for key in keys:
+                for (pa_id,) in db.execute(
+                    "SELECT id FROM pas WHERE claim_key = ?", [key]
+                ).fetchall():
+                    db.execute(
+                        "INSERT INTO pa_history (pa_id, received_at, source, note) VALUES (?, ?, 'reversal', ?)",
+                        [pa_id, now, "B2 delivered to the service"],
+                    )
+
+        self.store.write(job)
+
+    # ---- PA reads ------------------------------------------------------------------
+    def get_pa_row(self, pa_id: str) -> dict[str, Any] | None:
+        rows = self.store.query("SELECT * FROM pas WHERE id = ?", [pa_id])
+        return rows[0] if rows else None
+
+    @staticmethod
+    def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+        urls = json.loads(row["urls_json"] or "[]")
+        return {
+            "pa_id": row["id"],
+            "claim_id": row["claim_id"],
+            "transaction_index": row["transaction_index"],
+            "urls": urls,
+            "url": urls[0] if urls else None,
+            "open_url": f"/v1/pa/{row['id']}/open",
+            "workflow_status": row["workflow_status"],
+            "plan_outcome": row["plan_outcome"],
+            "status": row["workflow_status"],
+            "deleted": bool(row["deleted"]),
+            "matched": bool(row["matched"]),
+            "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
+            "cursor": str(row["change_seq"]),
+        }
+
+    def list_pas(self, since: str | None, limit: int) -> dict[str, Any]:
+        try:
+            after = int(since) if since not in (None, "") else 0
+        except ValueError:
+            raise BridgeError(
+                400, "invalid_cursor", "'since' must be a cursor from an earlier answer"
+            ) from None
+        rows = self.store.query(
+            "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?", [after, limit]
+        )
+        cursor = str(rows[-1]["change_seq"]) if rows else str(after)
+        return {"pas": [self.pa_json(r) for r in rows], "cursor": cursor}
+
+    def get_pa(self, pa_id: str) -> dict[str, Any]:
+        row = self.get_pa_row(pa_id)
+        if row is None:
+            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        pa = self.pa_json(row)
+        hist = self.store.query("SELECT * FROM pa_history WHERE pa_id = ? ORDER BY id", [pa_id])
+        pa["history"] = [
+            {
+                "received_at": h["received_at"],
+                "source": h["source"],
+                "workflow_status": h["workflow_status"],
+                "plan_outcome": h["plan_outcome"],
+                "event_time": h["event_time"],
+                "events": json.loads(h["events_json"]) if h["events_json"] else [],
+                "note": h["note"],
+            }
+            for h in hist
+        ]
+        return pa
+
+    def pa_open_url(self, pa_id: str) -> str:
+        pa = self.get_pa(pa_id)
+        if not pa["urls"]:
+            raise BridgeError(404, "no_pa_url", "the service has not given a URL for this PA yet")
+        return str(pa["urls"][0])
+
+    def dashboard_url(self) -> str:
+        try:
+            token = self.client.dashboard_login()
+        except ServiceError as e:
+            raise self._service_error(e) from None
+        return self.client.dashboard_url_with_token(token)
+
+    # ---- health ---------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        db_ok = True
+        try:
+            self.store.query("SELECT 1")
+        except Exception:
+            db_ok = False
+        depth, oldest = (0, None)
+        if db_ok:
+            depth, oldest = self.outbox.depth()
+        return {
+            "database": db_ok and self.store.writer_alive,
+            "queue_depth": depth,
+            "queue_oldest_age_s": None if oldest is None else round(oldest, 1),
+        }

@@ -1,0 +1,285 @@
+"""Configuration: one TOML file, validated once at start-up.
+
+Every key can also be set by environment variable ``PA_BRIDGE_<SECTION>__<KEY>``
+(environment wins over the file). Each secret may instead name a file with
+``<key>_file``; a relative ``_file`` path is resolved against systemd's
+``$CREDENTIALS_DIRECTORY`` when that is set (``LoadCredential=``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "load_settings",
+    "parse_listen",
+    "is_loopback",
+]
+
+DEFAULT_INTAKE_LISTEN = "127.0.0.1:8470"
+DEFAULT_CALLBACK_LISTEN = "127.0.0.1:8471"
+
+
+class ConfigError(Exception):
+    """A configuration that cannot run; ``problems`` has one line per key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``"127.0.0.1:8470"`` / ``"[::1]:8470"`` -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected host:port, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    p = int(port)
+    if not 0 <= p <= 65535:
+        raise ValueError(f"port out of range in {value!r}")
+    return host, p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _listen_ok(v: str) -> str:
+    parse_listen(v)
+    return v
+
+
+class ServiceSettings(_Section):
+    claim_url: str | None = None
+    outcomes_url: str | None = None
+    dashboard_url: str | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+    timeout_seconds: float = Field(default=15.0, gt=0)
+    #: CA bundle path for the service's TLS, or true for the system store.
+    verify: bool | str = True
+
+    def configured(self) -> bool:
+        return any(
+            v is not None
+            for v in (
+                self.claim_url,
+                self.outcomes_url,
+                self.dashboard_url,
+                self.username,
+                self.password,
+                self.password_file,
+                self.api_key,
+                self.api_key_file,
+            )
+        )
+
+
+class IntakeSettings(_Section):
+    listen: str = DEFAULT_INTAKE_LISTEN
+    tokens: list[SecretStr] = Field(default_factory=list)
+    tokens_file: Path | None = None
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    default_button_label: str = "Submit PA"
+
+    _v_listen = field_validator("listen")(_listen_ok)
+
+
+class CallbackSettings(_Section):
+    listen: str = DEFAULT_CALLBACK_LISTEN
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    forward_url: str | None = None
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    #: the URL the service (or the sandbox) posts to; derived from listen if unset
+    public_url: str | None = None
+
+    _v_listen = field_validator("listen")(_listen_ok)
+
+
+class StorageSettings(_Section):
+    path: Path = Path("./var/pa-bridge.sqlite3")
+    retention_days: int = Field(default=30, ge=1)
+    metadata_retention_days: int = Field(default=365, ge=1)
+
+
+class OutcomesSettings(_Section):
+    budget_ms: int = Field(default=1500, ge=50, le=60_000)
+
+
+class QueueSettings(_Section):
+    poll_seconds: float = Field(default=1.0, gt=0)
+    backoff_base_seconds: float = Field(default=2.0, gt=0)
+    backoff_max_seconds: float = Field(default=3600.0, gt=0)
+    batch_size: int = Field(default=20, ge=1)
+
+
+class SandboxSettings(_Section):
+    enabled: bool | None = None
+    step_seconds: float = Field(default=1.0, ge=0)
+    listen: str = "127.0.0.1:0"
+
+    _v_listen = field_validator("listen")(_listen_ok)
+
+
+class LoggingSettings(_Section):
+    level: str = "INFO"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PA_BRIDGE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    intake: IntakeSettings = Field(default_factory=IntakeSettings)
+    callbacks: CallbackSettings = Field(default_factory=CallbackSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    outcomes: OutcomesSettings = Field(default_factory=OutcomesSettings)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment overrides the file, which is passed as init values.
+        return (env_settings, init_settings)
+
+    @property
+    def sandbox_enabled(self) -> bool:
+        if self.sandbox.enabled is not None:
+            return self.sandbox.enabled
+        return not self.service.configured()
+
+    def secret(self, value: SecretStr | None) -> str:
+        return value.get_secret_value() if value is not None else ""
+
+    def intake_tokens(self) -> list[str]:
+        return [t.get_secret_value() for t in self.intake.tokens]
+
+
+def _read_secret_file(path: Path) -> str:
+    p = path
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not p.is_absolute() and creds:
+        p = Path(creds) / p
+    return p.read_text(encoding="utf-8").strip()
+
+
+def _resolve_secret_files(s: Settings, problems: list[str]) -> None:
+    pairs: list[tuple[BaseModel, str, str]] = [
+        (s.service, "password", "service"),
+        (s.service, "api_key", "service"),
+        (s.callbacks, "password", "callbacks"),
+    ]
+    for section, key, name in pairs:
+        path = getattr(section, f"{key}_file")
+        if path is None:
+            continue
+        if getattr(section, key) is not None:
+            problems.append(f"{name}.{key}_file: give either {key} or {key}_file, not both")
+            continue
+        try:
+            setattr(section, key, SecretStr(_read_secret_file(path)))
+        except OSError as e:
+            problems.append(f"{name}.{key}_file: cannot read {path}: {e.strerror}")
+    if s.intake.tokens_file is not None:
+        try:
+            lines = _read_secret_file(s.intake.tokens_file).splitlines()
+            s.intake.tokens.extend(SecretStr(x.strip()) for x in lines if x.strip())
+        except OSError as e:
+            problems.append(f"intake.tokens_file: cannot read {s.intake.tokens_file}: {e.strerror}")
+
+
+def _check(s: Settings, problems: list[str]) -> None:
+    if not s.sandbox_enabled:
+        for key in ("claim_url", "outcomes_url", "username", "password", "api_key"):
+            if getattr(s.service, key) in (None, ""):
+                problems.append(f"service.{key}: required when the sandbox is not enabled")
+    host, _ = parse_listen(s.intake.listen)
+    if not s.intake.tokens and not is_loopback(host):
+        problems.append(
+            "intake.tokens: required when intake.listen is not a loopback address "
+            f"({s.intake.listen}); without tokens the API is served on loopback only"
+        )
+    if (s.callbacks.tls_cert is None) != (s.callbacks.tls_key is None):
+        problems.append("callbacks.tls_cert / callbacks.tls_key: give both or neither")
+    for key in ("tls_cert", "tls_key"):
+        p = getattr(s.callbacks, key)
+        if p is not None and not Path(p).is_file():
+            problems.append(f"callbacks.{key}: no such file {p}")
+    if (s.callbacks.username is None) != (s.callbacks.password is None):
+        problems.append("callbacks.username / callbacks.password: give both or neither")
+    if s.storage.metadata_retention_days < s.storage.retention_days:
+        problems.append("storage.metadata_retention_days: must be at least storage.retention_days")
+
+
+def _format_validation(e: ValidationError) -> list[str]:
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        out.append(f"{loc}: {msg}")
+    return out
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Read the TOML file (if any), apply the environment, validate; raise
+    :class:`ConfigError` listing every problem."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as e:
+            raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    for section, values in overrides.items():
+        data.setdefault(section, {}).update(values)
+    try:
+        settings = Settings(**data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e)) from None
+    problems: list[str] = []
+    _resolve_secret_files(settings, problems)
+    _check(settings, problems)
+    if problems:
+        raise ConfigError(problems)
+    return settings

@@ -1,0 +1,80 @@
+"""Structured logs: one JSON object per line, one line per event, PHI redacted.
+
+Code logs events with ids and codes only (``log_event("claim.accepted",
+claim_id=...)``). As a second line of defence, any field whose key names patient or
+cardholder data, or a secret, is replaced by ``"[redacted]"`` before it is written,
+and free text (exception messages) is never logged from places that may hold claim
+content.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+__all__ = ["configure_logging", "log_event", "redact", "PHI_KEYS", "SECRET_KEYS"]
+
+LOGGER = logging.getLogger("pa_bridge")
+
+PHI_KEYS = frozenset(
+    {
+        "first_name", "last_name", "patient_first_name", "patient_last_name", "name",
+        "date_of_birth", "dob", "birth_date", "cardholder_id", "member_id",
+        "cardholder_first_name", "cardholder_last_name", "street", "address", "city",
+        "zip", "phone", "patient", "request_raw", "response_raw", "raw", "body",
+        "ncpdp_claim", "metadata",
+    }
+)  # fmt: skip
+SECRET_KEYS = frozenset(
+    {"password", "api_key", "token", "authorization", "secret", "plaintext_password"}
+)
+
+
+def redact(fields: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        lk = k.lower()
+        if lk in PHI_KEYS or lk in SECRET_KEYS or any(s in lk for s in SECRET_KEYS):
+            out[k] = "[redacted]"
+        elif isinstance(v, dict):
+            out[k] = redact(v)
+        else:
+            out[k] = v
+    return out
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        t = record.created
+        doc: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z",
+            "level": record.levelname.lower(),
+            "event": getattr(record, "event", record.getMessage()),
+        }
+        fields = getattr(record, "fields", None)
+        if fields:
+            doc.update(redact(fields))
+        if record.exc_info and record.exc_info[0] is not None:
+            # the type only: messages of arbitrary exceptions may quote claim content
+            doc["exception"] = record.exc_info[0].__name__
+        return json.dumps(doc, default=str, separators=(",", ":"))
+
+
+def configure_logging(level: str = "INFO", stream: Any = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # libraries that might echo URLs with credentials or bodies stay quiet
+    for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug", "cheroot"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    LOGGER.log(level, event, extra={"event": event, "fields": fields})

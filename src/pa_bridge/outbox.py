@@ -1,0 +1,240 @@
+"""The durable outbound queue: outcome reports, reversals, webhooks.
+
+Items are rows in the ``outbox`` table, inserted by the same write job (so the same
+transaction) that accepts the work. APScheduler runs :meth:`Outbox.drain_once` on an
+interval and whenever :meth:`wake` is called; APScheduler's own job store stays in
+memory because our jobs are fixed: what must survive a restart is the table.
+
+A delivery that fails with a retryable error is tried again after an exponential
+backoff with jitter (capped); one that fails for good (the service refuses the
+content) is marked ``failed``. Nothing is dropped: both stay visible in
+``pa-bridge queue list`` with their last error, and ``pa-bridge queue retry ID``
+re-drives any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from .config import QueueSettings
+from .logs import log_event
+from .store import Database, Store, now_iso
+
+__all__ = ["Outbox", "DeliveryFailed", "Deliverer"]
+
+Deliverer = Callable[[dict[str, Any]], None]
+
+
+class DeliveryFailed(Exception):
+    """Raised by a deliverer; ``retryable`` False marks the item failed for good."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def enqueue(
+    db: Database,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    claim_id: str | None = None,
+    now: float | None = None,
+) -> int:
+    """Insert an item; call inside a write job so it commits with the work it belongs to."""
+    t = time.time() if now is None else now
+    cur = db.execute(
+        "INSERT INTO outbox (kind, claim_id, payload_json, status, attempts, next_attempt_at,"
+        " created_at, updated_at) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
+        [kind, claim_id, json.dumps(payload, separators=(",", ":")), t, now_iso(t), now_iso(t)],
+    )
+    return int(cur.lastrowid or 0)
+
+
+class Outbox:
+    def __init__(
+        self,
+        store: Store,
+        deliverers: dict[str, Deliverer],
+        settings: QueueSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.deliverers = deliverers
+        self.settings = settings
+        self.clock = clock
+        self._inflight: set[int] = set()
+        self._lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+        self.last_drain_at = time.monotonic()
+
+    # ---- scheduling ----------------------------------------------------------
+    def start(self, scheduler: BackgroundScheduler) -> None:
+        self._scheduler = scheduler
+        scheduler.add_job(
+            self._drain_job,
+            "interval",
+            seconds=self.settings.poll_seconds,
+            id="outbox-drain",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(),
+        )
+
+    def wake(self) -> None:
+        """Drain soon instead of waiting for the next interval."""
+        if self._scheduler is not None and self._scheduler.running:
+            job = self._scheduler.get_job("outbox-drain")
+            if job is not None:
+                job.modify(
+                    next_run_time=datetime.now(
+                        job.next_run_time.tzinfo if job.next_run_time else None
+                    )
+                )
+
+    def _drain_job(self) -> None:
+        self.last_drain_at = time.monotonic()
+        try:
+            while self.drain_once() >= self.settings.batch_size:
+                pass
+        except Exception:  # keep the scheduler alive; the items stay queued
+            log_event("outbox.drain_error", level=logging.ERROR)
+
+    # ---- delivering ----------------------------------------------------------
+    def drain_once(self) -> int:
+        now = self.clock()
+        due = self.store.query(
+            "SELECT id FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?"
+            " ORDER BY next_attempt_at, id LIMIT ?",
+            [now, self.settings.batch_size],
+        )
+        for row in due:
+            self.deliver(int(row["id"]))
+        return len(due)
+
+    def deliver(self, item_id: int) -> bool:
+        """Try one item now. True when it is delivered (now or before)."""
+        with self._lock:
+            if item_id in self._inflight:
+                return False
+            self._inflight.add(item_id)
+        try:
+            rows = self.store.query("SELECT * FROM outbox WHERE id = ?", [item_id])
+            if not rows:
+                return False
+            item = rows[0]
+            if item["status"] == "delivered":
+                return True
+            deliverer = self.deliverers.get(item["kind"])
+            error: str | None = None
+            retryable = True
+            if deliverer is None:
+                error, retryable = f"no deliverer for kind {item['kind']!r}", False
+            else:
+                try:
+                    deliverer(json.loads(item["payload_json"]))
+                except DeliveryFailed as e:
+                    error, retryable = str(e), e.retryable
+                except Exception as e:  # unexpected: keep it, retry later
+                    error = f"unexpected {type(e).__name__}"
+            self._record(item, error, retryable)
+            return error is None
+        finally:
+            with self._lock:
+                self._inflight.discard(item_id)
+
+    def _record(self, item: dict[str, Any], error: str | None, retryable: bool) -> None:
+        attempts = int(item["attempts"]) + 1
+        now = self.clock()
+        if error is None:
+            status, next_at = "delivered", now
+            # a delivered outcome report needs no PHI kept in the queue
+            payload = "{}" if item["kind"] == "outcome_report" else item["payload_json"]
+        elif retryable:
+            backoff = min(
+                self.settings.backoff_max_seconds,
+                self.settings.backoff_base_seconds * (2 ** min(attempts - 1, 30)),
+            )
+            status, next_at = "pending", now + backoff * random.uniform(0.5, 1.0)
+            payload = item["payload_json"]
+        else:
+            status, next_at = "failed", now
+            payload = item["payload_json"]
+
+        def job(db: Database) -> None:
+            db.execute(
+                "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?, last_error = ?,"
+                " updated_at = ?, delivered_at = ?, payload_json = ? WHERE id = ?",
+                [
+                    status,
+                    attempts,
+                    next_at,
+                    error,
+                    now_iso(now),
+                    now_iso(now) if status == "delivered" else None,
+                    payload,
+                    item["id"],
+                ],
+            )
+
+        self.store.write(job)
+        log_event(
+            "outbox.delivery",
+            level=logging.INFO if error is None else logging.WARNING,
+            item_id=item["id"],
+            kind=item["kind"],
+            status=status,
+            attempts=attempts,
+            error=error,
+        )
+
+    # ---- store IT ------------------------------------------------------------
+    def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        sql = (
+            "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
+            " created_at, updated_at, delivered_at FROM outbox"
+        )
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        return self.store.query(sql, params)
+
+    def retry(self, item_id: int) -> bool:
+        now = self.clock()
+
+        def job(db: Database) -> bool:
+            cur = db.execute(
+                "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
+                " WHERE id = ? AND status != 'delivered'",
+                [now, now_iso(now), item_id],
+            )
+            return cur.rowcount > 0
+
+        ok = self.store.write(job)
+        if ok:
+            self.wake()
+        return ok
+
+    def depth(self) -> tuple[int, float | None]:
+        """(pending + failed items, age in seconds of the oldest one)."""
+        row = self.store.query(
+            "SELECT count(*) AS n, min(created_at) AS oldest FROM outbox WHERE status != 'delivered'"
+        )[0]
+        oldest = None
+        if row["oldest"]:
+            t = time.mktime(time.strptime(row["oldest"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            oldest = max(0.0, self.clock() - t)
+        return int(row["n"]), oldest

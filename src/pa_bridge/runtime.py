@@ -1,0 +1,235 @@
+"""The daemon: one process serving the intake API and the callback receiver, running
+the scheduler, and owning the database. Started by ``pa-bridge serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from cheroot import wsgi
+
+from .bridge import Bridge
+from .client import PaServiceClient
+from .config import Settings, parse_listen
+from .logs import log_event
+from .store import Store
+
+__all__ = ["Daemon", "WsgiServer"]
+
+
+class WsgiServer:
+    """A cheroot server on a background thread; binds in :meth:`start` so that a
+    port in use fails start-up, not later."""
+
+    def __init__(
+        self,
+        app: Any,
+        listen: str,
+        *,
+        name: str,
+        threads: int = 16,
+        ssl_adapter: Any = None,
+    ) -> None:
+        host, port = parse_listen(listen)
+        self.name = name
+        self.server = wsgi.Server((host, port), app, numthreads=threads, server_name=name)
+        self.server.shutdown_timeout = 5
+        if ssl_adapter is not None:
+            self.server.ssl_adapter = ssl_adapter
+        self._thread: threading.Thread | None = None
+        self.scheme = "https" if ssl_adapter is not None else "http"
+
+    def start(self) -> None:
+        self.server.prepare()
+        self._thread = threading.Thread(
+            target=self.server.serve, name=f"wsgi-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        addr = self.server.bind_addr
+        return str(addr[0]), int(addr[1])
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{port}"
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.server.stop()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class Daemon:
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store: Store | None = None
+        self.sandbox: Any = None
+        self.client: PaServiceClient | None = None
+        self.bridge: Bridge | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self.intake_server: WsgiServer | None = None
+        self.callback_server: WsgiServer | None = None
+        self._stopped = threading.Event()
+        self._stopping = False
+
+    # ---- start -----------------------------------------------------------------
+    def start(self) -> None:
+        s = self.settings
+        self.store = Store(s.storage.path)
+        log_event("daemon.database_ready", path=str(s.storage.path))
+        callback_url = s.callbacks.public_url or self._callback_url()
+        if s.sandbox_enabled:
+            self._start_sandbox(callback_url)
+        self.client = self._make_client()
+        self.bridge = Bridge(s, self.store, self.client, clock=self.clock)
+        self.scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone="UTC",
+        )
+        self.bridge.outbox.start(self.scheduler)
+        self._extra_jobs(self.scheduler)
+        self.scheduler.start()
+        from .web.intake import create_intake_app
+
+        app = create_intake_app(
+            self.bridge,
+            tokens=s.intake_tokens(),
+            max_body_bytes=s.intake.max_body_bytes,
+            health=self._health,
+        )
+        self.intake_server = WsgiServer(app, s.intake.listen, name="intake")
+        self.intake_server.start()
+        self._start_callbacks()
+        log_event(
+            "daemon.ready",
+            intake=self.intake_server.url,
+            callbacks=self.callback_server.url if self.callback_server else None,
+            sandbox=self.sandbox.url if self.sandbox else None,
+        )
+
+    def _callback_url(self) -> str:
+        host, port = parse_listen(self.settings.callbacks.listen)
+        scheme = "https" if self.settings.callbacks.tls_cert else "http"
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard listen is reached on loopback
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{port}/callbacks/pharmacy"
+
+    def _start_sandbox(self, callback_url: str) -> None:
+        from .sandbox import SandboxConfig, SandboxServer
+
+        s = self.settings
+        host, port = parse_listen(s.sandbox.listen)
+        cfg = SandboxConfig(
+            step_seconds=s.sandbox.step_seconds,
+            callback_url=callback_url,
+            callback_username=s.callbacks.username,
+            callback_password=s.secret(s.callbacks.password) or None,
+            callback_verify=False,
+        )
+        self.sandbox = SandboxServer(cfg, host=host, port=port)
+        self.sandbox.start()
+        log_event("daemon.sandbox_started", url=self.sandbox.url)
+
+    def _make_client(self) -> PaServiceClient:
+        s = self.settings
+        if self.sandbox is not None:
+            from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
+
+            base = self.sandbox.url
+            return PaServiceClient(
+                claim_url=f"{base}/pharmacy/claim.json",
+                outcomes_url=f"{base}/outcomes.json",
+                dashboard_url=f"{base}/dashboard",
+                username=SANDBOX_USERNAME,
+                password=SANDBOX_PASSWORD,
+                api_key=SANDBOX_API_KEY,
+                timeout_s=s.service.timeout_seconds,
+            )
+        return PaServiceClient(
+            claim_url=s.service.claim_url or "",
+            outcomes_url=s.service.outcomes_url or "",
+            dashboard_url=s.service.dashboard_url or "",
+            username=s.service.username or "",
+            password=s.secret(s.service.password),
+            api_key=s.secret(s.service.api_key),
+            timeout_s=s.service.timeout_seconds,
+            verify=s.service.verify,
+        )
+
+    def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:
+        """Hook for later jobs (retention, vacuum)."""
+
+    def _start_callbacks(self) -> None:
+        """The callback listener (see web/callbacks.py when present)."""
+        try:
+            from .web.callbacks import create_callback_app, ssl_adapter_for
+        except ImportError:
+            return
+        assert self.store is not None and self.bridge is not None
+        app = create_callback_app(self.bridge, self.settings)
+        self.callback_server = WsgiServer(
+            app,
+            self.settings.callbacks.listen,
+            name="callbacks",
+            ssl_adapter=ssl_adapter_for(self.settings),
+        )
+        self.callback_server.start()
+
+    def _health(self) -> dict[str, Any]:
+        sched = self.scheduler is not None and self.scheduler.running
+        return {"scheduler": sched, "writer": self.store is not None and self.store.writer_alive}
+
+    # ---- stop -------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop taking requests, finish those in flight, flush the writer, close."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log_event("daemon.stopping")
+        for srv in (self.intake_server, self.callback_server):
+            if srv is not None:
+                srv.stop()
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        if self.bridge is not None:
+            self.bridge.close()
+        if self.client is not None:
+            self.client.close()
+        if self.sandbox is not None:
+            self.sandbox.stop()
+        if self.store is not None:
+            self.store.close()
+        log_event("daemon.stopped")
+        self._stopped.set()
+
+    def run_forever(self) -> None:
+        """Start, then wait for SIGTERM/SIGINT; a second signal exits at once."""
+        count = {"n": 0}
+
+        def handler(signum: int, frame: Any) -> None:
+            count["n"] += 1
+            if count["n"] > 1:
+                log_event("daemon.forced_exit", level=logging.WARNING)
+                raise SystemExit(1)
+            threading.Thread(target=self.stop, name="stopper", daemon=True).start()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+        self.start()
+        while not self._stopped.wait(0.5):
+            pass

@@ -1,0 +1,323 @@
+"""Storage: the only importer of sqlite-utils and the only writer.
+
+One writer thread owns the write connection. Callers hand it small functions
+(``store.write(fn)``); it runs every job that is waiting in ONE transaction, each
+job inside its own savepoint, commits once (WAL, synchronous=FULL: one fsync for the
+whole batch) and only then resolves each caller's future. A caller that got a result
+therefore knows its rows are on disk; a caller whose job raised, or whose batch
+could not commit, gets the exception. Readers use their own connections and never
+block the writer (WAL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+__all__ = ["Store", "StoreError", "StoreUnavailable", "MIGRATIONS", "Database", "now_iso"]
+
+T = TypeVar("T")
+
+MIGRATIONS = Migrations("pa_bridge")
+
+
+def now_iso(t: float | None = None) -> str:
+    """UTC ISO 8601 with milliseconds, sortable as text."""
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+class StoreError(Exception):
+    """A storage failure."""
+
+
+class StoreUnavailable(StoreError):
+    """The write could not be committed (disk full, read-only, locked, writer stopped)."""
+
+
+@MIGRATIONS()
+def m001_initial(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE exchanges (
+            id TEXT PRIMARY KEY,
+            received_at TEXT NOT NULL,
+            actor TEXT,
+            kind TEXT NOT NULL,              -- 'claim' or 'reversal'
+            version TEXT, transaction_code TEXT,
+            bin TEXT, pcn TEXT, group_id TEXT, provider_id TEXT, date_of_service TEXT,
+            transaction_count INTEGER,
+            request_raw BLOB,                -- exact bytes; purged after retention_days
+            response_raw BLOB,
+            metadata_json TEXT,              -- the dispensing system's metadata (PHI)
+            answer_json TEXT,                -- what we answered (no PHI)
+            transaction_status TEXT, reject_codes TEXT, pa_eligible INTEGER,
+            message_source TEXT,
+            raw_purged_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX exchanges_received ON exchanges(received_at)")
+    db.execute(
+        """CREATE TABLE pas (
+            id TEXT PRIMARY KEY,             -- the service's PA id
+            claim_id TEXT REFERENCES exchanges(id),
+            transaction_index INTEGER,
+            claim_key TEXT,                  -- bin|pcn|group|rx|fill|provider
+            urls_json TEXT NOT NULL DEFAULT '[]',
+            workflow_status TEXT,
+            plan_outcome TEXT,
+            status_time TEXT,
+            deleted INTEGER NOT NULL DEFAULT 0,
+            matched INTEGER NOT NULL DEFAULT 1,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            change_seq INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE UNIQUE INDEX pas_change_seq ON pas(change_seq)")
+    db.execute("CREATE INDEX pas_claim ON pas(claim_id, transaction_index)")
+    db.execute("CREATE INDEX pas_claim_key ON pas(claim_key)")
+    db.execute(
+        """CREATE TABLE pa_history (
+            id INTEGER PRIMARY KEY,
+            pa_id TEXT NOT NULL,
+            received_at TEXT NOT NULL,
+            source TEXT NOT NULL,            -- submit, callback, reversal
+            workflow_status TEXT,
+            plan_outcome TEXT,
+            event_time TEXT,
+            events_json TEXT,
+            note TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX pa_history_pa ON pa_history(pa_id, id)")
+    db.execute(
+        """CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,              -- outcome_report, reversal, webhook
+            claim_id TEXT,
+            payload_json TEXT NOT NULL,
+            status TEXT NOT NULL,            -- pending, delivered, failed
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL NOT NULL,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            delivered_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX outbox_due ON outbox(status, next_attempt_at)")
+    db.execute(
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            actor TEXT,
+            action TEXT NOT NULL,
+            object_id TEXT,
+            detail TEXT
+        )"""
+    )
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+
+
+def _secure_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite does, and tighten existing ones."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.chmod(p, 0o600)
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=5.0)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if readonly:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+class _Job:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Database], Any]) -> None:
+        self.fn = fn
+        self.future: Future[Any] = Future()
+
+
+_STOP = object()
+
+
+class Store:
+    """The database: migrations at open, one writer thread, per-thread readers."""
+
+    def __init__(self, path: str | os.PathLike[str], *, max_batch: int = 256) -> None:
+        self.path = Path(path)
+        old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
+        try:
+            _secure_file(self.path)
+            self._wconn = _connect(self.path)
+            mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
+            self._wconn.execute("PRAGMA synchronous = FULL")
+            self._wdb = Database(self._wconn)
+            MIGRATIONS.apply(self._wdb)
+        finally:
+            os.umask(old_umask)
+        _secure_file(self.path)
+        self._max_batch = max_batch
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self.last_commit_at = time.monotonic()
+        self.commits = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
+        self._thread.start()
+
+    # ---- writing -------------------------------------------------------------
+    def submit(self, fn: Callable[[Database], T]) -> Future[T]:
+        """Queue ``fn`` for the writer; the future resolves after the commit."""
+        job = _Job(fn)
+        if self._closed:
+            job.future.set_exception(StoreUnavailable("the database is closed"))
+            return job.future
+        self._jobs.put(job)
+        return job.future
+
+    def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
+        """Run ``fn`` in the writer and wait until it is committed."""
+        fut = self.submit(fn)
+        try:
+            return fut.result(timeout=timeout)
+        except TimeoutError:
+            raise StoreUnavailable("the database did not commit in time") from None
+
+    def _run(self) -> None:
+        conn, db = self._wconn, self._wdb
+        while True:
+            first = self._jobs.get()
+            if first is _STOP:
+                break
+            batch: list[_Job] = [first]
+            stop_after = False
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop_after = True
+                    break
+                batch.append(nxt)
+            self._run_batch(conn, db, batch)
+            if stop_after:
+                break
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, db: Database, batch: list[_Job]) -> None:
+        results: list[tuple[_Job, bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            err = StoreUnavailable(f"cannot begin a write: {e}")
+            for job in batch:
+                job.future.set_exception(err)
+            return
+        for job in batch:
+            try:
+                conn.execute("SAVEPOINT job")
+                value = job.fn(db)
+                conn.execute("RELEASE SAVEPOINT job")
+                results.append((job, True, value))
+            except BaseException as e:  # the job's own failure: undo only its part
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK TO SAVEPOINT job")
+                    conn.execute("RELEASE SAVEPOINT job")
+                results.append((job, False, e))
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            err = StoreUnavailable(f"cannot commit: {e}")
+            for job, _ok, _v in results:
+                job.future.set_exception(err)
+            return
+        self.last_commit_at = time.monotonic()
+        self.commits += 1
+        for job, ok, value in results:
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
+
+    @property
+    def writer_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ---- reading -------------------------------------------------------------
+    def reader(self) -> Database:
+        """This thread's read-only connection."""
+        db: Database | None = getattr(self._local, "db", None)
+        if db is None:
+            conn = _connect(self.path, readonly=True)
+            with self._readers_lock:
+                self._readers.append(conn)
+            db = Database(conn)
+            self._local.db = db
+        return db
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[Database]:
+        """A consistent read transaction."""
+        db = self.reader()
+        db.conn.execute("BEGIN")
+        try:
+            yield db
+        finally:
+            db.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        cur = self.reader().conn.execute(sql, params)
+        cols = [c[0] for c in cur.description] if cur.description else []
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def schema_current(self) -> bool:
+        return not MIGRATIONS.pending(self.reader())
+
+    # ---- lifecycle -----------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish queued writes, checkpoint, close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(_STOP)
+        self._thread.join(timeout)
+        with self._readers_lock:
+            for c in self._readers:
+                with contextlib.suppress(sqlite3.Error):
+                    c.close()
+            self._readers.clear()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

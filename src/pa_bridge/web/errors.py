@@ -1,0 +1,46 @@
+"""Every error body is ``{"error": {"code", "message", "detail"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from ..bridge import BridgeError
+from ..logs import log_event
+
+__all__ = ["error_response", "install_error_handlers"]
+
+
+def error_response(
+    status: int, code: str, message: str, detail: Any = None
+) -> tuple[Response, int]:
+    return jsonify({"error": {"code": code, "message": message, "detail": detail}}), status
+
+
+def install_error_handlers(app: Flask) -> None:
+    @app.errorhandler(BridgeError)
+    def _bridge(e: BridgeError) -> tuple[Response, int]:
+        return error_response(e.status, e.code, e.message, e.detail)
+
+    @app.errorhandler(HTTPException)
+    def _http(e: HTTPException) -> tuple[Response, int]:
+        status = e.code or 500
+        code = {
+            400: "bad_request",
+            401: "unauthorized",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "body_too_large",
+            415: "unsupported_media_type",
+        }.get(status, "http_error")
+        return error_response(status, code, e.description or e.name)
+
+    @app.errorhandler(Exception)
+    def _unexpected(e: Exception) -> tuple[Response, int]:
+        log_event("http.unexpected_error", level=logging.ERROR, error=type(e).__name__)
+        return error_response(
+            500, "internal_error", "pa-bridge hit an unexpected error; it was logged"
+        )

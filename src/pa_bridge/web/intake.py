@@ -1,0 +1,122 @@
+"""The local API the dispensing system and the workstations use."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
+
+from ..bridge import Bridge, BridgeError
+from .errors import error_response, install_error_handlers
+
+__all__ = ["create_intake_app"]
+
+bp = Blueprint("intake", __name__)
+
+
+def _bridge() -> Bridge:
+    b: Bridge = current_app.extensions["pa_bridge"]
+    return b
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+    return body
+
+
+@bp.before_app_request
+def _authenticate() -> tuple[Response, int] | None:
+    tokens: list[str] = current_app.config["PA_BRIDGE_TOKENS"]
+    g.actor = request.remote_addr or "unknown"
+    if not tokens or request.path in ("/healthz", "/metrics"):
+        return None
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() == "bearer" and presented:
+        for i, t in enumerate(tokens):
+            if hmac.compare_digest(presented.encode(), t.encode()):
+                g.actor = f"token#{i + 1}@{request.remote_addr}"
+                return None
+    resp, status = error_response(401, "unauthorized", "a valid intake token is required")
+    resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
+    return resp, status
+
+
+@bp.post("/v1/claims")
+def post_claim() -> Response:
+    return jsonify(_bridge().intake(_json_body(), g.actor))
+
+
+@bp.post("/v1/claims/<claim_id>/pa")
+def post_pa(claim_id: str) -> tuple[Response, int]:
+    body = request.get_json(silent=True) if request.data else {}
+    if not isinstance(body, dict):
+        raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
+    pa, created = _bridge().submit_pa(claim_id, body, g.actor)
+    return jsonify(pa), 201 if created else 200
+
+
+@bp.post("/v1/reversals")
+def post_reversal() -> tuple[Response, int]:
+    answer, delivered = _bridge().reversal(_json_body(), g.actor)
+    return jsonify(answer), 200 if delivered else 202
+
+
+@bp.get("/v1/pa")
+def list_pas() -> Response:
+    try:
+        limit = min(1000, max(1, int(request.args.get("limit", "100"))))
+    except ValueError:
+        raise BridgeError(400, "invalid_limit", "'limit' must be a whole number") from None
+    return jsonify(_bridge().list_pas(request.args.get("since"), limit))
+
+
+@bp.get("/v1/pa/<pa_id>")
+def get_pa(pa_id: str) -> Response:
+    return jsonify(_bridge().get_pa(pa_id))
+
+
+@bp.get("/v1/pa/<pa_id>/open")
+def open_pa(pa_id: str) -> Response:
+    resp = redirect(_bridge().pa_open_url(pa_id), code=302)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.get("/v1/dashboard/open")
+def open_dashboard() -> Response:
+    resp = redirect(_bridge().dashboard_url(), code=302)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    return resp
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    checks = dict(_bridge().health())
+    extra = current_app.config.get("PA_BRIDGE_HEALTH")
+    if extra is not None:
+        checks.update(extra())
+    ready = all(v for k, v in checks.items() if isinstance(v, bool))
+    checks["status"] = "ok" if ready else "unavailable"
+    return jsonify(checks), 200 if ready else 503
+
+
+def create_intake_app(
+    bridge: Bridge, *, tokens: list[str], max_body_bytes: int, health: Any = None
+) -> Flask:
+    app = Flask("pa_bridge.intake")
+    app.config.update(
+        MAX_CONTENT_LENGTH=max_body_bytes,
+        PA_BRIDGE_TOKENS=list(tokens),
+        PA_BRIDGE_HEALTH=health,
+        JSON_SORT_KEYS=False,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["pa_bridge"] = bridge
+    app.register_blueprint(bp)
+    install_error_handlers(app)
+    return app
