@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pa_bridge.config import ConfigError, load_settings
+
+
+def test_embedded_default_uses_sandbox_and_local_paths() -> None:
+    s = load_settings()
+    assert s.sandbox_enabled
+    assert s.intake.listen == "127.0.0.1:8470"
+    assert s.callbacks.listen == "127.0.0.1:8471"
+    assert s.outcomes.budget_ms == 1500
+    assert str(s.storage.path).startswith("var")
+
+
+def test_toml_file_and_environment_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[outcomes]\nbudget_ms = 900\n[storage]\nretention_days = 10\n")
+    monkeypatch.setenv("PA_BRIDGE_OUTCOMES__BUDGET_MS", "1200")
+    s = load_settings(cfg)
+    assert s.outcomes.budget_ms == 1200  # environment wins over the file
+    assert s.storage.retention_days == 10
+
+
+def test_every_problem_is_named_by_its_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[outcomes]\nbudget_ms = "soon"\n[intake]\nlisten = "nowhere"\nbogus = 1\n')
+    with pytest.raises(ConfigError) as ei:
+        load_settings(cfg)
+    text = "\n".join(ei.value.problems)
+    assert "outcomes.budget_ms" in text
+    assert "intake.listen" in text
+    assert "intake.bogus: unknown key" in text
+
+
+def test_real_service_requires_its_credentials(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[service]\nclaim_url = "https://pa.invalid/claim"\n')
+    with pytest.raises(ConfigError) as ei:
+        load_settings(cfg)
+    problems = ei.value.problems
+    assert any(p.startswith("service.password:") for p in problems)
+    assert any(p.startswith("service.api_key:") for p in problems)
+    assert not any("https://pa.invalid" in p and "password" in p for p in problems)
+
+
+def test_secret_files_and_credentials_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "pw").write_text("s3cret-pw\n")
+    (tmp_path / "key").write_text("k3y")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "[service]\n"
+        'claim_url = "https://pa.invalid/c"\noutcomes_url = "https://pa.invalid/o"\n'
+        'username = "u"\npassword_file = "pw"\n'
+        f'api_key_file = "{tmp_path / "key"}"\n'
+    )
+    s = load_settings(cfg)
+    assert s.secret(s.service.password) == "s3cret-pw"
+    assert s.secret(s.service.api_key) == "k3y"
+    assert "s3cret" not in repr(s)
+    assert not s.sandbox_enabled
+
+
+def test_open_listen_without_tokens_is_refused() -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_settings(intake={"listen": "0.0.0.0:8470"})
+    assert any(p.startswith("intake.tokens:") for p in ei.value.problems)
+    assert load_settings(intake={"listen": "0.0.0.0:8470", "tokens": ["t"]}).intake_tokens() == [
+        "t"
+    ]
+
+
+def test_example_config_is_valid_and_documents_every_key() -> None:
+    example = Path(__file__).parent.parent / "config" / "pa-bridge.example.toml"
+    import tomllib
+
+    from pa_bridge.config import Settings
+
+    data = tomllib.loads(example.read_text())
+    text = example.read_text()
+    for section, model in Settings.model_fields.items():
+        sub = model.annotation
+        for key in sub.model_fields:  # type: ignore[union-attr]
+            assert f"{key} =" in text or f"# {key} =" in text, (
+                f"[{section}] {key} is not documented"
+            )
+        assert section in data or f"[{section}]" in text
+
+
+def test_example_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    example = Path(__file__).parent.parent / "config" / "pa-bridge.example.toml"
+    (tmp_path / "service-password").write_text("pw")
+    (tmp_path / "service-api-key").write_text("key")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    s = load_settings(example)
+    assert not s.sandbox_enabled
+    assert s.intake.tokens_file is None and s.callbacks.tls_cert is None
+    assert s.secret(s.service.api_key) == "key"

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from typing import Any
+
+from pa_bridge.config import QueueSettings
+from pa_bridge.outbox import DeliveryFailed, Outbox, enqueue
+from pa_bridge.store import Store
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _outbox(store: Store, deliver: Any, clock: Clock) -> Outbox:
+    return Outbox(
+        store,
+        {"thing": deliver},
+        QueueSettings(backoff_base_seconds=10, backoff_max_seconds=100),
+        clock=clock,
+    )
+
+
+def test_item_is_retried_with_backoff_until_delivered(store: Store) -> None:
+    clock = Clock()
+    calls: list[dict[str, Any]] = []
+    outcomes = iter([DeliveryFailed("down"), DeliveryFailed("still down"), None])
+
+    def deliver(payload: dict[str, Any]) -> None:
+        calls.append(payload)
+        err = next(outcomes)
+        if err is not None:
+            raise err
+
+    ob = _outbox(store, deliver, clock)
+    item = store.write(lambda db: enqueue(db, "thing", {"n": 1}, now=clock()))
+    assert ob.drain_once() == 1
+    row = ob.list()[0]
+    assert (row["status"], row["attempts"], row["last_error"]) == ("pending", 1, "down")
+    assert ob.drain_once() == 0  # not due yet: backoff
+    clock.t += 10
+    assert ob.drain_once() == 1
+    assert ob.list()[0]["attempts"] == 2
+    clock.t += 100
+    assert ob.drain_once() == 1
+    row = ob.list()[0]
+    assert row["id"] == item and row["status"] == "delivered" and row["attempts"] == 3
+    assert calls == [{"n": 1}] * 3
+    assert ob.depth() == (0, None)
+
+
+def test_permanent_failure_stays_visible_and_can_be_redriven(store: Store) -> None:
+    clock = Clock()
+    state = {"fail": True}
+
+    def deliver(payload: dict[str, Any]) -> None:
+        if state["fail"]:
+            raise DeliveryFailed("refused for good", retryable=False)
+
+    ob = _outbox(store, deliver, clock)
+    item = store.write(lambda db: enqueue(db, "thing", {}, now=clock()))
+    ob.drain_once()
+    assert ob.list("failed")[0]["last_error"] == "refused for good"
+    clock.t += 10_000
+    assert ob.drain_once() == 0  # failed items are not retried by themselves
+    assert ob.depth()[0] == 1
+    state["fail"] = False
+    assert ob.retry(item)
+    assert ob.drain_once() == 1
+    assert ob.list()[0]["status"] == "delivered"
+    assert not ob.retry(item)  # nothing to re-drive once delivered
+
+
+def test_unexpected_exception_keeps_item_pending(store: Store) -> None:
+    clock = Clock()
+
+    def deliver(payload: dict[str, Any]) -> None:
+        raise RuntimeError("bug")
+
+    ob = _outbox(store, deliver, clock)
+    store.write(lambda db: enqueue(db, "thing", {}, now=clock()))
+    ob.drain_once()
+    row = ob.list()[0]
+    assert row["status"] == "pending" and row["last_error"] == "unexpected RuntimeError"

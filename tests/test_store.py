@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from pa_bridge.store import Store, StoreUnavailable, now_iso
+
+
+def _insert(store: Store, i: int) -> int:
+    return store.write(
+        lambda db: int(
+            db.execute(
+                "INSERT INTO audit (at, action, object_id) VALUES (?, 'test', ?)",
+                [now_iso(), str(i)],
+            ).lastrowid
+            or 0
+        )
+    )
+
+
+def test_file_is_private_wal_and_migrated(store: Store) -> None:
+    mode = stat.S_IMODE(os.stat(store.path).st_mode)
+    assert mode == 0o600
+    conn = sqlite3.connect(store.path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        names = {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")}
+    finally:
+        conn.close()
+    assert "m001_initial" in names
+    assert store.schema_current()
+
+
+def test_concurrent_writes_are_grouped_into_fewer_commits(store: Store) -> None:
+    before = store.commits
+    threads = [
+        threading.Thread(target=lambda k=k: [_insert(store, k * 100 + j) for j in range(50)])
+        for k in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.query("SELECT count(*) AS n FROM audit")[0]["n"] == 400
+    assert store.commits - before < 400  # group commit batched some of them
+
+
+def test_a_failing_job_rolls_back_only_itself(store: Store) -> None:
+    def bad(db: object) -> None:
+        _ = db.execute("INSERT INTO audit (at, action) VALUES ('x', 'half')")  # type: ignore[attr-defined]
+        raise ValueError("boom")
+
+    good = store.submit(
+        lambda db: db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
+    )
+    with pytest.raises(ValueError):
+        store.write(bad)
+    good.result(5)
+    actions = {r["action"] for r in store.query("SELECT action FROM audit")}
+    assert actions == {"kept"}
+
+
+def test_writes_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    s = Store(path)
+    _insert(s, 1)
+    s.close()
+    s2 = Store(path)
+    try:
+        assert s2.query("SELECT object_id FROM audit")[0]["object_id"] == "1"
+    finally:
+        s2.close()
+
+
+def test_commit_failure_is_reported_not_swallowed(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    s = Store(path)
+    try:
+        # another connection holds the write lock past the busy timeout
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        s._wconn.execute("PRAGMA busy_timeout = 100")
+        try:
+            with pytest.raises(StoreUnavailable):
+                _insert(s, 1)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert _insert(s, 2) > 0  # and the store keeps working afterwards
+    finally:
+        s.close()
+
+
+def test_closed_store_refuses_writes(tmp_path: Path) -> None:
+    s = Store(tmp_path / "db.sqlite3")
+    s.close()
+    with pytest.raises(StoreUnavailable):
+        _insert(s, 1)
