@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 import ncpdp
 
 from .client import (
@@ -116,16 +118,38 @@ class Bridge:
         self.clock = clock
         self.outbox = Outbox(
             store,
-            {"outcome_report": self._deliver_outcome_report, "reversal": self._deliver_reversal},
+            {
+                "outcome_report": self._deliver_outcome_report,
+                "reversal": self._deliver_reversal,
+                "webhook": self._deliver_webhook,
+            },
             settings.queue,
             clock=clock,
         )
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="outcomes")
         self._claim_locks: dict[str, threading.Lock] = {}
         self._claim_locks_guard = threading.Lock()
+        self._webhook_http = httpx.Client(timeout=10.0)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._webhook_http.close()
+
+    def _deliver_webhook(self, payload: dict[str, Any]) -> None:
+        """POST the PA as it is now to the dispensing system's webhook."""
+        url = self.settings.callbacks.forward_url
+        if not url:
+            raise DeliveryFailed("callbacks.forward_url is not configured", retryable=False)
+        try:
+            pa = self.get_pa(str(payload.get("pa_id")))
+        except BridgeError:
+            raise DeliveryFailed("the PA is gone", retryable=False) from None
+        try:
+            r = self._webhook_http.post(url, json={"pa": pa})
+        except httpx.HTTPError as e:
+            raise DeliveryFailed(f"webhook unreachable: {type(e).__name__}") from None
+        if not 200 <= r.status_code < 300:
+            raise DeliveryFailed(f"webhook answered HTTP {r.status_code}")
 
     # ---- audit ----------------------------------------------------------------
     @staticmethod
@@ -540,6 +564,8 @@ class Bridge:
             "plan_outcome": row["plan_outcome"],
             "status": row["workflow_status"],
             "deleted": bool(row["deleted"]),
+            "fax_failed": bool(row["fax_failed"]),
+            "events": json.loads(row["events_json"] or "[]"),
             "matched": bool(row["matched"]),
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],

@@ -130,6 +130,32 @@ def m001_initial(db: Database) -> None:
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
 
 
+@MIGRATIONS()
+def m002_callbacks(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE callbacks (
+            id INTEGER PRIMARY KEY,          -- arrival order
+            dedupe_key TEXT NOT NULL UNIQUE, -- delivery id, or sha256 of the canonical body
+            received_at TEXT NOT NULL,
+            pa_id TEXT,
+            body BLOB,                       -- purged after retention_days
+            body_purged_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX callbacks_pa ON callbacks(pa_id)")
+    db.execute(
+        """CREATE TABLE dead_letters (
+            id INTEGER PRIMARY KEY,
+            received_at TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            content_type TEXT,
+            body BLOB
+        )"""
+    )
+    db.execute("ALTER TABLE pas ADD COLUMN events_json TEXT NOT NULL DEFAULT '[]'")
+    db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
+
+
 def _secure_file(path: Path) -> None:
     """Create the database file 0600 before SQLite does, and tighten existing ones."""
     path.parent.mkdir(parents=True, exist_ok=True)
