@@ -1,1 +1,141 @@
-"""The simulated PA service (being written)."""
+"""The sandbox: a simulation of the PA service's pharmacy interfaces with a test payer.
+
+Run it alone with ``pa-bridge sandbox --port N`` or in-process::
+
+    with SandboxServer(SandboxConfig(step_seconds=0.05)) as sb:
+        sb.claim_url, sb.outcomes_url, sb.dashboard_url
+
+Credentials (published, not secret): username ``sandbox-pharmacy``, password
+``sandbox-password``, api_key ``sandbox-api-key`` (``SANDBOX_USERNAME`` etc.).
+
+Paths:
+
+=========================================  ==============================================
+``POST /pharmacy/claim``                   claim interface, HTML answer with the PA link(s)
+``POST /pharmacy/claim.json``              claim interface, verbose JSON answer
+``POST /pharmacy/claim.empty``             claim interface, empty body + ``Location``
+``POST /outcomes.json``                    outcomes interface, JSON ``{button_label, message}``
+``POST /outcomes.txt``                     outcomes interface, text ``button_label;message``
+``GET /outcomes``                          HTML exploration page (``POST /outcomes``: HTML)
+``POST /dashboard/login``                  ``username``, ``plaintext_password`` -> token body
+``GET /dashboard?token=...``               the pharmacy's dashboard page
+``GET /pa/<id>?token_id=...``              one PA's page (status, outcome, history)
+``GET /_ping``                             health (``{"status": "ok", ...}``)
+``GET /sandbox/pas``                       admin: every PA with its status history (JSON)
+``POST /sandbox/callback-url``             admin: register the callback target at runtime
+                                           (``url``, ``username``, ``password``; form or JSON)
+=========================================  ==============================================
+
+Test payer (PRODUCT.md, "The sandbox's test payer"):
+
+* B1 with the sandbox credentials: a PA per transaction (6-character id, one access
+  token), HTTP 201, answered in the asked format. The same B1 again (same BIN, PCN,
+  group, Rx number, fill number, provider): the original PA, HTTP 200, JSON
+  ``"duplicate": true``.
+* group id (301-C1, or the ``group_id`` variable) containing ``DENY`` / ``PEND``: the PA
+  ends Unfavorable / Pending; any other group: Favorable.
+* after creation the status moves New, PA Request, PA Response (with the outcome),
+  ``step_seconds`` apart; one callback per change.
+* product id ``00000000000``: 422. Wrong username, password or api_key: 403. Missing
+  POST variables: 404 naming each. A claim our ``ncpdp`` cannot parse: 500 with the
+  parse error (byte offset, segment, field).
+* B2 for a known claim: the PA is deleted: a DELETE event and a callback (HTTP 200).
+* outcomes for rejection codes 70, 75, 76: a replacement message and the button label
+  ``Submit PA``; other claims: the message unchanged, empty button label. BIN
+  ``999997``: 500; ``999998``: answers after 5 s; ``999996``: trickles its answer over 3 s.
+  Wrong api_key: 403.
+
+Callbacks: ``POST`` JSON ``{"request": {...}}`` to the registered URL, optional HTTP
+Basic; any non-200 or connection error is retried with exponential backoff until
+delivered; deliveries for one PA go in order. Error bodies have the service's shape
+``{"errors": [{"code", "message", "debug"}]}``. Only synthetic data, and no PHI, is kept
+in the sandbox's logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._serve import BackgroundWsgiServer
+from ._state import SandboxState
+from .app import create_sandbox_app, sandbox_state
+from .config import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME, SandboxConfig
+
+__all__ = [
+    "SANDBOX_API_KEY",
+    "SANDBOX_PASSWORD",
+    "SANDBOX_USERNAME",
+    "BackgroundWsgiServer",
+    "SandboxConfig",
+    "SandboxServer",
+    "SandboxState",
+    "create_sandbox_app",
+    "sandbox_state",
+]
+
+
+class SandboxServer:
+    """The sandbox app served by cheroot on a background thread."""
+
+    def __init__(
+        self, config: SandboxConfig | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.config = config or SandboxConfig()
+        self.app = create_sandbox_app(self.config)
+        # Fault drills hold a worker each for up to 5 s: leave room for them.
+        self._server = BackgroundWsgiServer(self.app, host, port, numthreads=32)
+        self._started = False
+
+    @property
+    def state(self) -> SandboxState:
+        return sandbox_state(self.app)
+
+    def start(self) -> SandboxServer:
+        self._server.start()
+        self._started = True
+        return self
+
+    def stop(self) -> None:
+        """Wake stalled drills, stop the clock and deliveries, then the HTTP server."""
+        self.state.stop_event.set()
+        if self._started:
+            self._server.stop()
+            self._started = False
+        self.state.close()
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def claim_url(self) -> str:
+        return self.url + "/pharmacy/claim"
+
+    @property
+    def outcomes_url(self) -> str:
+        return self.url + "/outcomes.json"
+
+    @property
+    def dashboard_url(self) -> str:
+        return self.url + "/dashboard"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`pa_bridge.client.PaServiceClient`."""
+        return {
+            "claim_url": self.claim_url,
+            "outcomes_url": self.outcomes_url,
+            "dashboard_url": self.dashboard_url,
+            "username": self.config.username,
+            "password": self.config.password,
+            "api_key": self.config.api_key,
+        }
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,385 @@
+"""The sandbox's state: its PAs (memory or SQLite), the status steps, and callbacks.
+
+One scheduler thread runs timed tasks (status steps, callback attempts); callback
+HTTP posts run on a small pool so a slow receiver does not hold up the clock.
+Deliveries for one PA go in order: only the head of its queue is ever in flight, and
+a failed head is retried with exponential backoff before anything behind it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import heapq
+import itertools
+import json
+import logging
+import secrets
+import sqlite3
+import string
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from ..client import _make_verify
+from .config import SandboxConfig
+
+__all__ = ["SandboxState", "CallbackTarget", "now_iso"]
+
+log = logging.getLogger("pa_bridge.sandbox")
+
+_ID_ALPHABET = string.ascii_uppercase + string.digits
+#: Keys of a stored PA that are the sandbox's own bookkeeping, not the request object.
+_INTERNAL = ("history", "final_outcome", "dup_key", "deleted", "callbacks")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class CallbackTarget:
+    url: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+
+@dataclass
+class _Delivery:
+    pa_id: str
+    payload: dict[str, Any]
+    attempts: int = 0
+
+
+@dataclass
+class _PaQueue:
+    items: deque[_Delivery] = field(default_factory=deque)
+    busy: bool = False
+
+
+class SandboxState:
+    """PAs, the clock that moves them, and the callback outbox."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.stop_event = threading.Event()
+        self.callback = CallbackTarget(
+            config.callback_url, config.callback_username, config.callback_password
+        )
+        self.dashboard_tokens: set[str] = set()
+        self._db_lock = threading.RLock()
+        self._db = sqlite3.connect(config.db_path or ":memory:", check_same_thread=False)
+        with self._db_lock, self._db:
+            self._db.execute("PRAGMA journal_mode=WAL" if config.db_path else "PRAGMA user_version")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS pa ("
+                " id TEXT PRIMARY KEY, dup_key TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0,"
+                " seq INTEGER NOT NULL, data TEXT NOT NULL)"
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS pa_dup ON pa (dup_key)")
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._http: httpx.Client | None = None
+        self._queues: dict[str, _PaQueue] = {}
+        self._closed = False
+        self._resume()
+
+    # ------------------------------------------------------------------ store
+
+    def _save(self, pa: dict[str, Any]) -> None:
+        with self._db_lock, self._db:
+            self._db.execute(
+                "INSERT INTO pa (id, dup_key, deleted, seq, data) VALUES (?, ?, ?, "
+                " COALESCE((SELECT seq FROM pa WHERE id = ?), (SELECT COUNT(*) FROM pa)), ?)"
+                " ON CONFLICT(id) DO UPDATE SET deleted = excluded.deleted, data = excluded.data",
+                (pa["id"], pa["dup_key"], int(pa["deleted"]), pa["id"], json.dumps(pa)),
+            )
+
+    def get(self, pa_id: str) -> dict[str, Any] | None:
+        with self._db_lock:
+            row = self._db.execute("SELECT data FROM pa WHERE id = ?", (pa_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def find(self, dup_key: str, *, include_deleted: bool) -> dict[str, Any] | None:
+        with self._db_lock:
+            row = self._db.execute(
+                "SELECT data FROM pa WHERE dup_key = ? AND (? OR deleted = 0)"
+                " ORDER BY seq DESC LIMIT 1",
+                (dup_key, int(include_deleted)),
+            ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def all(self) -> list[dict[str, Any]]:
+        with self._db_lock:
+            rows = self._db.execute("SELECT data FROM pa ORDER BY seq").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def _new_id(self) -> str:
+        while True:
+            pa_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(6))
+            if self.get(pa_id) is None:
+                return pa_id
+
+    @staticmethod
+    def request_object(pa: dict[str, Any]) -> dict[str, Any]:
+        """The PA as the service's requests resource shows it (no bookkeeping)."""
+        return {k: v for k, v in pa.items() if k not in _INTERNAL}
+
+    # ------------------------------------------------------------------ PA life
+
+    def create(self, dup_key: str, fields: dict[str, Any], final_outcome: str) -> dict[str, Any]:
+        """A new PA in status New (callback now), then PA Request and PA Response."""
+        with self._db_lock:
+            pa_id = self._new_id()
+            ts = now_iso()
+            token = secrets.token_urlsafe(24)
+            pa: dict[str, Any] = {
+                "id": pa_id,
+                "workflow_status": "New",
+                "plan_outcome": None,
+                "is_epa": True,
+                "created_at": ts,
+                "updated_at": ts,
+                "events": [],
+                "tokens": [{"id": token, "request_id": pa_id}],
+                **fields,
+                "history": [{"workflow_status": "New", "plan_outcome": None, "time": ts}],
+                "final_outcome": final_outcome,
+                "dup_key": dup_key,
+                "deleted": False,
+            }
+            self._save(pa)
+        log.info("sandbox PA %s created (New)", pa_id)
+        self._enqueue_callback(pa)
+        self._schedule(self.config.step_seconds, lambda: self._advance(pa_id))
+        return pa
+
+    def _advance(self, pa_id: str) -> None:
+        with self._db_lock:
+            pa = self.get(pa_id)
+            if pa is None or pa["deleted"] or pa["workflow_status"] == "PA Response":
+                return
+            ts = now_iso()
+            if pa["workflow_status"] == "New":
+                pa["workflow_status"], pa["plan_outcome"] = "PA Request", None
+            else:
+                pa["workflow_status"], pa["plan_outcome"] = "PA Response", pa["final_outcome"]
+            pa["updated_at"] = ts
+            pa["history"].append(
+                {
+                    "workflow_status": pa["workflow_status"],
+                    "plan_outcome": pa["plan_outcome"],
+                    "time": ts,
+                }
+            )
+            self._save(pa)
+        log.info("sandbox PA %s moved to %s", pa_id, pa["workflow_status"])
+        self._enqueue_callback(pa)
+        if pa["workflow_status"] != "PA Response":
+            self._schedule(self.config.step_seconds, lambda: self._advance(pa_id))
+
+    def delete(self, pa: dict[str, Any], remote_user: str) -> dict[str, Any]:
+        """Soft-delete: a DELETE event, the status steps stop, a callback goes out."""
+        with self._db_lock:
+            current = self.get(pa["id"]) or pa
+            if current["deleted"]:
+                return current
+            ts = now_iso()
+            current["deleted"] = True
+            current["updated_at"] = ts
+            current["events"].append(
+                {"type": "DELETE", "time": ts, "remote_user": {"display_name": remote_user}}
+            )
+            current["history"].append(
+                {
+                    "workflow_status": current["workflow_status"],
+                    "plan_outcome": current["plan_outcome"],
+                    "time": ts,
+                    "event": "DELETE",
+                }
+            )
+            self._save(current)
+        log.info("sandbox PA %s deleted", current["id"])
+        self._enqueue_callback(current)
+        return current
+
+    def _resume(self) -> None:
+        """After a restart on SQLite: finish the status steps of unfinished PAs."""
+        for pa in self.all():
+            if not pa["deleted"] and pa["workflow_status"] != "PA Response":
+                pa_id = pa["id"]
+                self._schedule(self.config.step_seconds, functools.partial(self._advance, pa_id))
+
+    # ------------------------------------------------------------------ scheduler
+
+    def _schedule(self, delay: float, task: Callable[[], None]) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            heapq.heappush(self._heap, (time.monotonic() + max(0.0, delay), next(self._seq), task))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="sandbox-scheduler", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    self._cond.wait(None if not self._heap else self._heap[0][0] - now)
+                if self._closed:
+                    return
+                _, _, task = heapq.heappop(self._heap)
+            try:
+                task()
+            except Exception:
+                log.exception("sandbox task failed")
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _enqueue_callback(self, pa: dict[str, Any]) -> None:
+        payload = {"request": self.request_object(pa)}
+        pa_id = pa["id"]
+        with self._cond:
+            q = self._queues.setdefault(pa_id, _PaQueue())
+            q.items.append(_Delivery(pa_id, payload))
+            start = not q.busy
+            q.busy = True
+        if start:
+            self._schedule(0, lambda: self._attempt(pa_id))
+
+    def _attempt(self, pa_id: str) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=4, thread_name_prefix="sandbox-callback"
+                )
+            pool = self._pool
+        try:
+            pool.submit(self._deliver, pa_id)
+        except RuntimeError:  # shutting down
+            return
+
+    def _client(self) -> httpx.Client:
+        with self._cond:
+            if self._http is None:
+                self._http = httpx.Client(
+                    verify=_make_verify(self.config.callback_verify),
+                    timeout=self.config.callback_timeout_seconds,
+                    follow_redirects=False,
+                )
+            return self._http
+
+    def _deliver(self, pa_id: str) -> None:
+        with self._cond:
+            q = self._queues.get(pa_id)
+            if q is None or not q.items:
+                if q is not None:
+                    q.busy = False
+                return
+            delivery = q.items[0]
+            target = CallbackTarget(
+                self.callback.url, self.callback.username, self.callback.password
+            )
+        if not target.url:
+            with self._cond:
+                dropped = len(q.items)
+                q.items.clear()
+                q.busy = False
+            log.info(
+                "sandbox PA %s: no callback URL registered, %d callback(s) dropped", pa_id, dropped
+            )
+            return
+        delivery.attempts += 1
+        ok = False
+        status: int | str
+        try:
+            if target.username:
+                auth = httpx.BasicAuth(target.username, target.password or "")
+                resp = self._client().post(target.url, json=delivery.payload, auth=auth)
+            else:  # credentials in the URL's userinfo, if any, still apply
+                resp = self._client().post(target.url, json=delivery.payload)
+            status = resp.status_code
+            ok = status == 200
+        except httpx.HTTPError as exc:
+            status = type(exc).__name__
+        except RuntimeError:  # client closed while stopping
+            return
+        self._record(pa_id, ok)
+        if ok:
+            log.info(
+                "sandbox PA %s callback (%s) delivered after %d attempt(s)",
+                pa_id,
+                delivery.payload["request"]["workflow_status"],
+                delivery.attempts,
+            )
+            with self._cond:
+                q.items.popleft()
+                more = bool(q.items)
+                if not more:
+                    q.busy = False
+            if more:
+                self._schedule(0, lambda: self._attempt(pa_id))
+            return
+        delay = min(
+            self.config.retry_base_seconds * (2 ** (delivery.attempts - 1)),
+            self.config.retry_max_seconds,
+        )
+        log.info(
+            "sandbox PA %s callback attempt %d failed (%s); retry in %.2f s",
+            pa_id,
+            delivery.attempts,
+            status,
+            delay,
+        )
+        self._schedule(delay, lambda: self._attempt(pa_id))
+
+    def _record(self, pa_id: str, ok: bool) -> None:
+        with self._db_lock:
+            pa = self.get(pa_id)
+            if pa is None:
+                return
+            stats = pa.setdefault("callbacks", {"attempts": 0, "delivered": 0})
+            stats["attempts"] += 1
+            stats["delivered"] += int(ok)
+            self._save(pa)
+
+    def pending_callbacks(self) -> int:
+        with self._cond:
+            return sum(len(q.items) for q in self._queues.values())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Stop the clock and the deliveries; wake any stalled drill; close the db."""
+        self.stop_event.set()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread, pool = self._thread, self._pool
+        if thread is not None:
+            thread.join(timeout=5)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        with self._cond:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
+        with self._db_lock:
+            self._db.close()

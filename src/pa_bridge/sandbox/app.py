@@ -1,0 +1,411 @@
+"""The sandbox's Flask app: the PA service's pharmacy interfaces with a test payer.
+
+See the package docstring for the paths and the test payer table.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Iterator
+from html import escape
+from typing import Any
+
+from flask import Flask, Response, request, url_for
+
+import ncpdp
+
+from .. import __version__
+from ..client import CLAIM_VARIABLES, OUTCOME_VARIABLES
+from ._state import CallbackTarget, SandboxState
+from .config import SandboxConfig
+
+__all__ = ["create_sandbox_app", "sandbox_state"]
+
+log = logging.getLogger("pa_bridge.sandbox")
+
+UNKNOWN_NDC = "00000000000"
+OUTCOMES_500_BIN = "999997"
+OUTCOMES_STALL_BIN = "999998"
+OUTCOMES_TRICKLE_BIN = "999996"
+BUTTON_LABEL = "Submit PA"
+#: Replacement rejection messages for the codes that call outcomes first.
+REPLACEMENTS = {
+    "75": "Prior authorization required. Submit an electronic PA now; "
+    "the prescriber completes it online.",
+    "70": "Product not covered as billed. The plan may cover it after a prior authorization; "
+    "submit an electronic PA.",
+    "76": "Plan limits exceeded. Request an exception with an electronic PA.",
+}
+_PAGE = (
+    "<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+    "<body><h1>{title}</h1>{body}<p><small>pa-bridge sandbox: synthetic data only</small></p>"
+    "</body></html>"
+)
+
+
+def sandbox_state(app: Flask) -> SandboxState:
+    state = app.extensions["pa_sandbox"]
+    assert isinstance(state, SandboxState)
+    return state
+
+
+def _page(title: str, body: str, status: int = 200) -> Response:
+    return Response(
+        _PAGE.format(title=escape(title), body=body), status=status, mimetype="text/html"
+    )
+
+
+def _errors(status: int, *errors: tuple[int, str, str]) -> Response:
+    """The service's error shape: {"errors": [{"code", "message", "debug"}]}."""
+    body = {"errors": [{"code": c, "message": m, "debug": d} for c, m, d in errors]}
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def _same(given: str | None, expected: str) -> bool:
+    return hmac.compare_digest((given or "").encode(), expected.encode())
+
+
+def _us_date(ccyymmdd: str) -> str:
+    d = ccyymmdd.strip()
+    return f"{d[4:6]}/{d[6:8]}/{d[:4]}" if len(d) == 8 and d.isdigit() else ""
+
+
+def _final_outcome(group_id: str) -> str:
+    g = group_id.upper()
+    if "DENY" in g:
+        return "Unfavorable"
+    if "PEND" in g:
+        return "Pending"
+    return "Favorable"
+
+
+def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
+    """The sandbox app. Its state (``app.extensions["pa_sandbox"]``) owns a scheduler
+    thread started on first use; call ``sandbox_state(app).close()`` when done (the
+    :class:`~pa_bridge.sandbox.SandboxServer` does)."""
+    config = config or SandboxConfig()
+    app = Flask("pa_bridge.sandbox")
+    state = SandboxState(config)
+    app.extensions["pa_sandbox"] = state
+
+    def pa_url(pa: dict[str, Any]) -> str:
+        return url_for("pa_page", pa_id=pa["id"], token_id=pa["tokens"][0]["id"], _external=True)
+
+    # ------------------------------------------------------------ claim interface
+
+    def claim(fmt: str) -> Response:
+        form = request.form
+        missing = [v for v in CLAIM_VARIABLES if not form.get(v)]
+        if missing:
+            return _errors(
+                404,
+                *((404001, f"Missing POST variable: {v}", v) for v in missing),
+            )
+        if not (
+            _same(form.get("username"), config.username)
+            & _same(form.get("password"), config.password)
+            & _same(form.get("api_key"), config.api_key)
+        ):
+            return _errors(
+                403, (403001, "Wrong or unknown username or password", "credentials rejected")
+            )
+        try:
+            t = ncpdp.parse(form["ncpdp_claim"], strict=False)
+        except ncpdp.ParseError as exc:
+            return _errors(500, (500001, "The claim could not be parsed", str(exc)))
+        if not t.is_request:
+            return _errors(500, (500002, "The claim is a response, not a request", "kind"))
+        view = t.as_request()
+        code = view.transaction_code.strip()
+        if view.version.strip() not in ("D0", "51"):
+            return _errors(500, (500003, "Only NCPDP D.0 and 5.1 claims are accepted", "102-A2"))
+        if code not in ("B1", "B2"):
+            return _errors(
+                500, (500004, "Only B1 and B2 transactions are accepted", f"103-A3 {code!r}")
+            )
+        bin_ = form.get("bin_number") or view.bin
+        pcn = form.get("pcn_number") or view.pcn
+        group = form.get("group_id") or view.group_id or ""
+        provider = view.service_provider_id
+
+        def key(tx: ncpdp.RequestTransactionView, group_id: str) -> str:
+            fill = "" if tx.fill_number is None else str(tx.fill_number)
+            return "|".join([bin_, pcn, group_id, tx.rx_number or "", fill, provider])
+
+        if code == "B2":
+            results: list[tuple[dict[str, Any], bool]] = []
+            for tx in view.transactions:
+                found = state.find(key(tx, group), include_deleted=True)
+                if found is None and not group:
+                    found = next(
+                        (
+                            p
+                            for p in reversed(state.all())
+                            if p["dup_key"].split("|")[:2] == [bin_, pcn]
+                            and p["dup_key"].split("|")[3:] == key(tx, "").split("|")[3:]
+                        ),
+                        None,
+                    )
+                if found is not None:
+                    already = bool(found["deleted"])
+                    results.append((state.delete(found, "pharmacy"), already))
+            return render_claim(fmt, results, 200, deleted=True)
+
+        for tx in view.transactions:
+            ndc = (tx.product_id or "").strip()
+            if ndc == UNKNOWN_NDC or not ndc:
+                return _errors(
+                    422,
+                    (422001, "Unrecognised NDC", f"407-D7 in transaction {tx.index + 1}"),
+                )
+        results = []
+        created = False
+        for tx in view.transactions:
+            k = key(tx, group)
+            existing = state.find(k, include_deleted=False)
+            if existing is not None:
+                results.append((existing, True))
+                continue
+            npi = form.get("physician_npi") or (
+                tx.prescriber_id if tx.prescriber_id_qualifier == "01" else ""
+            )
+            dea = form.get("physician_dea") or (
+                tx.prescriber_id if tx.prescriber_id_qualifier == "12" else ""
+            )
+            pharmacy_key = "npi" if view.service_provider_id_qualifier == "01" else "ncpdpid"
+            fields = {
+                "payer": {"bin": bin_, "pcn": pcn, "group_id": group},
+                "prescription": {
+                    "drug_id": tx.product_id,
+                    "ndc": tx.product_id,
+                    "prescription_reference": tx.rx_number,
+                    "fill_number": tx.fill_number,
+                    "quantity": None if tx.quantity is None else str(tx.quantity),
+                    "days_supply": tx.days_supply,
+                    "date_of_service": _us_date(view.date_of_service),
+                },
+                "prescriber": {
+                    "npi": npi or None,
+                    "dea_number": dea or None,
+                    "last_name": form.get("physician_lname") or tx.prescriber_last_name,
+                },
+                "pharmacy": {pharmacy_key: provider},
+            }
+            results.append((state.create(k, fields, _final_outcome(group)), False))
+            created = True
+        return render_claim(fmt, results, 201 if created else 200)
+
+    def render_claim(
+        fmt: str, results: list[tuple[dict[str, Any], bool]], status: int, *, deleted: bool = False
+    ) -> Response:
+        urls = [pa_url(pa) for pa, _ in results]
+        duplicate = bool(results) and all(dup for _, dup in results)
+        if fmt == "json":
+            body = {
+                "duplicate": duplicate,
+                "deleted": deleted,
+                "pa_urls": urls,
+                "requests": [
+                    {
+                        "id": pa["id"],
+                        "workflow_status": pa["workflow_status"],
+                        "plan_outcome": pa["plan_outcome"],
+                        "duplicate": dup,
+                        "deleted": bool(pa["deleted"]),
+                        "html_url": url,
+                        "tokens": [
+                            {"id": t["id"], "request_id": pa["id"], "html_url": url}
+                            for t in pa["tokens"][:1]
+                        ],
+                    }
+                    for (pa, dup), url in zip(results, urls, strict=True)
+                ],
+            }
+            return Response(json.dumps(body), status=status, mimetype="application/json")
+        if fmt == "empty":
+            resp = Response(b"", status=status)
+            if urls:
+                resp.headers["Location"] = urls[0]
+            return resp
+        title = "Prior authorization deleted" if deleted else "Prior authorization"
+        items = "".join(
+            f"<li><a href='{escape(url)}'>Open PA {escape(pa['id'])}</a>"
+            f" ({escape(pa['workflow_status'])}{', duplicate' if dup else ''})</li>"
+            for (pa, dup), url in zip(results, urls, strict=True)
+        )
+        return _page(
+            title, f"<ul>{items}</ul>" if items else "<p>No PA for this claim.</p>", status
+        )
+
+    app.add_url_rule("/pharmacy/claim", "claim_html", lambda: claim("html"), methods=["POST"])
+    app.add_url_rule("/pharmacy/claim.json", "claim_json", lambda: claim("json"), methods=["POST"])
+    app.add_url_rule(
+        "/pharmacy/claim.empty", "claim_empty", lambda: claim("empty"), methods=["POST"]
+    )
+
+    # ------------------------------------------------------------ outcomes interface
+
+    def outcomes(fmt: str) -> Response:
+        form = request.form
+        missing = [v for v in OUTCOME_VARIABLES if v not in form]
+        if "api_key" not in missing and not form.get("api_key"):
+            missing.insert(0, "api_key")
+        if missing:
+            return _errors(404, *((404002, f"Missing POST variable: {v}", v) for v in missing))
+        if not _same(form.get("api_key"), config.api_key):
+            return _errors(403, (403002, "Unknown api_key", "api_key rejected"))
+        bin_ = form.get("bin", "").strip()
+        if bin_ == OUTCOMES_500_BIN:
+            return _errors(500, (500010, "Outcomes drill: server error", "bin 999997"))
+        if bin_ == OUTCOMES_STALL_BIN and state.stop_event.wait(config.stall_seconds):
+            return _errors(503, (503001, "The sandbox is stopping", "stopped during stall"))
+        codes = [c.strip() for c in form.get("rejection_code", "").split(",") if c.strip()]
+        replacement = next((REPLACEMENTS[c] for c in codes if c in REPLACEMENTS), None)
+        if replacement is not None:
+            label, message = BUTTON_LABEL, replacement
+        else:
+            label, message = "", form.get("rejection_message", "")
+        if fmt == "json":
+            body = json.dumps({"button_label": label, "message": message}).encode()
+            mimetype = "application/json"
+        elif fmt == "txt":
+            body = f"{label};{message}".encode()
+            mimetype = "text/plain"
+        else:
+            return _page(
+                "Outcome",
+                f"<p>Button label: <b>{escape(label) or '(none)'}</b></p>"
+                f"<p>Message: {escape(message)}</p>",
+            )
+        if bin_ == OUTCOMES_TRICKLE_BIN:
+            return Response(
+                _trickle(body, config.trickle_seconds, state),
+                status=200,
+                mimetype=mimetype,
+                headers={"Content-Length": str(len(body))},
+            )
+        return Response(body, status=200, mimetype=mimetype)
+
+    def outcomes_page() -> Response:
+        inputs = "".join(f"<label>{v} <input name='{v}'></label><br>" for v in OUTCOME_VARIABLES)
+        return _page(
+            "Outcomes interface (sandbox)",
+            "<p>POST the outcome variables to /outcomes.json (JSON) or /outcomes.txt "
+            "(text: <code>button_label;message</code>). Rejection codes 70, 75, 76 get a "
+            "replacement message; BIN 999997 answers 500, 999998 answers after 5 s, "
+            "999996 trickles its answer over 3 s.</p>"
+            f"<form method='post' action='/outcomes.json'>{inputs}"
+            "<button>Send</button></form>",
+        )
+
+    app.add_url_rule("/outcomes", "outcomes_page", outcomes_page, methods=["GET"])
+    app.add_url_rule("/outcomes", "outcomes_html", lambda: outcomes("html"), methods=["POST"])
+    app.add_url_rule("/outcomes.json", "outcomes_json", lambda: outcomes("json"), methods=["POST"])
+    app.add_url_rule("/outcomes.txt", "outcomes_txt", lambda: outcomes("txt"), methods=["POST"])
+
+    # ------------------------------------------------------------ dashboard, PA pages
+
+    @app.post("/dashboard/login")
+    def dashboard_login() -> Response:
+        form = request.form
+        missing = [v for v in ("username", "plaintext_password") if not form.get(v)]
+        if missing:
+            return _errors(404, *((404003, f"Missing POST variable: {v}", v) for v in missing))
+        if not (
+            _same(form.get("username"), config.username)
+            & _same(form.get("plaintext_password"), config.password)
+        ):
+            return _errors(403, (403003, "Wrong or unknown username or password", "login"))
+        token = secrets.token_urlsafe(32)
+        state.dashboard_tokens.add(token)
+        return Response(token, status=200, mimetype="text/plain")
+
+    @app.get("/dashboard")
+    def dashboard() -> Response:
+        if request.args.get("token") not in state.dashboard_tokens:
+            return _page("Dashboard", "<p>Please log in again.</p>", 403)
+        rows = "".join(
+            f"<tr><td><a href='{escape(pa_url(pa))}'>{escape(pa['id'])}</a></td>"
+            f"<td>{escape(pa['workflow_status'])}</td><td>{escape(pa['plan_outcome'] or '')}</td></tr>"
+            for pa in state.all()
+            if not pa["deleted"]
+        )
+        return _page(
+            "Pharmacy dashboard (sandbox)",
+            f"<table><tr><th>PA</th><th>Status</th><th>Outcome</th></tr>{rows}</table>",
+        )
+
+    @app.get("/pa/<pa_id>")
+    def pa_page(pa_id: str) -> Response:
+        pa = state.get(pa_id)
+        if pa is None or pa["deleted"]:
+            return _page("Prior authorization", "<p>No such PA (or it was deleted).</p>", 404)
+        if not any(_same(request.args.get("token_id"), t["id"]) for t in pa["tokens"]):
+            return _page("Prior authorization", "<p>This link is not valid.</p>", 403)
+        history = "".join(
+            f"<li>{escape(h['time'])}: {escape(h['workflow_status'])}"
+            f"{' (' + escape(h['plan_outcome']) + ')' if h.get('plan_outcome') else ''}</li>"
+            for h in pa["history"]
+        )
+        rx = pa.get("prescription", {})
+        return _page(
+            f"Prior authorization {pa['id']}",
+            f"<p>Status: <b id='status'>{escape(pa['workflow_status'])}</b></p>"
+            f"<p>Outcome: <b id='outcome'>{escape(pa['plan_outcome'] or 'none yet')}</b></p>"
+            f"<p>Drug (NDC): {escape(str(rx.get('ndc') or ''))}</p><ol>{history}</ol>",
+        )
+
+    @app.get("/_ping")
+    def ping() -> Response:
+        body = {
+            "now": str(int(time.time())),
+            "status": "ok",
+            "app_name": "pa-bridge-sandbox",
+            "version": __version__,
+            "database": "true",
+        }
+        return Response(json.dumps(body), mimetype="application/json")
+
+    # ------------------------------------------------------------ admin (tests, store IT)
+
+    @app.get("/sandbox/pas")
+    def list_pas() -> Response:
+        out = []
+        for pa in state.all():
+            item = {k: v for k, v in pa.items() if k not in ("tokens", "dup_key", "final_outcome")}
+            item["callbacks"] = pa.get("callbacks", {"attempts": 0, "delivered": 0})
+            out.append(item)
+        return Response(
+            json.dumps({"pas": out, "pending_callbacks": state.pending_callbacks()}),
+            mimetype="application/json",
+        )
+
+    @app.post("/sandbox/callback-url")
+    def set_callback() -> Response:
+        data: dict[str, Any] = (
+            request.get_json(silent=True) if request.is_json else request.form.to_dict()
+        ) or {}
+        url = str(data.get("url") or "").strip() or None
+        state.callback = CallbackTarget(
+            url, str(data.get("username") or "") or None, str(data.get("password") or "") or None
+        )
+        log.info("sandbox callback target %s", "registered" if url else "cleared")
+        return Response(
+            json.dumps({"callback_url": url, "basic_auth": state.callback.username is not None}),
+            mimetype="application/json",
+        )
+
+    return app
+
+
+def _trickle(body: bytes, seconds: float, state: SandboxState) -> Iterator[bytes]:
+    """One byte at a time, spread over ``seconds``; stops early when the sandbox stops."""
+    interval = seconds / max(len(body), 1)
+    for i in range(len(body)):
+        if i and state.stop_event.wait(interval):
+            return
+        yield body[i : i + 1]

@@ -1,0 +1,43 @@
+"""Configuration of the sandbox PA service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SANDBOX_API_KEY", "SANDBOX_PASSWORD", "SANDBOX_USERNAME", "SandboxConfig"]
+
+#: The sandbox's published test credentials (not secrets: anyone may use them).
+SANDBOX_USERNAME = "sandbox-pharmacy"
+SANDBOX_PASSWORD = "sandbox-password"  # noqa: S105 - published test credential
+SANDBOX_API_KEY = "sandbox-api-key"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxConfig:
+    """``step_seconds``: time between ePA status changes. ``callback_*``: where status
+    callbacks go (also settable at runtime, POST /sandbox/callback-url); ``callback_verify``
+    is True, False or a CA bundle path for HTTPS targets. ``db_path``: None keeps PAs in
+    memory, else a SQLite file. Callbacks that do not get a 200 are retried after
+    ``retry_base_seconds * 2**(attempt-1)``, at most ``retry_max_seconds``. The fault
+    drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table."""
+
+    username: str = SANDBOX_USERNAME
+    password: str = SANDBOX_PASSWORD
+    api_key: str = SANDBOX_API_KEY
+    step_seconds: float = 1.0
+    callback_url: str | None = None
+    callback_username: str | None = None
+    callback_password: str | None = None
+    callback_verify: bool | str = True
+    callback_timeout_seconds: float = 5.0
+    db_path: str | None = None
+    retry_base_seconds: float = 1.0
+    retry_max_seconds: float = 60.0
+    stall_seconds: float = 5.0
+    trickle_seconds: float = 3.0
+
+    def __repr__(self) -> str:
+        return (
+            f"SandboxConfig(username={self.username!r}, step_seconds={self.step_seconds}, "
+            f"callback_url={'<set>' if self.callback_url else None}, db_path={self.db_path!r})"
+        )
