@@ -71,6 +71,24 @@ class WsgiServer:
             self._thread.join(10)
 
 
+class _LateApp:
+    """A WSGI app whose real app is set after the socket is bound."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self.app is None:
+            start_response(
+                "503 Service Unavailable",
+                [("Content-Type", "application/json"), ("Retry-After", "1")],
+            )
+            return [
+                b'{"error":{"code":"starting","message":"pa-bridge is starting","detail":null}}'
+            ]
+        return self.app(environ, start_response)
+
+
 class Daemon:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
@@ -90,11 +108,21 @@ class Daemon:
         s = self.settings
         self.store = Store(s.storage.path)
         log_event("daemon.database_ready", path=str(s.storage.path))
-        callback_url = s.callbacks.public_url or self._callback_url()
+        # Bind the callback listener first: the sandbox needs its real address. Until
+        # the bridge exists it answers 503, which the service (or sandbox) retries.
+        from .web.callbacks import create_callback_app, ssl_adapter_for
+
+        late = _LateApp()
+        self.callback_server = WsgiServer(
+            late, s.callbacks.listen, name="callbacks", ssl_adapter=ssl_adapter_for(s)
+        )
+        self.callback_server.start()
+        callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
         self.client = self._make_client()
         self.bridge = Bridge(s, self.store, self.client, clock=self.clock)
+        late.app = create_callback_app(self.bridge, s)
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
@@ -112,22 +140,21 @@ class Daemon:
         )
         self.intake_server = WsgiServer(app, s.intake.listen, name="intake")
         self.intake_server.start()
-        self._start_callbacks()
         log_event(
             "daemon.ready",
             intake=self.intake_server.url,
-            callbacks=self.callback_server.url if self.callback_server else None,
+            callbacks=self.callback_server.url,
             sandbox=self.sandbox.url if self.sandbox else None,
         )
 
-    def _callback_url(self) -> str:
-        host, port = parse_listen(self.settings.callbacks.listen)
-        scheme = "https" if self.settings.callbacks.tls_cert else "http"
+    @staticmethod
+    def _callback_url(server: WsgiServer) -> str:
+        host, port = server.address
         if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard listen is reached on loopback
             host = "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"{scheme}://{host}:{port}/callbacks/pharmacy"
+        return f"{server.scheme}://{host}:{port}/callbacks/pharmacy"
 
     def _start_sandbox(self, callback_url: str) -> None:
         from .sandbox import SandboxConfig, SandboxServer
@@ -173,22 +200,6 @@ class Daemon:
 
     def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:
         """Hook for later jobs (retention, vacuum)."""
-
-    def _start_callbacks(self) -> None:
-        """The callback listener (see web/callbacks.py when present)."""
-        try:
-            from .web.callbacks import create_callback_app, ssl_adapter_for
-        except ImportError:
-            return
-        assert self.store is not None and self.bridge is not None
-        app = create_callback_app(self.bridge, self.settings)
-        self.callback_server = WsgiServer(
-            app,
-            self.settings.callbacks.listen,
-            name="callbacks",
-            ssl_adapter=ssl_adapter_for(self.settings),
-        )
-        self.callback_server.start()
 
     def _health(self) -> dict[str, Any]:
         sched = self.scheduler is not None and self.scheduler.running

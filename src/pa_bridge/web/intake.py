@@ -21,6 +21,7 @@ def _bridge() -> Bridge:
 
 
 def _json_body() -> dict[str, Any]:
+    request.get_data()  # enforces MAX_CONTENT_LENGTH (413) before JSON parsing
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object")
@@ -52,7 +53,7 @@ def post_claim() -> Response:
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
-    body = request.get_json(silent=True) if request.data else {}
+    body = request.get_json(silent=True) if request.get_data() else {}
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
     pa, created = _bridge().submit_pa(claim_id, body, g.actor)

@@ -1,0 +1,3 @@
+from pa_bridge.cli import main
+
+main()

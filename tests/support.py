@@ -1,0 +1,147 @@
+"""Helpers for end-to-end tests: free ports, waiting on conditions, the daemon as a
+real subprocess, and a small recording fake of the PA service."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from flask import Flask, request
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    fn: Callable[[], T], *, timeout: float = 15.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll ``fn`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except Exception as e:  # not ready yet
+            last = e
+        else:
+            if last:
+                return last
+        threading.Event().wait(interval)
+    raise AssertionError(f"timed out waiting for {what or fn}: last={last!r}")
+
+
+class DaemonProcess:
+    """`pa-bridge serve` as a subprocess with its stderr captured to a file."""
+
+    def __init__(
+        self, cwd: Path, *, config: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.cwd = cwd
+        self.config = config
+        self.intake_port = free_port()
+        self.callback_port = free_port()
+        self.env = {
+            **os.environ,
+            "PA_BRIDGE_INTAKE__LISTEN": f"127.0.0.1:{self.intake_port}",
+            "PA_BRIDGE_CALLBACKS__LISTEN": f"127.0.0.1:{self.callback_port}",
+            **(env or {}),
+        }
+        self.log = cwd / f"daemon-{self.intake_port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.intake_port}"
+
+    def start(self) -> DaemonProcess:
+        cmd = [sys.executable, "-m", "pa_bridge", "serve"]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=self.env, stdout=fh, stderr=fh)
+        wait_until(self._ready, timeout=30, what="daemon /healthz")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"daemon exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+            )
+        return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return int(self.proc.returncode)
+
+    def log_lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines()
+
+
+class RecordingService:
+    """A fake PA service that records each claim and outcomes call and answers 200."""
+
+    def __init__(self, port: int) -> None:
+        from pa_bridge.runtime import WsgiServer
+
+        self.claims: list[dict[str, str]] = []
+        self.outcomes: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        app = Flask("recording-service")
+
+        @app.post("/claim")
+        def claim() -> tuple[str, int, dict[str, str]]:
+            with self.lock:
+                self.claims.append(request.form.to_dict())
+            return (
+                '{"request": {"id": "FAKE01"}, "urls": ["http://127.0.0.1/pa/FAKE01"]}',
+                201,
+                {"Content-Type": "application/json"},
+            )
+
+        @app.post("/outcomes")
+        def outcomes() -> tuple[str, int, dict[str, str]]:
+            with self.lock:
+                self.outcomes.append(request.form.to_dict())
+            return (
+                '{"button_label": "", "message": "unchanged"}',
+                200,
+                {"Content-Type": "application/json"},
+            )
+
+        self.server = WsgiServer(app, f"127.0.0.1:{port}", name="recording-service")
+
+    def __enter__(self) -> RecordingService:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()

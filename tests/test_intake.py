@@ -1,0 +1,199 @@
+"""The local API, in process, against the in-process sandbox, over real HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import builders as b
+from tests.support import wait_until
+
+
+def _claim(request: bytes, response: bytes, **extra: Any) -> dict[str, Any]:
+    return {"request": request.decode("latin-1"), "response": response.decode("latin-1"), **extra}
+
+
+@pytest.fixture
+def api(make_daemon: Any) -> Any:
+    d = make_daemon()
+    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
+        c.daemon = d  # type: ignore[attr-defined]
+        yield c
+
+
+def test_reject_75_gets_the_outcomes_message(api: httpx.Client) -> None:
+    r = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    assert r.status_code == 200
+    body = r.json()
+    assert body["message_source"] == "outcomes"
+    assert body["pa_eligible"] is True and body["reject_codes"] == ["75"]
+    assert body["button_label"]
+    assert body["message"] != "PRIOR AUTHORIZATION REQUIRED CALL HELP DESK"
+    assert set(body) >= {"claim_id", "transaction_status", "elapsed_ms"}
+
+
+def test_outcomes_failure_falls_back_to_the_payer_message(api: httpx.Client) -> None:
+    r = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+    )
+    body = r.json()
+    assert body["message_source"] == "fallback"
+    assert body["message"] == "PRIOR AUTHORIZATION REQUIRED CALL HELP DESK"
+    assert body["pa_eligible"] is True and body["button_label"] == "Submit PA"
+
+
+def test_mr_answers_at_once_with_submit_pa(api: httpx.Client) -> None:
+    body = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
+    ).json()
+    assert body["message_source"] == "payer"
+    assert body["pa_eligible"] is True and body["button_label"] == "Submit PA"
+    assert body["message"] == "PRODUCT NOT ON FORMULARY"
+
+
+def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
+    body = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
+    assert body["pa_eligible"] is False and body["message_source"] == "payer"
+    outbox = api.daemon.bridge.outbox  # type: ignore[attr-defined]
+    wait_until(
+        lambda: outbox.list() and outbox.list()[0]["status"] == "delivered", what="report delivered"
+    )
+
+
+def test_several_transactions_are_answered_each(api: httpx.Client) -> None:
+    req = b.request_bytes(
+        rxs=(b.Rx(), b.Rx(rx_number="000001234568"), b.Rx(rx_number="000001234569"))
+    )
+    resp = b.response_bytes([b.PAID, b.REJECT_75, b.REJECT_MR])
+    body = api.post("/v1/claims", json=_claim(req, resp)).json()
+    assert [t["message_source"] for t in body["transactions"]] == ["payer", "outcomes", "payer"]
+    assert [t["pa_eligible"] for t in body["transactions"]] == [False, True, True]
+    assert body["transaction_status"] == "P"  # the top level is the first transaction
+
+
+def test_malformed_claim_is_400_with_the_parser_position_and_nothing_stored(
+    api: httpx.Client,
+) -> None:
+    raw = b.request_bytes()
+    broken = raw[:100] + b"\x1c\x1c" + raw[100:]
+    r = api.post("/v1/claims", json=_claim(broken, b.response_bytes([b.PAID])))
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "malformed_claim"
+    assert err["detail"]["offset"] is not None and "byte offset" in err["message"]
+    store = api.daemon.store  # type: ignore[attr-defined]
+    assert store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
+    r = api.post("/v1/claims", json={"request": 5})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_body"
+    r = api.post("/v1/claims", content=b"not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+
+
+def test_submit_pa_once_and_the_second_click_returns_the_same_pa(api: httpx.Client) -> None:
+    claim = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()
+    first = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    assert first.status_code == 201
+    pa = first.json()
+    assert pa["url"] and pa["pa_id"]
+    second = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    assert second.status_code == 200 and second.json()["pa_id"] == pa["pa_id"]
+    opened = api.get(f"/v1/pa/{pa['pa_id']}/open")
+    assert opened.status_code == 302 and opened.headers["location"] == pa["url"]
+
+
+def test_submit_pa_errors(api: httpx.Client) -> None:
+    r = api.post("/v1/claims/nope/pa")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_claim"
+    paid = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
+    r = api.post(f"/v1/claims/{paid['claim_id']}/pa")
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not_pa_eligible"
+    bad_ndc = api.post(
+        "/v1/claims",
+        json=_claim(
+            b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)), b.response_bytes([b.REJECT_MR])
+        ),
+    ).json()
+    r = api.post(f"/v1/claims/{bad_ndc['claim_id']}/pa")
+    assert r.status_code == 502
+    err = r.json()["error"]
+    assert err["code"] == "service_unrecognized_ndc" and err["message"]
+    # nothing stored, so the pharmacist can click again
+    assert api.get("/v1/pa").json()["pas"] == []
+
+
+def test_reversal_reaches_the_service_and_the_pa_shows_delete(api: httpx.Client) -> None:
+    claim = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()
+    pa = api.post(f"/v1/claims/{claim['claim_id']}/pa").json()
+    r = api.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
+    assert r.status_code == 200 and r.json()["status"] == "delivered"
+
+    def deleted() -> bool:
+        got = api.get(f"/v1/pa/{pa['pa_id']}").json()
+        return got["deleted"] and any(e["type"] == "DELETE" for e in got["events"])
+
+    wait_until(deleted, what="DELETE event on the PA")
+    r = api.post("/v1/reversals", json={"request": b.request_bytes().decode("latin-1")})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "not_a_reversal"
+
+
+def test_pa_feed_cursor_returns_only_changes(api: httpx.Client) -> None:
+    claim = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()
+    pa = api.post(f"/v1/claims/{claim['claim_id']}/pa").json()
+    wait_until(
+        lambda: api.get(f"/v1/pa/{pa['pa_id']}").json()["workflow_status"] == "PA Response",
+        what="PA Response",
+    )
+    feed = api.get("/v1/pa").json()
+    assert [p["pa_id"] for p in feed["pas"]] == [pa["pa_id"]]
+    cursor = feed["cursor"]
+    assert api.get("/v1/pa", params={"since": cursor}).json()["pas"] == []
+    assert api.get("/v1/pa", params={"since": "x"}).status_code == 400
+
+
+def test_unknown_paths_and_pas_answer_json_errors(api: httpx.Client) -> None:
+    for path in ("/nowhere", "/v1/pa/NOPE", "/v1/pa/NOPE/open"):
+        r = api.get(path)
+        assert r.status_code == 404
+        assert set(r.json()["error"]) == {"code", "message", "detail"}
+
+
+def test_oversized_body_is_413(make_daemon: Any) -> None:
+    d = make_daemon(intake={"max_body_bytes": 2048})
+    r = httpx.post(f"{d.intake_server.url}/v1/claims", content=b"{" + b" " * 4096 + b"}")
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+
+def test_bearer_token_is_required_when_configured(make_daemon: Any) -> None:
+    d = make_daemon(intake={"tokens": ["tok-one", "tok-two"]})
+    url = d.intake_server.url
+    body = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
+    r = httpx.post(f"{url}/v1/claims", json=body)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+    r = httpx.post(f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401
+    assert d.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
+    r = httpx.post(f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer tok-two"})
+    assert r.status_code == 200
+    assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no token
+
+
+def test_dashboard_open_redirects_with_a_token(api: httpx.Client) -> None:
+    r = api.get("/v1/dashboard/open")
+    assert r.status_code == 302
+    assert "token=" in r.headers["location"]
+    assert r.headers["cache-control"] == "no-store"
+
+
+def test_healthz_reports_components(api: httpx.Client) -> None:
+    body = api.get("/healthz").json()
+    assert body["status"] == "ok"
+    assert body["database"] and body["scheduler"] and body["writer"]
+    assert body["queue_depth"] == 0
