@@ -31,7 +31,7 @@ _OVERPUNCH_NEG = "}JKLMNOPQR"
 
 def decode_date(value: str) -> _dt.date:
     """``"20261123"`` -> ``date(2026, 11, 23)``."""
-    if len(value) != 8 or not value.isdigit():
+    if len(value) != 8 or not value.isdigit() or not value.isascii():
         raise CodecError("date must be 8 digits CCYYMMDD", value=value)
     try:
         return _dt.date(int(value[:4]), int(value[4:6]), int(value[6:]))
@@ -54,6 +54,8 @@ def decode_implied(value: str, places: int) -> Decimal:
 
 def encode_implied(value: Decimal, places: int, width: int | None = None) -> str:
     """``(Decimal("30"), 3)`` -> ``"30000"``; zero-filled to ``width`` when given."""
+    if not isinstance(value, Decimal) or not value.is_finite():
+        raise CodecError("not a finite Decimal", value=str(value))
     scaled = value.scaleb(places)
     if scaled != scaled.to_integral_value() or scaled < 0:
         raise CodecError(
@@ -87,6 +89,8 @@ def decode_overpunch(value: str, places: int = 2) -> Decimal:
 
 def encode_overpunch(value: Decimal, places: int = 2, width: int | None = None) -> str:
     """``Decimal("12.30")`` -> ``"123{"``; ``Decimal("-12.30")`` -> ``"123}"``."""
+    if not isinstance(value, Decimal) or not value.is_finite():
+        raise CodecError("not a finite Decimal", value=str(value))
     scaled = value.scaleb(places)
     if scaled != scaled.to_integral_value():
         raise CodecError(f"more than {places} decimals", value=str(value))

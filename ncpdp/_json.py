@@ -17,8 +17,8 @@ from ._model import (
     RequestHeader,
     ResponseHeader,
     Segment,
-    Transmission,
     TransactionGroup,
+    Transmission,
     segment_name,
 )
 
@@ -41,7 +41,7 @@ def decode_value(field_id: str, value: str) -> str | int | None:
             return str(decode_overpunch(value, fd.places))
         if codec == "number":
             v = value.strip()
-            return int(v) if v.isdigit() else None
+            return int(v) if v.isdigit() and v.isascii() else None
     except CodecError:
         return None
     return None
@@ -82,9 +82,7 @@ def to_jsonable(t: Transmission) -> dict[str, Any]:
         "transaction_code": t.transaction_code,
         "header": header,
         "segments": [_segment_json(s, version) for s in t.segments],
-        "transactions": [
-            {"segments": [_segment_json(s, version) for s in g]} for g in t.groups
-        ],
+        "transactions": [{"segments": [_segment_json(s, version) for s in g]} for g in t.groups],
     }
     if t.leading or t.trailing or t.tolerated:
         out["framing"] = {"leading": t.leading, "trailing": t.trailing}
@@ -100,8 +98,10 @@ def _segment_from(obj: Any) -> Segment:
         raise ModelError(f"segment {obj['id']}: 'fields' must be a list")
     out = []
     for f in fields:
-        if not isinstance(f, dict) or not isinstance(f.get("id"), str) or not isinstance(
-            f.get("value"), str
+        if (
+            not isinstance(f, dict)
+            or not isinstance(f.get("id"), str)
+            or not isinstance(f.get("value"), str)
         ):
             raise ModelError(f"segment {obj['id']}: each field needs string 'id' and 'value'")
         out.append(Field(f["id"], f["value"]))

@@ -8,7 +8,7 @@ on demand. Public constructors validate; the parser uses a private trusted path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, Self, overload
 
 from ._errors import ModelError
 from ._versions import REQUEST_HEADER, RESPONSE_HEADER, VERSIONS, HeaderSlot
@@ -94,6 +94,14 @@ class Segment:
         seg = cls.__new__(cls)
         seg._id = id
         seg._raw = raw
+        return seg
+
+    @classmethod
+    def _from_wire(cls, text: str) -> Segment:
+        """From a validated ``"\x1cAM07\x1cEM1..."`` (the segment minus its 0x1E)."""
+        seg = cls.__new__(cls)
+        seg._id = text[3:5]
+        seg._raw = tuple(text[6:].split("\x1c")) if len(text) > 5 else ()
         return seg
 
     @property
@@ -229,7 +237,7 @@ class _FixedHeader:
         self._raw = raw
 
     @classmethod
-    def _trusted(cls, raw: str) -> _FixedHeader:
+    def _trusted(cls, raw: str) -> Self:
         h = cls.__new__(cls)
         h._raw = raw
         return h
@@ -389,15 +397,30 @@ Header = RequestHeader | ResponseHeader
 class Transmission:
     """A whole request or response: header, transmission-level segments, and 1-4
     transaction groups. ``leading``/``trailing`` hold framing that lenient parsing
-    tolerated (STX, ETX, CR/LF, a trailing separator); ``tolerated`` says what."""
+    tolerated (STX, ETX, CR/LF, a trailing separator); ``tolerated`` says what.
 
-    __slots__ = ("_header", "_segments", "_groups", "_leading", "_trailing", "_tolerated")
+    A parsed transmission keeps its validated wire text: its segment objects are
+    built on first access, and writing it back returns the text it was read from.
+    """
+
+    __slots__ = (
+        "_groups",
+        "_header",
+        "_leading",
+        "_segments",
+        "_text",
+        "_tolerated",
+        "_trailing",
+        "_wire",
+    )
     _header: Header
     _segments: tuple[Segment, ...]
     _groups: tuple[TransactionGroup, ...]
     _leading: str
     _trailing: str
     _tolerated: tuple[str, ...]
+    _text: str | None
+    _wire: list[str] | None
 
     def __init__(
         self,
@@ -418,6 +441,8 @@ class Transmission:
         if any(not isinstance(g, TransactionGroup) for g in grps):
             raise ModelError("groups must be TransactionGroup objects")
         for text, what in ((leading, "leading"), (trailing, "trailing")):
+            if not isinstance(text, str):
+                raise ModelError(f"{what} framing must be text")
             try:
                 text.encode("latin-1")
             except UnicodeEncodeError:
@@ -428,6 +453,8 @@ class Transmission:
         self._leading = leading
         self._trailing = trailing
         self._tolerated = tuple(tolerated)
+        self._text = None
+        self._wire = None
 
     @classmethod
     def _trusted(
@@ -446,7 +473,21 @@ class Transmission:
         t._leading = leading
         t._trailing = trailing
         t._tolerated = tolerated
+        t._text = None
+        t._wire = None
         return t
+
+    def _materialize(self) -> None:
+        wire = self._wire
+        if wire is None:
+            return
+        make = Segment._from_wire
+        chunks = [chunk.split("\x1e")[1:] for chunk in wire]
+        self._segments = tuple(map(make, chunks[0]))
+        self._groups = tuple(
+            TransactionGroup._trusted(tuple(map(make, chunk))) for chunk in chunks[1:]
+        )
+        self._wire = None
 
     @property
     def header(self) -> Header:
@@ -455,10 +496,14 @@ class Transmission:
     @property
     def segments(self) -> tuple[Segment, ...]:
         """Transmission-level segments (before the first group separator)."""
+        if self._wire is not None:
+            self._materialize()
         return self._segments
 
     @property
     def groups(self) -> tuple[TransactionGroup, ...]:
+        if self._wire is not None:
+            self._materialize()
         return self._groups
 
     @property
@@ -495,7 +540,7 @@ class Transmission:
 
     def segment(self, segment_id: str) -> Segment | None:
         """The first transmission-level segment with this id."""
-        for s in self._segments:
+        for s in self.segments:
             if s._id == segment_id:
                 return s
         return None
@@ -507,21 +552,24 @@ class Transmission:
     def find(self, segment_id: str, field_id: str, group: int | None = None) -> str | None:
         """First raw value of ``field_id`` in segment ``segment_id``: at transmission
         level when ``group`` is None, else in that 0-based transaction group."""
-        seg = self.segment(segment_id) if group is None else self._groups[group].segment(segment_id)
+        seg = self.segment(segment_id) if group is None else self.groups[group].segment(segment_id)
         return None if seg is None else seg.get(field_id)
 
     def canonical(self) -> Transmission:
         """The same transmission without tolerated framing."""
-        return Transmission._trusted(self._header, self._segments, self._groups, "", "", ())
+        return Transmission._trusted(self._header, self.segments, self.groups, "", "", ())
 
     def to_text(self) -> str:
-        return (
-            self._leading
-            + self._header._raw
-            + "".join(s.to_text() for s in self._segments)
-            + "".join(g.to_text() for g in self._groups)
-            + self._trailing
-        )
+        text = self._text
+        if text is None:
+            text = self._text = (
+                self._leading
+                + self._header._raw
+                + "".join(s.to_text() for s in self.segments)
+                + "".join(g.to_text() for g in self.groups)
+                + self._trailing
+            )
+        return text
 
     def __bytes__(self) -> bytes:
         return self.to_text().encode("latin-1")
@@ -547,6 +595,6 @@ class Transmission:
     def __repr__(self) -> str:
         return (
             f"Transmission({self.kind}, version={self.version!r}, "
-            f"code={self.transaction_code!r}, segments={len(self._segments)}, "
-            f"groups={len(self._groups)})"
+            f"code={self.transaction_code!r}, segments={len(self.segments)}, "
+            f"groups={len(self.groups)})"
         )

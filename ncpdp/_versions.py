@@ -28,7 +28,9 @@ def _layout(*slots: tuple[str, int, str, str, int]) -> tuple[HeaderSlot, ...]:
     pos = 0
     for field_id, number, name, attr, width in slots:
         out.append(
-            HeaderSlot(field_id=field_id, number=number, name=name, attr=attr, start=pos, width=width)
+            HeaderSlot(
+                field_id=field_id, number=number, name=name, attr=attr, start=pos, width=width
+            )
         )
         pos += width
     return tuple(out)

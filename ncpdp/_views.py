@@ -43,7 +43,7 @@ def _clean(value: str | None) -> str | None:
 
 def _int(value: str | None) -> int | None:
     v = _clean(value)
-    if v is None or not v.isdigit():
+    if v is None or not v.isdigit() or not v.isascii():
         return None
     return int(v)
 
@@ -244,15 +244,17 @@ def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
                 continue
             # A new product starts at each 552-AP, or when a field of the current one
             # repeats (payers that omit the qualifier).
-            if cur is None or cur[key] is not None or (
-                f.id == "AP" and any(v is not None for v in cur.values())
+            if (
+                cur is None
+                or cur[key] is not None
+                or (f.id == "AP" and any(v is not None for v in cur.values()))
             ):
                 if cur is not None:
-                    products.append(PreferredProduct(**cur))  # type: ignore[arg-type]
+                    products.append(PreferredProduct(**cur))
                 cur = {"qualifier": None, "id": None, "description": None}
             cur[key] = _clean(f.value)
         if cur is not None:
-            products.append(PreferredProduct(**cur))  # type: ignore[arg-type]
+            products.append(PreferredProduct(**cur))
     return ResponseTransactionView(
         index=i,
         transaction_status=_get(st, "AN"),
