@@ -753,10 +753,8 @@ def _parse_outcome(content_type: str, body: bytes) -> tuple[str, str]:
         label = label.strip()
     else:
         raise _BadOutcome(f"bad_body: unexpected content type {ctype or 'none'}")
-    message = message.strip()
-    if not message:
-        raise _BadOutcome("bad_body: empty message")
-    return label, message
+    # An empty message means "no replacement": the caller shows its own (unchanged).
+    return label, message.strip()
 
 
 # --------------------------------------------------------------------------- the client
@@ -992,6 +990,8 @@ class PaServiceClient:
     ) -> OutcomeResult:
         """POST the outcome variables; NEVER raises; returns within ``budget_ms``.
 
+        An answer with an empty message keeps ``fallback_message`` (the service's
+        "unchanged") with ``source="outcomes"``.
         Any non-200, unreadable body, error, or no complete answer by the deadline gives
         the fallback: ``message=fallback_message``, ``button_label=""``,
         ``source="fallback"`` and ``error`` saying why. An ``api_key`` missing from
@@ -1015,7 +1015,7 @@ class PaServiceClient:
                 future.cancel()
                 raise _Deadline(f"deadline: no complete answer within {budget_ms:.0f} ms") from None
             result = OutcomeResult(
-                message=message,
+                message=message or fallback_message,
                 button_label=label,
                 source="outcomes",
                 error=None,
