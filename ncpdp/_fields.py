@@ -98,7 +98,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("D7", 407, "Product/Service ID", "x(19)"),
     ("EN", 456, "Associated Prescription/Service Reference Number", "9(12)"),
     ("EP", 457, "Associated Prescription/Service Date", "CCYYMMDD"),
-    ("RE", 458, "Procedure Modifier Code Count", "9(1)"),
+    ("SE", 458, "Procedure Modifier Code Count", "9(1)"),
     ("ER", 459, "Procedure Modifier Code", "x(2)"),
     ("E7", 442, "Quantity Dispensed", "9(7)v999"),
     ("D3", 403, "Fill Number", "9(2)"),
@@ -127,7 +127,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("HG", 345, "Days Supply Intended To Be Dispensed", "9(3)"),
     ("NV", 357, "Delay Reason Code", "9(2)"),
     ("E2", 995, "Route of Administration", "x(11)"),
-    ("MA", 993, "URL", "x(100)"),
+    ("MA", 987, "URL", "x(100)"),
     ("U7", 147, "Pharmacy Service Type", "9(2)"),
     ("EK", 454, "Scheduled Prescription ID Number", "x(12)"),
     # --- pharmacy provider (02) ---
@@ -145,7 +145,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("2P", 368, "Prescriber ZIP/Postal Zone", "x(15)"),
     ("2E", 468, "Primary Care Provider ID Qualifier", "x(2)"),
     ("DL", 421, "Primary Care Provider ID", "x(15)"),
-    ("4E", 469, "Primary Care Provider Last Name", "x(15)"),
+    ("4E", 470, "Primary Care Provider Last Name", "x(15)"),
     # --- COB (05) ---
     ("4C", 337, "Coordination of Benefits/Other Payments Count", "9(1)"),
     ("5C", 338, "Other Payer Coverage Type", "x(2)"),
@@ -209,7 +209,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("7F", 549, "Help Desk Phone Number Qualifier", "x(2)"),
     ("8F", 550, "Help Desk Phone Number", "x(18)"),
     ("K5", 880, "Transaction Reference Number", "x(10)"),
-    ("A7", 987, "Internal Control Number", "x(30)"),
+    ("A7", 993, "Internal Control Number", "x(30)"),
     # --- response message (20) ---
     ("F4", 504, "Message", "x(200)"),
     # --- response insurance (25) / patient (29) ---

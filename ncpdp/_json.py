@@ -90,12 +90,16 @@ def to_jsonable(t: Transmission) -> dict[str, Any]:
     return out
 
 
+def _list(obj: Any, what: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise ModelError(f"{what} must be a list")
+    return obj
+
+
 def _segment_from(obj: Any) -> Segment:
     if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
         raise ModelError("each segment needs a string 'id'")
-    fields = obj.get("fields", [])
-    if not isinstance(fields, list):
-        raise ModelError(f"segment {obj['id']}: 'fields' must be a list")
+    fields = _list(obj.get("fields", []), f"segment {obj['id']}: 'fields'")
     out = []
     for f in fields:
         if (
@@ -109,7 +113,11 @@ def _segment_from(obj: Any) -> Segment:
 
 
 def from_jsonable(obj: Any) -> Transmission:
-    """Rebuild the transmission from :func:`to_jsonable`'s shape. Raises ModelError."""
+    """Rebuild the transmission from :func:`to_jsonable`'s shape.
+
+    Reads only raw values; raises :class:`ModelError` (an :class:`NcpdpError`) for
+    anything else, never another exception.
+    """
     if not isinstance(obj, dict):
         raise ModelError("expected a JSON object")
     kind = obj.get("kind")
@@ -120,10 +128,10 @@ def from_jsonable(obj: Any) -> Transmission:
         header_cls = ResponseHeader
     else:
         raise ModelError("'kind' must be 'request' or 'response'")
-    hdr = obj.get("header")
-    if not isinstance(hdr, list):
-        raise ModelError("'header' must be a list of fields")
-    values = {h.get("id"): h.get("value") for h in hdr if isinstance(h, dict)}
+    values: dict[str, Any] = {}
+    for h in _list(obj.get("header"), "'header'"):
+        if isinstance(h, dict) and isinstance(h.get("id"), str):
+            values[h["id"]] = h.get("value")
     raw_parts = []
     for slot in header_cls.LAYOUT:
         v = values.get(slot.field_id)
@@ -133,18 +141,29 @@ def from_jsonable(obj: Any) -> Transmission:
             )
         raw_parts.append(v)
     header = header_cls("".join(raw_parts))
-    segs = [_segment_from(s) for s in obj.get("segments", [])]
+    segs = [_segment_from(s) for s in _list(obj.get("segments", []), "'segments'")]
     groups = []
-    for tx in obj.get("transactions", []):
+    for tx in _list(obj.get("transactions", []), "'transactions'"):
         if not isinstance(tx, dict):
             raise ModelError("each transaction must be an object with 'segments'")
-        groups.append(TransactionGroup(_segment_from(s) for s in tx.get("segments", [])))
+        groups.append(
+            TransactionGroup(
+                [_segment_from(s) for s in _list(tx.get("segments", []), "'segments'")]
+            )
+        )
     framing = obj.get("framing") or {}
+    if not isinstance(framing, dict):
+        raise ModelError("'framing' must be an object")
+    leading = framing.get("leading", "")
+    trailing = framing.get("trailing", "")
+    if not isinstance(leading, str) or not isinstance(trailing, str):
+        raise ModelError("'framing' values must be strings")
+    tolerated = _list(obj.get("tolerated", []), "'tolerated'")
     return Transmission(
         header,
         segs,
         groups,
-        leading=str(framing.get("leading", "")),
-        trailing=str(framing.get("trailing", "")),
-        tolerated=[str(x) for x in obj.get("tolerated", [])],
+        leading=leading,
+        trailing=trailing,
+        tolerated=[str(x) for x in tolerated],
     )
