@@ -142,6 +142,8 @@ class StorageSettings(_Section):
     path: Path = Path("./var/pa-bridge.sqlite3")
     retention_days: int = Field(default=30, ge=1)
     metadata_retention_days: int = Field(default=365, ge=1)
+    #: how long a write waits for a lock held by another process before it fails
+    busy_timeout_ms: int = Field(default=5000, ge=0)
 
 
 class OutcomesSettings(_Section):

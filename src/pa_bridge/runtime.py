@@ -106,7 +106,7 @@ class Daemon:
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        self.store = Store(s.storage.path)
+        self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
         log_event("daemon.database_ready", path=str(s.storage.path))
         # Bind the callback listener first: the sandbox needs its real address. Until
         # the bridge exists it answers 503, which the service (or sandbox) retries.

@@ -189,7 +189,9 @@ _STOP = object()
 class Store:
     """The database: migrations at open, one writer thread, per-thread readers."""
 
-    def __init__(self, path: str | os.PathLike[str], *, max_batch: int = 256) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_batch: int = 256, busy_timeout_ms: int = 5000
+    ) -> None:
         self.path = Path(path)
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
@@ -199,6 +201,7 @@ class Store:
             if str(mode).lower() != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
             self._wconn.execute("PRAGMA synchronous = FULL")
+            self._wconn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             self._wdb = Database(self._wconn)
             MIGRATIONS.apply(self._wdb)
         finally:

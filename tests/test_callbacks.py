@@ -1,0 +1,227 @@
+"""The callback receiver over real HTTPS (a test CA from trustme)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+
+from pa_bridge.callbacks import is_newer, parse_callback
+
+AUTH = ("pa-service", "cb-secret")
+
+
+def _body(
+    pa_id: str, status: str, outcome: str | None = None, at: str | None = None, **extra: Any
+) -> bytes:
+    req: dict[str, Any] = {
+        "id": pa_id,
+        "workflow_status": status,
+        "plan_outcome": outcome,
+        "events": [],
+    }
+    if at:
+        req["updated_at"] = at
+    req.update(extra)
+    return json.dumps({"request": req}).encode()
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def https_daemon(make_daemon: Any, ca: trustme.CA, tmp_path: Path) -> Any:
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_path))
+    for extra in cert.cert_chain_pems[1:]:
+        extra.write_to_path(str(cert_path), append=True)
+    cert.private_key_pem.write_to_path(str(key_path))
+    d = make_daemon(
+        callbacks={
+            "tls_cert": str(cert_path),
+            "tls_key": str(key_path),
+            "username": AUTH[0],
+            "password": AUTH[1],
+            "max_body_bytes": 4096,
+        },
+        sandbox={"enabled": False},
+        service={
+            "claim_url": "http://127.0.0.1:9/claim",
+            "outcomes_url": "http://127.0.0.1:9/outcomes",
+            "username": "u",
+            "password": "p",
+            "api_key": "k",
+        },
+        storage={"busy_timeout_ms": 200},
+    )
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with httpx.Client(base_url=d.callback_server.url, verify=ctx, timeout=10) as c:
+        c.daemon = d  # type: ignore[attr-defined]
+        yield c
+
+
+def _count(client: Any, table: str) -> int:
+    sql = f"SELECT count(*) AS n FROM {table}"  # noqa: S608 - a fixed table name from the test
+    return int(client.daemon.store.query(sql)[0]["n"])
+
+
+def _pa(client: Any, pa_id: str) -> dict[str, Any]:
+    return dict(client.daemon.bridge.get_pa(pa_id))
+
+
+def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
+    assert https_daemon.base_url.scheme == "https"
+    r = https_daemon.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=AUTH)
+    assert r.status_code == 200
+    with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
+        httpx.post(f"{https_daemon.base_url}/callbacks/pharmacy", content=b"{}")
+    # the listener's context refuses anything older than TLS 1.2 ...
+    from pa_bridge.web.callbacks import ssl_adapter_for
+
+    adapter = ssl_adapter_for(https_daemon.daemon.settings)
+    assert adapter.context.minimum_version == ssl.TLSVersion.TLSv1_2
+    # ... and a real handshake negotiates 1.2 or newer
+    import socket
+
+    host, port = https_daemon.daemon.callback_server.address
+    ctx = ssl.create_default_context(cafile=None)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.parametrize("auth", [None, ("pa-service", "wrong"), ("other", "cb-secret")])
+def test_wrong_or_missing_credentials_get_401_and_nothing_is_stored(
+    https_daemon: Any, auth: Any
+) -> None:
+    r = https_daemon.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=auth)
+    assert r.status_code == 401
+    assert r.json()["error"]["code"] == "unauthorized"
+    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+
+
+def test_duplicate_is_acknowledged_and_stored_once(https_daemon: Any) -> None:
+    body = _body("AB12CD", "PA Request", at="2026-11-23T10:00:01Z")
+    for _ in range(3):
+        r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+        assert r.status_code == 200
+    assert r.json()["status"] == "duplicate"
+    assert _count(https_daemon, "callbacks") == 1
+    # same content in another key order is the same callback
+    reordered = json.dumps({"request": dict(reversed(list(json.loads(body)["request"].items())))})
+    assert (
+        https_daemon.post("/callbacks/pharmacy", content=reordered, auth=AUTH).json()["status"]
+        == "duplicate"
+    )
+    # a delivery id, when the body has one, is the key
+    for _ in range(2):
+        https_daemon.post(
+            "/callbacks/pharmacy", content=_body("AB12CD", "New", delivery_id="d-1"), auth=AUTH
+        )
+    assert _count(https_daemon, "callbacks") == 2
+
+
+def test_out_of_order_never_moves_status_backwards(https_daemon: Any) -> None:
+    post = lambda b: https_daemon.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
+    assert (
+        post(_body("ZZ99ZZ", "PA Response", "Favorable", at="2026-11-23T10:00:03Z")).status_code
+        == 200
+    )
+    assert post(_body("ZZ99ZZ", "New", at="2026-11-23T10:00:01Z")).status_code == 200
+    assert post(_body("ZZ99ZZ", "PA Request", at="2026-11-23T10:00:02Z")).status_code == 200
+    pa = _pa(https_daemon, "ZZ99ZZ")
+    assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
+    assert pa["matched"] is False  # we did not start it: kept as unmatched, not refused
+    arrival = [h["workflow_status"] for h in pa["history"]]
+    assert arrival == ["PA Response", "New", "PA Request"]
+    by_event = [h["workflow_status"] for h in sorted(pa["history"], key=lambda h: h["event_time"])]
+    assert by_event == ["New", "PA Request", "PA Response"]
+
+
+def test_delete_and_fax_failure_events_are_visible(https_daemon: Any) -> None:
+    events = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
+    https_daemon.post(
+        "/callbacks/pharmacy", content=_body("QQ11QQ", "Sent to Plan", events=events), auth=AUTH
+    )
+    events.append(
+        {"type": "DELETE", "time": "2026-11-23T10:00:09Z", "remote_user": {"display_name": "x"}}
+    )
+    https_daemon.post(
+        "/callbacks/pharmacy", content=_body("QQ11QQ", "Sent to Plan", events=events), auth=AUTH
+    )
+    pa = _pa(https_daemon, "QQ11QQ")
+    assert pa["fax_failed"] and pa["deleted"]
+    assert [e["type"] for e in pa["events"]] == ["REQUEST_FAX_FAILED", "DELETE"]
+    assert "remote_user" not in json.dumps(pa["events"])
+
+
+def test_bare_object_and_added_fields_are_accepted(https_daemon: Any) -> None:
+    bare = json.dumps({"id": "BARE01", "workflow_status": "New", "some_future_field": {"x": 1}})
+    assert (
+        https_daemon.post("/callbacks/pharmacy", content=bare, auth=AUTH).json()["status"]
+        == "stored"
+    )
+    assert _pa(https_daemon, "BARE01")["workflow_status"] == "New"
+
+
+@pytest.mark.parametrize(
+    "body", [b"not json", b"[1,2]", b'{"request": {"workflow_status": "New"}}', b"\xff\xfe"]
+)
+def test_unexpected_bodies_are_dead_lettered_and_acknowledged(
+    https_daemon: Any, body: bytes
+) -> None:
+    r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+    assert r.status_code == 200 and r.json()["status"] == "dead_letter"
+    rows = https_daemon.daemon.store.query("SELECT body FROM dead_letters")
+    assert [bytes(r["body"]) for r in rows] == [body]
+
+
+def test_oversized_body_is_413(https_daemon: Any) -> None:
+    r = https_daemon.post("/callbacks/pharmacy", content=b"{" + b" " * 8000 + b"}", auth=AUTH)
+    assert r.status_code == 413
+    assert _count(https_daemon, "callbacks") == 0
+
+
+def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any) -> None:
+    path = https_daemon.daemon.store.path
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+    try:
+        r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "storage_unavailable"
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
+    assert r.status_code == 200 and r.json()["status"] == "stored"  # the retry lands
+
+
+def test_ordering_rule() -> None:
+    assert is_newer(
+        ("2026-01-02", "New", None), ("2026-01-01", "PA Response", "Favorable")
+    )  # time first
+    assert not is_newer((None, "New", None), (None, "PA Request", None))  # then workflow
+    assert is_newer(
+        (None, "PA Response", "Favorable"), (None, "PA Response", "Pending")
+    )  # then outcome
+    assert not is_newer(("t", "PA Response", "Pending"), ("t", "PA Response", "Pending"))
+    assert is_newer((None, "New", None), (None, None, None))
+
+
+def test_dedupe_key_prefers_delivery_id() -> None:
+    a = parse_callback(_body("X", "New", delivery_id="7"))
+    b = parse_callback(_body("X", "PA Request", delivery_id="7"))
+    assert a.dedupe_key == b.dedupe_key == "delivery:7"
+    assert parse_callback(_body("X", "New")).dedupe_key.startswith("sha256:")
