@@ -44,6 +44,9 @@ class BackgroundWsgiServer:
             shutdown_timeout=int(self._shutdown_timeout),
             timeout=10,
         )
+        # The connection loop's select() timeout: stop() waits for one tick of it
+        # (0.5 s by default); a short tick makes stopping quick.
+        server.expiration_interval = 0.05
         if self._ssl_adapter is not None:
             server.ssl_adapter = self._ssl_adapter
         server.prepare()

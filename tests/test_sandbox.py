@@ -1,0 +1,438 @@
+"""The sandbox PA service: its test payer table, callbacks, persistence and CLI.
+Real HTTP on 127.0.0.1; waits are conditions with deadlines, never sleeps."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+from pa_bridge.client import OUTCOME_VARIABLES, PaServiceClient, outcome_variables
+from pa_bridge.sandbox import (
+    SANDBOX_API_KEY,
+    SANDBOX_PASSWORD,
+    SANDBOX_USERNAME,
+    SandboxConfig,
+    SandboxServer,
+)
+
+from .builders import (
+    CARDHOLDER_ID,
+    PATIENT_DOB,
+    PATIENT_FIRST,
+    PATIENT_LAST,
+    REJECT_75,
+    Claim,
+    Rx,
+    request,
+    request_bytes,
+    response,
+)
+from .fakes import CallbackReceiver, wait_until
+
+FAST = {"step_seconds": 0.05, "retry_base_seconds": 0.02, "retry_max_seconds": 0.2}
+FINAL = [("New", None), ("PA Request", None)]
+
+
+def creds(**kw: str) -> dict[str, str]:
+    return {
+        "username": SANDBOX_USERNAME,
+        "password": SANDBOX_PASSWORD,
+        "api_key": SANDBOX_API_KEY,
+        **kw,
+    }
+
+
+def claim_form(claim: Claim | None = None, **kw: str) -> dict[str, str]:
+    return creds(ncpdp_claim=request_bytes(claim or Claim()).decode("latin-1"), **kw)
+
+
+@pytest.fixture
+def receiver() -> Iterator[CallbackReceiver]:
+    with CallbackReceiver() as r:
+        yield r
+
+
+@pytest.fixture
+def sandbox(receiver: CallbackReceiver) -> Iterator[SandboxServer]:
+    with SandboxServer(SandboxConfig(callback_url=receiver.url, **FAST)) as sb:  # type: ignore[arg-type]
+        yield sb
+
+
+def post_claim(sb: SandboxServer, suffix: str = ".json", **form: str) -> httpx.Response:
+    return httpx.post(sb.url + "/pharmacy/claim" + suffix, data=form)
+
+
+def pas(sb: SandboxServer) -> list[dict[str, Any]]:
+    data = httpx.get(sb.url + "/sandbox/pas").json()
+    return list(data["pas"])
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_ping(sandbox: SandboxServer) -> None:
+    r = httpx.get(sandbox.url + "/_ping")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_missing_variables_are_each_named(sandbox: SandboxServer) -> None:
+    r = post_claim(sandbox, username=SANDBOX_USERNAME)
+    assert r.status_code == 404
+    errors = r.json()["errors"]
+    assert [e["debug"] for e in errors] == ["password", "api_key", "ncpdp_claim"]
+    assert all(isinstance(e["code"], int) and e["message"] for e in errors)
+
+
+@pytest.mark.parametrize("field", ["username", "password", "api_key"])
+def test_wrong_credentials_are_403(sandbox: SandboxServer, field: str) -> None:
+    r = post_claim(sandbox, **claim_form(None, **{field: "wrong"}))
+    assert r.status_code == 403
+    assert SANDBOX_PASSWORD not in r.text and "wrong" not in r.text
+    assert pas(sandbox) == []
+
+
+def test_unparseable_claim_is_500_with_the_parse_error(sandbox: SandboxServer) -> None:
+    raw = request_bytes().decode("latin-1")
+    broken = raw[:60] + "\x1e\x1e" + raw[60:]
+    r = post_claim(sandbox, **creds(ncpdp_claim=broken))
+    assert r.status_code == 500
+    debug = r.json()["errors"][0]["debug"]
+    assert "byte offset" in debug
+    r = post_claim(sandbox, **creds(ncpdp_claim="garbage"))
+    assert r.status_code == 500
+
+
+def test_unknown_ndc_is_422(sandbox: SandboxServer) -> None:
+    r = post_claim(sandbox, **claim_form(Claim(rxs=(Rx(product_id="00000000000"),))))
+    assert r.status_code == 422
+    assert pas(sandbox) == []
+
+
+def test_three_formats(sandbox: SandboxServer) -> None:
+    html = post_claim(sandbox, "", **claim_form(Claim(rxs=(Rx(rx_number="1"),))))
+    assert html.status_code == 201 and "text/html" in html.headers["content-type"]
+    assert "<a href='http://127.0.0.1" in html.text
+    js = post_claim(sandbox, ".json", **claim_form(Claim(rxs=(Rx(rx_number="2"),))))
+    body = js.json()
+    assert js.status_code == 201 and body["duplicate"] is False
+    assert len(body["requests"]) == 1 and len(body["requests"][0]["id"]) == 6
+    assert len(body["requests"][0]["tokens"]) == 1
+    empty = post_claim(sandbox, ".empty", **claim_form(Claim(rxs=(Rx(rx_number="3"),))))
+    assert empty.status_code == 201 and empty.content == b""
+    assert "/pa/" in empty.headers["location"]
+
+
+def test_several_transactions_make_several_pas(sandbox: SandboxServer) -> None:
+    claim = Claim(rxs=(Rx(rx_number="11"), Rx(rx_number="12")))
+    body = post_claim(sandbox, **claim_form(claim)).json()
+    assert len(body["pa_urls"]) == 2 and len({r["id"] for r in body["requests"]}) == 2
+
+
+def test_pa_page_needs_its_token(sandbox: SandboxServer) -> None:
+    body = post_claim(sandbox, **claim_form()).json()
+    url = body["pa_urls"][0]
+    assert httpx.get(url).status_code == 200
+    assert httpx.get(url.split("?")[0] + "?token_id=nope").status_code == 403
+    assert httpx.get(sandbox.url + "/pa/NOSUCH?token_id=x").status_code == 404
+
+
+# --------------------------------------------------------------------------- duplicates
+
+
+def test_duplicate_b1_returns_the_original_pa(sandbox: SandboxServer) -> None:
+    first = post_claim(sandbox, **claim_form())
+    again = post_claim(sandbox, **claim_form())
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert again.json()["requests"][0]["id"] == first.json()["requests"][0]["id"]
+    assert len(pas(sandbox)) == 1
+    # Another fill of the same Rx is another PA.
+    refill = post_claim(sandbox, **claim_form(Claim(rxs=(Rx(fill_number="01"),))))
+    assert refill.status_code == 201 and len(pas(sandbox)) == 2
+
+
+# --------------------------------------------------------------------------- callbacks
+
+
+@pytest.mark.parametrize(
+    ("group", "override", "outcome"),
+    [
+        ("SYNDENY01", None, "Unfavorable"),
+        ("SYNPEND01", None, "Pending"),
+        ("SYNGRP01", None, "Favorable"),
+        ("SYNGRP01", "XDENYX", "Unfavorable"),  # the group_id POST variable wins
+    ],
+)
+def test_status_moves_with_one_callback_per_change(
+    sandbox: SandboxServer,
+    receiver: CallbackReceiver,
+    group: str,
+    override: str | None,
+    outcome: str,
+) -> None:
+    extra = {"group_id": override} if override else {}
+    body = post_claim(sandbox, **claim_form(Claim(group_id=group), **extra)).json()
+    pa_id = body["requests"][0]["id"]
+    expected = [*FINAL, ("PA Response", outcome)]
+    wait_until(lambda: len(receiver.statuses(pa_id)) >= 3, what="three callbacks")
+    assert receiver.statuses(pa_id) == expected
+    calls = receiver.for_pa(pa_id)
+    assert [c["updated_at"] for c in calls] == sorted({c["updated_at"] for c in calls})
+    last = calls[-1]
+    assert last["is_epa"] is True and last["events"] == []
+    assert last["payer"]["group_id"] == (override or group)
+    assert last["tokens"][0]["request_id"] == pa_id
+    assert last["prescription"]["ndc"] == "00093505601"
+    history = next(p for p in pas(sandbox) if p["id"] == pa_id)["history"]
+    assert [(h["workflow_status"], h["plan_outcome"]) for h in history] == expected
+
+
+def test_callbacks_carry_no_patient_data(
+    sandbox: SandboxServer, receiver: CallbackReceiver
+) -> None:
+    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    wait_until(lambda: len(receiver.statuses(pa_id)) >= 3)
+    text = str(receiver.for_pa(pa_id)) + str(pas(sandbox))
+    for value in (PATIENT_FIRST, PATIENT_LAST, PATIENT_DOB, CARDHOLDER_ID):
+        assert value not in text
+
+
+def test_callbacks_are_retried_until_delivered_in_order() -> None:
+    with (
+        CallbackReceiver(fail_first=3) as receiver,
+        SandboxServer(SandboxConfig(callback_url=receiver.url, **FAST)) as sb,  # type: ignore[arg-type]
+    ):
+        pa_id = post_claim(sb, **claim_form()).json()["requests"][0]["id"]
+        wait_until(lambda: len(receiver.statuses(pa_id)) >= 3, what="delivery after retries")
+        assert receiver.statuses(pa_id) == [*FINAL, ("PA Response", "Favorable")]
+        assert receiver.attempts == 6
+        wait_until(lambda: pas(sb)[0]["callbacks"] == {"attempts": 6, "delivered": 3})
+
+
+def test_callbacks_to_an_unreachable_target_are_retried() -> None:
+    with CallbackReceiver() as receiver:
+        url = receiver.url
+    # The receiver is gone: deliveries fail with connection errors until it is back.
+    with SandboxServer(SandboxConfig(callback_url=url, **FAST)) as sb:  # type: ignore[arg-type]
+        post_claim(sb, **claim_form())
+        wait_until(lambda: pas(sb)[0]["callbacks"]["attempts"] >= 2)
+        with CallbackReceiver() as second:
+            httpx.post(sb.url + "/sandbox/callback-url", json={"url": second.url})
+            wait_until(lambda: len(second.statuses()) >= 3)
+            assert second.statuses() == [*FINAL, ("PA Response", "Favorable")]
+
+
+def test_callback_basic_credentials() -> None:
+    with (
+        CallbackReceiver(username="cb-user", password="cb-pass") as receiver,
+        SandboxServer(SandboxConfig(**FAST)) as sb,  # type: ignore[arg-type]
+    ):
+        r = httpx.post(
+            sb.url + "/sandbox/callback-url",
+            data={"url": receiver.url, "username": "cb-user", "password": "cb-pass"},
+        )
+        assert r.status_code == 200 and "cb-pass" not in r.text
+        post_claim(sb, **claim_form())
+        wait_until(lambda: len(receiver.statuses()) >= 3)
+        assert receiver.auth_failures == 0
+
+
+def test_https_callback_target(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path, ca_path = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    ca.cert_pem.write_to_path(str(ca_path))
+    adapter = BuiltinSSLAdapter(str(cert_path), str(key_path))
+    with CallbackReceiver(ssl_adapter=adapter) as receiver:
+        assert receiver.url.startswith("https://")
+        config = SandboxConfig(callback_url=receiver.url, callback_verify=str(ca_path), **FAST)  # type: ignore[arg-type]
+        with SandboxServer(config) as sb:
+            post_claim(sb, **claim_form())
+            wait_until(lambda: len(receiver.statuses()) >= 3)
+
+
+def test_b2_deletes_with_a_delete_event_callback(
+    sandbox: SandboxServer, receiver: CallbackReceiver
+) -> None:
+    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    wait_until(lambda: len(receiver.statuses(pa_id)) >= 3)
+    b2 = post_claim(sandbox, **claim_form(Claim(code="B2")))
+    assert b2.status_code == 200 and b2.json()["deleted"] is True
+    assert b2.json()["requests"][0]["id"] == pa_id
+    wait_until(lambda: len(receiver.for_pa(pa_id)) >= 4, what="DELETE callback")
+    last = receiver.for_pa(pa_id)[-1]
+    assert [e["type"] for e in last["events"]] == ["DELETE"]
+    assert last["events"][0]["time"] == last["updated_at"]
+    assert httpx.get(b2.json()["pa_urls"][0]).status_code == 404
+    # A repeated B2 answers for the original PA and sends no second DELETE.
+    again = post_claim(sandbox, **claim_form(Claim(code="B2")))
+    assert again.status_code == 200 and again.json()["requests"][0]["id"] == pa_id
+    assert [e["type"] for e in pas(sandbox)[0]["events"]] == ["DELETE"]
+    # After deletion, the same B1 starts a new PA.
+    new = post_claim(sandbox, **claim_form())
+    assert new.status_code == 201 and new.json()["requests"][0]["id"] != pa_id
+
+
+def test_b2_mid_workflow_stops_the_steps(
+    sandbox: SandboxServer, receiver: CallbackReceiver
+) -> None:
+    # Deleted right after creation, before the status steps are done.
+    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    post_claim(sandbox, **claim_form(Claim(code="B2")))
+    wait_until(lambda: any(c["events"] for c in receiver.for_pa(pa_id)), what="DELETE callback")
+    final = next(p for p in pas(sandbox) if p["id"] == pa_id)
+    assert final["deleted"] is True
+
+
+def test_b2_for_an_unknown_claim(sandbox: SandboxServer) -> None:
+    r = post_claim(sandbox, **claim_form(Claim(code="B2")))
+    assert r.status_code == 200 and r.json()["requests"] == []
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+def outcome_form(**kw: str) -> dict[str, str]:
+    v = outcome_variables(request(), response([REJECT_75]), api_key=SANDBOX_API_KEY)
+    v.update(kw)
+    return v
+
+
+def test_outcomes_json_text_and_page(sandbox: SandboxServer) -> None:
+    js = httpx.post(sandbox.url + "/outcomes.json", data=outcome_form())
+    assert js.status_code == 200 and js.json()["button_label"] == "Submit PA"
+    txt = httpx.post(sandbox.url + "/outcomes.txt", data=outcome_form(rejection_code="70"))
+    label, message = txt.text.split(";", 1)
+    assert label == "Submit PA" and "not covered" in message
+    other = httpx.post(
+        sandbox.url + "/outcomes.txt",
+        data=outcome_form(rejection_code="MR", rejection_message="NOT ON FORMULARY"),
+    )
+    assert other.text == ";NOT ON FORMULARY"
+    page = httpx.get(sandbox.url + "/outcomes")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for name in OUTCOME_VARIABLES:
+        assert name in page.text
+
+
+def test_outcomes_errors(sandbox: SandboxServer) -> None:
+    form = outcome_form()
+    del form["prescriber_fax"], form["patient_age"]
+    r = httpx.post(sandbox.url + "/outcomes.json", data=form)
+    assert r.status_code == 404
+    assert [e["debug"] for e in r.json()["errors"]] == ["patient_age", "prescriber_fax"]
+    r = httpx.post(sandbox.url + "/outcomes.json", data=outcome_form(api_key="bad"))
+    assert r.status_code == 403 and "errors" in r.json()
+    r = httpx.post(sandbox.url + "/outcomes.json", data=outcome_form(bin="999997"))
+    assert r.status_code == 500 and "errors" in r.json()
+
+
+def test_trickle_drill_really_trickles() -> None:
+    config = SandboxConfig(trickle_seconds=0.3)
+    with SandboxServer(config) as sb, httpx.Client() as c:
+        chunks = []
+        with c.stream("POST", sb.url + "/outcomes.json", data=outcome_form(bin="999996")) as r:
+            chunks = list(r.iter_raw())
+        assert len(chunks) > 10  # many small pieces, not one answer
+        assert b"".join(chunks).startswith(b'{"button_label"')
+
+
+def test_stopping_wakes_a_stalled_drill() -> None:
+    # A stall drill in flight must not hold up stop(): the handler waits on the
+    # sandbox's stop event, and the client's deadline has long returned.
+    sb = SandboxServer(SandboxConfig()).start()
+    with PaServiceClient(**sb.client_kwargs()) as c:
+        result = c.outcomes(outcome_form(bin="999998"), budget_ms=200, fallback_message="f")
+        assert result.source == "fallback"
+        sb.stop()
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+def test_dashboard(sandbox: SandboxServer) -> None:
+    r = httpx.post(
+        sandbox.url + "/dashboard/login",
+        data={"username": SANDBOX_USERNAME, "plaintext_password": SANDBOX_PASSWORD},
+    )
+    assert r.status_code == 200
+    token = r.text
+    post_claim(sandbox, **claim_form())
+    page = httpx.get(sandbox.dashboard_url, params={"token": token})
+    assert page.status_code == 200 and "/pa/" in page.text
+    assert httpx.get(sandbox.dashboard_url, params={"token": "x"}).status_code == 403
+    bad = httpx.post(
+        sandbox.url + "/dashboard/login",
+        data={"username": SANDBOX_USERNAME, "plaintext_password": "no"},
+    )
+    assert bad.status_code == 403
+    missing = httpx.post(sandbox.url + "/dashboard/login", data={"username": "x"})
+    assert missing.status_code == 404 and "plaintext_password" in missing.text
+
+
+# --------------------------------------------------------------------------- persistence, CLI
+
+
+def test_sqlite_keeps_pas_across_restarts(tmp_path: Path) -> None:
+    db = str(tmp_path / "sandbox.sqlite3")
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        first = post_claim(sb, **claim_form()).json()["requests"][0]["id"]
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        again = post_claim(sb, **claim_form())
+        assert again.status_code == 200 and again.json()["requests"][0]["id"] == first
+        # An unfinished workflow resumes after the restart.
+        wait_until(lambda: pas(sb)[0]["workflow_status"] == "PA Response")
+
+
+@pytest.mark.slow
+def test_cli_runs_until_sigterm() -> None:
+    exe = Path(sys.executable).parent / "pa-bridge"
+    proc = subprocess.Popen(
+        [str(exe), "sandbox", "--port", "0", "--step-seconds", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("pa-bridge sandbox listening on http://127.0.0.1:")
+        url = first.rsplit(" ", 1)[1].strip()
+        assert httpx.get(url + "/_ping").json()["status"] == "ok"
+        rest = []
+        for _ in range(7):
+            rest.append(proc.stdout.readline())
+        assert any(SANDBOX_API_KEY in line for line in rest)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert "stopped" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_client_end_to_end_against_the_sandbox(
+    sandbox: SandboxServer, receiver: CallbackReceiver
+) -> None:
+    with PaServiceClient(**sandbox.client_kwargs()) as c:
+        result = c.submit_claim(request_bytes(Claim(group_id="GRPPEND")))
+        wait_until(lambda: len(receiver.statuses(result.pa_id)) >= 3)
+        assert receiver.statuses(result.pa_id)[-1] == ("PA Response", "Pending")
+        outcome = c.outcomes(outcome_form(), fallback_message="orig")
+        assert outcome.source == "outcomes" and outcome.button_label == "Submit PA"
