@@ -1,0 +1,180 @@
+"""Every error path: type, offset, segment_id, field_id, and the lenient decisions."""
+
+from __future__ import annotations
+
+import pytest
+
+import ncpdp
+from ncpdp import ParseError
+
+from .samples import LITERAL_D0_B1, LITERAL_51_REJECT
+
+REQ = LITERAL_D0_B1
+RESP = LITERAL_51_REJECT
+CLAIM_AT = REQ.index(b"\x1e\x1cAM07")
+D2_AT = REQ.index(b"\x1cD2")
+
+
+def _err(data: bytes | str, strict: bool = True) -> ParseError:
+    with pytest.raises(ParseError) as info:
+        ncpdp.parse(data, strict=strict)
+    return info.value
+
+
+# (name, input, reason fragment, offset, segment_id, field_id)
+CASES: list[tuple[str, bytes, str, int, str | None, str | None]] = [
+    ("empty", b"", "empty input", 0, None, None),
+    ("too short", b"610014D0B1", "too short", 10, None, None),
+    ("header only, odd length", REQ[:40], "no segment", 40, None, None),
+    ("no separator after a header", REQ[:56] + b"X" * 30, "no segment or group separator", 56, None, None),
+    ("separator too early", REQ[:20] + b"\x1e\x1cAM04", "found 20", 20, None, None),
+    ("field separator inside the header", REQ[:10] + b"\x1c" + REQ[11:], "inside the fixed-width header", 10, None, None),
+    ("unknown version", REQ[:6] + b"F6" + REQ[8:], "unknown version/release 'F6'", 6, None, "A2"),
+    ("count not a digit", REQ[:20] + b"X" + REQ[21:], "must be 1 to 4, got 'X'", 20, None, "A9"),
+    ("count disagrees", REQ[:20] + b"2" + REQ[21:], "says 2 but 1", 20, None, "A9"),
+    ("count zero", REQ[:20] + b"0" + REQ[21:], "must be 1 to 4", 20, None, "A9"),
+    ("five groups", REQ[:20] + b"5" + REQ[21:] + (REQ[REQ.index(b"\x1d"):]) * 4, "must be 1 to 4", 20, None, "A9"),
+    (
+        "empty field",
+        REQ[:D2_AT] + b"\x1c" + REQ[D2_AT:],
+        "empty field after field EM",
+        D2_AT,
+        "07",
+        "EM",
+    ),
+    (
+        "one-character field",
+        REQ[:D2_AT] + b"\x1cX" + REQ[D2_AT:],
+        "'X' after field EM is shorter than its 2-character id",
+        D2_AT,
+        "07",
+        "EM",
+    ),
+    ("trailing field separator", REQ + b"\x1c", "lenient mode accepts a trailing one", len(REQ), "11", "DN"),
+    ("bad segment id field", REQ.replace(b"AM07", b"AM7", 1), "found 'AM7'", CLAIM_AT + 2, "7", "AM"),
+    ("segment without AM", REQ.replace(b"\x1cAM07", b"\x1cXX07", 1), "found 'XX07'", CLAIM_AT + 2, None, "AM"),
+    ("segment separator without field separator", REQ.replace(b"\x1e\x1cAM07", b"\x1eAM07", 1), "expected a field separator", CLAIM_AT + 1, None, None),
+    ("empty segment", REQ.replace(b"\x1e\x1cAM07", b"\x1e\x1e\x1cAM07", 1), "empty segment", CLAIM_AT, None, None),
+    ("text after the group separator", REQ.replace(b"\x1d\x1e", b"\x1dX\x1e", 1), "after the group separator", CLAIM_AT, None, None),
+    ("empty transaction group", REQ + b"\x1d", "empty transaction group", len(REQ), None, None),
+    ("trailing CR/LF", REQ + b"\r\n", "trailing framing", len(REQ), None, None),
+    ("ETX", REQ + b"\x03", "trailing framing", len(REQ), None, None),
+    ("STX", b"\x02" + REQ, "STX framing", 0, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason", "offset", "segment_id", "field_id"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_error_paths(
+    data: bytes, reason: str, offset: int, segment_id: str | None, field_id: str | None
+) -> None:
+    e = _err(data)
+    assert isinstance(e, ncpdp.NcpdpError)
+    assert reason in e.reason
+    assert (e.offset, e.segment_id, e.field_id) == (offset, segment_id, field_id)
+    assert f"byte offset {offset}" in str(e)
+    assert "malformed transmission" not in str(e)  # the diagnostic path named the place
+
+
+def test_message_names_offset_segment_and_field() -> None:
+    e = _err(REQ[:D2_AT] + b"\x1c" + REQ[D2_AT:])
+    assert str(e).endswith(f"(at byte offset {D2_AT}, segment AM07, field EM)")
+
+
+def test_offsets_count_the_stx_in_lenient_mode() -> None:
+    e = _err(b"\x02" + REQ[:D2_AT] + b"\x1c" + REQ[D2_AT:], strict=False)
+    assert e.offset == D2_AT + 1
+
+
+def test_non_latin1_str_is_refused_with_its_offset() -> None:
+    e = _err(REQ.decode("latin-1")[:70] + "\u20ac")
+    assert e.offset == 70
+
+
+def test_parse_refuses_other_types() -> None:
+    with pytest.raises(TypeError):
+        ncpdp.parse(123)  # type: ignore[arg-type]
+
+
+# --- lenient mode: what it accepts and says it accepted --------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "note"),
+    [
+        (b"\x02" + REQ + b"\x03", "ETX framing after the message"),
+        (REQ + b"\r\n", "trailing CR/LF"),
+        (REQ + b"\x1c", "trailing separator"),
+        (RESP + b"\x1e", "trailing separator"),
+        (REQ[:20] + b"2" + REQ[21:], "109-A9 says 2 but 1"),
+        ((REQ[:20] + b"2" + REQ[21:]).replace(b"\x1d", b"\x1d\x1d"), "empty transaction group"),
+    ],
+)
+def test_lenient_accepts_and_reports(data: bytes, note: str) -> None:
+    with pytest.raises(ParseError):
+        ncpdp.parse(data)
+    t = ncpdp.parse(data, strict=False)
+    assert any(note in x for x in t.tolerated), t.tolerated
+    assert ncpdp.serialize(t) == data
+
+
+def test_lenient_still_refuses_structural_errors() -> None:
+    e = _err(REQ[:D2_AT] + b"\x1c" + REQ[D2_AT:], strict=False)
+    assert (e.segment_id, e.field_id) == ("07", "EM")
+
+
+def test_a_response_rejected_at_header_level_may_have_no_group() -> None:
+    header_only = RESP[:31]
+    t = ncpdp.parse(header_only)
+    assert t.groups == () and ncpdp.serialize(t) == header_only
+
+
+def test_model_refuses_separators_and_bad_widths() -> None:
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.Segment("07", [("D2", "12\x1c34")])
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.Segment("7", [])
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.Segment("07", [("D", "1")])
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.RequestHeader("too short")
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.Segment("07", [("D2", "\u20ac")])
+    with pytest.raises(ncpdp.SerializeError):
+        ncpdp.serialize("not a transmission")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        [],
+        {"kind": "other"},
+        {"kind": "request", "header": 3},
+        {"kind": "request", "header": [{"id": ["A1"], "value": "x"}]},
+        {"kind": "response", "header": []},
+        {"kind": "response", "header": [{"id": "A2", "value": "D0"}]},
+    ],
+)
+def test_from_jsonable_raises_only_model_error(doc: object) -> None:
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.from_jsonable(doc)
+
+
+def test_from_jsonable_checks_every_part() -> None:
+    good = ncpdp.to_jsonable(ncpdp.parse(RESP))
+    for key, bad in [
+        ("segments", 5),
+        ("transactions", "x"),
+        ("framing", 3),
+        ("tolerated", 2),
+        ("transactions", [3]),
+        ("segments", [{"id": "20", "fields": [{"id": "F4"}]}]),
+        ("segments", [{"id": "20", "fields": 7}]),
+        ("segments", [{"id": 20}]),
+        ("framing", {"leading": 1}),
+    ]:
+        with pytest.raises(ncpdp.ModelError):
+            ncpdp.from_jsonable({**good, key: bad})

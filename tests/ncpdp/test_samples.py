@@ -1,0 +1,143 @@
+"""One table (samples.py) drives parse, serialize and round-trip tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ncpdp
+from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+
+from .samples import LITERAL_D0_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
+
+
+def _segment(t: Transmission, group: int | None, seg_id: str) -> Segment:
+    seg = t.segment(seg_id) if group is None else t.groups[group].segment(seg_id)
+    assert seg is not None, f"no segment AM{seg_id} in group {group}"
+    return seg
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_parse_reads_the_sample(sample: Sample) -> None:
+    t = ncpdp.parse(sample.raw)
+    assert t.kind == sample.kind
+    assert t.version == sample.version
+    assert t.transaction_code == sample.code
+    assert len(t.groups) == sample.groups
+    assert t.tolerated == ()
+    for group, seg_id, field_id, value in sample.expect:
+        assert _segment(t, group, seg_id).get(field_id) == value
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_serialize_is_the_exact_inverse(sample: Sample) -> None:
+    assert ncpdp.serialize(ncpdp.parse(sample.raw)) == sample.raw
+    assert bytes(ncpdp.parse(sample.raw)) == sample.raw
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_str_input_and_rebuilt_objects_round_trip(sample: Sample) -> None:
+    t = ncpdp.parse(sample.raw.decode("latin-1"))
+    assert ncpdp.serialize(t) == sample.raw
+    # Rebuild through the validating public constructors: the writer, not the cached
+    # text, must give the same bytes.
+    header_cls = RequestHeader if t.is_request else ResponseHeader
+    rebuilt = Transmission(
+        header_cls(t.header.raw),
+        [Segment(s.id, s.fields) for s in t.segments],
+        [TransactionGroup(Segment(s.id, s.fields) for s in g) for g in t.groups],
+    )
+    assert ncpdp.serialize(rebuilt) == sample.raw
+    assert rebuilt == t
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_json_round_trip(sample: Sample) -> None:
+    t = ncpdp.parse(sample.raw)
+    doc = json.loads(json.dumps(ncpdp.to_jsonable(t)))
+    assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == sample.raw
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_lenient_framing_round_trips(sample: Sample) -> None:
+    framed = b"\x02" + sample.raw + b"\x03\r\n"
+    t = ncpdp.parse(framed, strict=False)
+    assert ncpdp.serialize(t) == framed
+    assert ncpdp.serialize(t.canonical()) == sample.raw
+    assert "STX framing before the header" in t.tolerated
+    assert "trailing CR/LF" in t.tolerated
+    doc = json.loads(json.dumps(ncpdp.to_jsonable(t)))
+    assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == framed
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_views_read_every_sample(sample: Sample) -> None:
+    t = ncpdp.parse(sample.raw)
+    view = t.as_request() if t.is_request else t.as_response()
+    assert len(view.transactions) == sample.groups
+
+
+def test_the_writer_builds_the_literal_from_objects() -> None:
+    """The serializer checked against hand-written bytes, not against the parser."""
+    header = RequestHeader.build(
+        bin="610014",
+        pcn="SYNPCN",
+        service_provider_id="1999999976",
+        date_of_service="20261123",
+        software_vendor_id="SYNVEND001",
+    )
+    t = Transmission(
+        header,
+        [
+            Segment("04", [("C2", "ZQX90817263"), ("C1", "SYNGRP01"), ("C3", "001"), ("C6", "1")]),
+            Segment(
+                "01",
+                [("C4", "19610407"), ("C5", "2"), ("CA", "ZEBULONTEST"), ("CB", "QUIXOTESYNTH")],
+            ),
+        ],
+        [
+            TransactionGroup(
+                [
+                    Segment(
+                        "07",
+                        [
+                            ("EM", "1"),
+                            ("D2", "000001234567"),
+                            ("E1", "03"),
+                            ("D7", "00093505601"),
+                            ("E7", "30000"),
+                            ("D3", "00"),
+                            ("D5", "030"),
+                            ("NX", "2"),
+                            ("DK", "08"),
+                            ("DK", "01"),
+                        ],
+                    ),
+                    Segment("03", [("EZ", "01"), ("DB", "1999999984"), ("DR", "DRSYNTH")]),
+                    Segment(
+                        "11", [("D9", "1234{"), ("DC", "050{"), ("DU", "1299E"), ("DN", "01")]
+                    ),
+                ]
+            )
+        ],
+    )
+    assert ncpdp.serialize(t) == LITERAL_D0_B1
+
+
+def test_repeated_field_ids_keep_order_and_repetition() -> None:
+    claim = ncpdp.parse(LITERAL_D0_B1).groups[0].segment("07")
+    assert claim is not None
+    assert claim.get_all("DK") == ("08", "01")
+    assert [f.id for f in claim][-3:] == ["NX", "DK", "DK"]
+
+
+def test_unknown_segments_and_punctuation_field_ids_are_kept() -> None:
+    t = ncpdp.parse(LITERAL_SWITCH)
+    xx = t.segment("XX")
+    assert xx is not None and xx.name is None
+    assert [f.id for f in xx] == ["&B", "#A", "!F"]
+    am99 = t.groups[0].segment("99")
+    assert am99 is not None and am99.get_all("&B") == ("PRIVATE", "2")
+    assert t.header.service_provider_id == ""  # all spaces
+    assert t.header.slot("B1") == " " * 15
