@@ -1,0 +1,166 @@
+"""Property-based tests: round trips, and no exception but NcpdpError on any input."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ncpdp
+from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+
+from .samples import SAMPLES
+
+PROFILE = settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+SEPARATORS = "\x1c\x1d\x1e"
+
+# Values are printable single-byte text: no separators, no control characters (a
+# value ending in CR, LF or ETX would look like framing to the strict parser).
+text_char = st.characters(
+    min_codepoint=0x20, max_codepoint=0xFF, blacklist_categories=("Cc",)
+)
+field_id = st.text(text_char, min_size=2, max_size=2)
+value = st.text(text_char, max_size=12)
+segment = st.builds(
+    Segment,
+    field_id,
+    st.lists(st.tuples(field_id, value), max_size=6),
+)
+
+
+def _fixed(width: int) -> st.SearchStrategy[str]:
+    return st.text(text_char, min_size=width, max_size=width)
+
+
+@st.composite
+def transmissions(draw: st.DrawFn) -> Transmission:
+    version = draw(st.sampled_from(sorted(ncpdp.VERSIONS)))
+    groups = draw(
+        st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4)
+    )
+    top = draw(st.lists(segment, max_size=3))
+    if draw(st.booleans()):
+        raw = (
+            draw(_fixed(6)) + version + draw(_fixed(2)) + draw(_fixed(10)) + str(len(groups))
+            + draw(_fixed(2)) + draw(_fixed(15)) + draw(_fixed(8)) + draw(_fixed(10))
+        )  # fmt: skip
+        header: RequestHeader | ResponseHeader = RequestHeader(raw)
+    else:
+        raw = (
+            version + draw(_fixed(2)) + str(len(groups)) + draw(_fixed(1)) + draw(_fixed(2))
+            + draw(_fixed(15)) + draw(_fixed(8))
+        )  # fmt: skip
+        header = ResponseHeader(raw)
+    return Transmission(header, top, [TransactionGroup(g) for g in groups])
+
+
+@PROFILE
+@given(transmissions())
+def test_every_model_claim_round_trips(t: Transmission) -> None:
+    data = ncpdp.serialize(t)
+    back = ncpdp.parse(data)
+    assert back == t
+    assert back.segments == t.segments and back.groups == t.groups
+    assert ncpdp.serialize(back) == data
+    doc = json.loads(json.dumps(ncpdp.to_jsonable(back)))
+    assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == data
+
+
+def _check_any(data: bytes, strict: bool) -> None:
+    try:
+        t = ncpdp.parse(data, strict=strict)
+    except ncpdp.ParseError as e:
+        assert 0 <= e.offset <= len(data)
+        assert "malformed transmission" not in e.reason  # diagnostics found the place
+        return
+    assert ncpdp.serialize(t) == data
+    # What the fast path accepted must pass the validating constructors too.
+    header_cls = RequestHeader if t.is_request else ResponseHeader
+    rebuilt = Transmission(
+        header_cls(t.header.raw),
+        [Segment(s.id, s.fields) for s in t.segments],
+        [TransactionGroup(Segment(s.id, s.fields) for s in g) for g in t.groups],
+        leading=t.leading,
+        trailing=t.trailing,
+    )
+    assert ncpdp.serialize(rebuilt) == data
+    ncpdp.to_jsonable(t)
+    try:
+        view = t.as_request() if t.is_request else t.as_response()
+    except ncpdp.NcpdpError:
+        raise AssertionError("a view raised on a parsed transmission") from None
+    assert len(view.transactions) == len(t.groups)
+
+
+# Bytes biased towards the structure: separators, 'AM', digits and framing bytes.
+structured = st.lists(
+    st.sampled_from([b"\x1c", b"\x1d", b"\x1e", b"AM", b"07", b"D2", b"1", b" ", b"\x02", b"\x03", b"\r\n", b"\xff"])
+    | st.binary(max_size=4),
+    max_size=60,
+).map(b"".join)
+headers = st.sampled_from([s.raw[:56] if s.kind == "request" else s.raw[:31] for s in SAMPLES])
+
+
+@PROFILE
+@given(st.binary(max_size=400), st.booleans())
+def test_any_bytes_parse_or_raise_ncpdp_error(data: bytes, strict: bool) -> None:
+    _check_any(data, strict)
+
+
+@PROFILE
+@given(headers, structured, st.booleans())
+def test_structured_noise_after_a_header(header: bytes, body: bytes, strict: bool) -> None:
+    _check_any(header + body, strict)
+
+
+@PROFILE
+@given(st.text(max_size=200))
+def test_any_str_parses_or_raises_ncpdp_error(text: str) -> None:
+    try:
+        ncpdp.parse(text)
+    except ncpdp.NcpdpError:
+        pass
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(st.sampled_from([s.raw for s in SAMPLES])))
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["truncate", "insert", "flip", "delete"]))
+        at = draw(st.integers(0, len(data)))
+        if kind == "truncate":
+            del data[at:]
+        elif kind == "insert":
+            data[at:at] = draw(st.sampled_from([b"\x1c", b"\x1d", b"\x1e", b"\x1c\x1c", b"X"]))
+        elif kind == "flip" and at < len(data):
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "delete" and at < len(data):
+            del data[at]
+    return bytes(data)
+
+
+@PROFILE
+@given(mutated(), st.booleans())
+def test_mutated_claims_parse_or_raise_ncpdp_error(data: bytes, strict: bool) -> None:
+    _check_any(data, strict)
+
+
+def test_no_hang_on_large_pathological_input() -> None:
+    """Linear time: possessive grammar, no backtracking blow-up."""
+    import time
+
+    head = SAMPLES[0].raw[:56]
+    bad = head + (b"\x1e\x1cAM07" + b"\x1cD2" * 20000) + b"\x1c"
+    start = time.perf_counter()
+    try:
+        ncpdp.parse(bad)
+    except ncpdp.ParseError as e:
+        assert e.offset == len(bad) - 1
+    assert time.perf_counter() - start < 5

@@ -1,0 +1,124 @@
+"""Typed convenience views: they read what is there, not what the counts announce."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import ncpdp
+from tests import builders as b
+
+from .samples import LITERAL_51_REJECT, LITERAL_D0_B1, LITERAL_SWITCH
+
+
+def test_request_view() -> None:
+    v = ncpdp.parse(LITERAL_D0_B1).as_request()
+    assert (v.bin, v.pcn, v.version, v.transaction_code) == ("610014", "SYNPCN", "D0", "B1")
+    assert (v.service_provider_id, v.service_provider_id_qualifier) == ("1999999976", "01")
+    assert (v.group_id, v.cardholder_id, v.person_code) == ("SYNGRP01", "ZQX90817263", "001")
+    assert v.patient.last_name == "QUIXOTESYNTH" and v.patient.date_of_birth == "19610407"
+    tx = v.transactions[0]
+    assert (tx.rx_number, tx.rx_number_qualifier) == ("000001234567", "1")
+    assert (tx.product_id, tx.product_id_qualifier) == ("00093505601", "03")
+    assert (tx.prescriber_id, tx.prescriber_id_qualifier) == ("1999999984", "01")
+    assert tx.quantity == Decimal("30.000")  # 442-E7, three implied decimals
+    assert (tx.fill_number, tx.days_supply) == (0, 30)
+
+
+def test_request_view_of_four_transactions() -> None:
+    rxs = tuple(b.Rx(rx_number=f"00000000000{i}", days_supply="090") for i in range(1, 5))
+    v = ncpdp.parse(b.request_bytes(rxs=rxs)).as_request()
+    assert [t.rx_number for t in v.transactions] == [f"00000000000{i}" for i in range(1, 5)]
+    assert {t.days_supply for t in v.transactions} == {90}
+
+
+def test_request_view_tolerates_bad_values() -> None:
+    t = ncpdp.parse(b.request_bytes(rxs=(b.Rx(quantity="3O000", fill_number="²"),)))
+    tx = t.as_request().transactions[0]
+    assert tx.quantity is None and tx.fill_number is None
+
+
+def test_rejected_response_view() -> None:
+    v = ncpdp.parse(LITERAL_51_REJECT).as_response()
+    assert v.message == "SYNTHETIC PLAN MESSAGE" and v.header_response_status == "R"
+    tx = v.transactions[0]
+    assert tx.transaction_status == "R" and tx.rejected
+    # 510-FA says 03 but two codes follow: the views read the codes.
+    assert [(r.code, r.occurrence) for r in tx.reject_codes] == [("75", 1), ("76", 2)]
+    assert tx.additional_message == "PRIOR AUTH REQUIRED"
+    assert (tx.help_desk_phone_qualifier, tx.help_desk_phone) == ("03", "8005550100")
+    assert tx.pa_eligible and tx.outcomes_first
+
+
+def test_paid_status_with_reject_codes_is_rejected() -> None:
+    raw = b.response_bytes([b.Outcome(status="P", reject_codes=("MR",))])
+    tx = ncpdp.parse(raw).as_response().transactions[0]
+    assert tx.transaction_status == "P"
+    assert tx.rejected and tx.pa_eligible and not tx.outcomes_first
+
+
+def test_paid_and_duplicate() -> None:
+    v = ncpdp.parse(b.response_bytes([b.PAID, b.DUPLICATE])).as_response()
+    assert [t.transaction_status for t in v.transactions] == ["P", "D"]
+    assert not any(t.rejected for t in v.transactions)
+    assert v.transactions[0].authorization_number == "SYNAUTH001"
+
+
+def test_occurrence_indicators_pair_with_their_code() -> None:
+    o = b.Outcome(status="R", reject_codes=("70", "M1", "75"), occurrences=("01", "02"))
+    tx = ncpdp.parse(b.response_bytes([o])).as_response().transactions[0]
+    assert [(r.code, r.occurrence) for r in tx.reject_codes] == [
+        ("70", 1),
+        ("M1", 2),
+        ("75", None),
+    ]
+
+
+def test_approved_codes_and_messages() -> None:
+    o = b.Outcome(status="P", approved_codes=("001", "005"), messages=("LINE ONE", "LINE TWO"))
+    tx = ncpdp.parse(b.response_bytes([o])).as_response().transactions[0]
+    assert tx.approved_message_codes == ("001", "005")
+    assert tx.additional_messages == ("LINE ONE", "LINE TWO")
+
+
+def test_preferred_products() -> None:
+    o = b.Outcome(
+        status="R",
+        reject_codes=("MR",),
+        preferred=(("03", "00093505602", "SYN PREF A"), ("03", "00093505603", "SYN PREF B")),
+    )
+    tx = ncpdp.parse(b.response_bytes([o])).as_response().transactions[0]
+    assert [(p.qualifier, p.id, p.description) for p in tx.preferred_products] == [
+        ("03", "00093505602", "SYN PREF A"),
+        ("03", "00093505603", "SYN PREF B"),
+    ]
+
+
+def test_preferred_products_without_qualifier() -> None:
+    seg = ncpdp.Segment("22", [("9F", "2"), ("AR", "1"), ("AU", "A"), ("AR", "2")])
+    header = ncpdp.ResponseHeader.build(service_provider_id="1", date_of_service="20261123")
+    t = ncpdp.Transmission(
+        header, [], [ncpdp.TransactionGroup([ncpdp.Segment("21", [("AN", "R")]), seg])]
+    )
+    tx = ncpdp.parse(ncpdp.serialize(t)).as_response().transactions[0]
+    assert [(p.id, p.description) for p in tx.preferred_products] == [("1", "A"), ("2", None)]
+
+
+def test_switch_response_views() -> None:
+    v = ncpdp.parse(LITERAL_SWITCH).as_response()
+    assert v.service_provider_id == ""  # all spaces
+    assert v.transactions[0].transaction_status == "P"
+    assert not v.transactions[0].rejected
+
+
+def test_view_kind_mismatch_is_an_ncpdp_error() -> None:
+    import pytest
+
+    with pytest.raises(ncpdp.NcpdpError):
+        ncpdp.parse(LITERAL_D0_B1).as_response()
+    with pytest.raises(ncpdp.NcpdpError):
+        ncpdp.parse(LITERAL_51_REJECT).as_request()
+
+
+def test_pa_code_sets_follow_the_interface() -> None:
+    assert ncpdp.PA_REJECT_CODES == {"MR", "AG", "A6", "70", "75", "76"}
+    assert ncpdp.OUTCOMES_FIRST_CODES == {"70", "75", "76"}
