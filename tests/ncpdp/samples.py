@@ -193,9 +193,7 @@ SAMPLES: tuple[Sample, ...] = (
     ),
     Sample(
         name="D.0 response, 4 transactions",
-        raw=b.response_bytes(
-            [b.PAID, b.REJECT_MR, b.REJECT_TWO, b.DUPLICATE], message="SYNTHETIC"
-        ),
+        raw=b.response_bytes([b.PAID, b.REJECT_MR, b.REJECT_TWO, b.DUPLICATE], message="SYNTHETIC"),
         source="builders.response",
         kind="response",
         version="D0",

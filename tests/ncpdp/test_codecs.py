@@ -52,7 +52,7 @@ def test_overpunch_encode_negative_and_width() -> None:
     assert ncpdp.encode_overpunch(Decimal("0.5")) == "5{"
 
 
-@pytest.mark.parametrize("bad", ["", "12X", "1 2{", "{{", "１2{", "²{"])
+@pytest.mark.parametrize("bad", ["", "12X", "1 2{", "{{", "\uff112{", "²{"])
 def test_overpunch_decode_errors(bad: str) -> None:
     with pytest.raises(CodecError) as info:
         ncpdp.decode_overpunch(bad)
@@ -62,7 +62,12 @@ def test_overpunch_decode_errors(bad: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "width"),
-    [(Decimal("1.234"), None), (Decimal("123456.78"), 4), (Decimal("NaN"), None), (Decimal("Infinity"), None)],
+    [
+        (Decimal("1.234"), None),
+        (Decimal("123456.78"), 4),
+        (Decimal("NaN"), None),
+        (Decimal("Infinity"), None),
+    ],
 )
 def test_overpunch_encode_errors(value: Decimal, width: int | None) -> None:
     with pytest.raises(CodecError):
@@ -85,7 +90,12 @@ def test_implied_decimals_442_e7_has_three() -> None:
 
 @pytest.mark.parametrize(
     ("value", "places", "width"),
-    [(Decimal("1.2345"), 3, None), (Decimal("-1"), 3, None), (Decimal("12345"), 3, 4), (Decimal("Infinity"), 3, None)],
+    [
+        (Decimal("1.2345"), 3, None),
+        (Decimal("-1"), 3, None),
+        (Decimal("12345"), 3, 4),
+        (Decimal("Infinity"), 3, None),
+    ],
 )
 def test_implied_encode_errors(value: Decimal, places: int, width: int | None) -> None:
     with pytest.raises(CodecError):

@@ -7,7 +7,7 @@ import pytest
 import ncpdp
 from ncpdp import ParseError
 
-from .samples import LITERAL_D0_B1, LITERAL_51_REJECT
+from .samples import LITERAL_51_REJECT, LITERAL_D0_B1
 
 REQ = LITERAL_D0_B1
 RESP = LITERAL_51_REJECT
@@ -26,14 +26,35 @@ CASES: list[tuple[str, bytes, str, int, str | None, str | None]] = [
     ("empty", b"", "empty input", 0, None, None),
     ("too short", b"610014D0B1", "too short", 10, None, None),
     ("header only, odd length", REQ[:40], "no segment", 40, None, None),
-    ("no separator after a header", REQ[:56] + b"X" * 30, "no segment or group separator", 56, None, None),
+    (
+        "no separator after a header",
+        REQ[:56] + b"X" * 30,
+        "no segment or group separator",
+        56,
+        None,
+        None,
+    ),
     ("separator too early", REQ[:20] + b"\x1e\x1cAM04", "found 20", 20, None, None),
-    ("field separator inside the header", REQ[:10] + b"\x1c" + REQ[11:], "inside the fixed-width header", 10, None, None),
+    (
+        "field separator inside the header",
+        REQ[:10] + b"\x1c" + REQ[11:],
+        "inside the fixed-width header",
+        10,
+        None,
+        None,
+    ),
     ("unknown version", REQ[:6] + b"F6" + REQ[8:], "unknown version/release 'F6'", 6, None, "A2"),
     ("count not a digit", REQ[:20] + b"X" + REQ[21:], "must be 1 to 4, got 'X'", 20, None, "A9"),
     ("count disagrees", REQ[:20] + b"2" + REQ[21:], "says 2 but 1", 20, None, "A9"),
     ("count zero", REQ[:20] + b"0" + REQ[21:], "must be 1 to 4", 20, None, "A9"),
-    ("five groups", REQ[:20] + b"5" + REQ[21:] + (REQ[REQ.index(b"\x1d"):]) * 4, "must be 1 to 4", 20, None, "A9"),
+    (
+        "five groups",
+        REQ[:20] + b"5" + REQ[21:] + (REQ[REQ.index(b"\x1d") :]) * 4,
+        "must be 1 to 4",
+        20,
+        None,
+        "A9",
+    ),
     (
         "empty field",
         REQ[:D2_AT] + b"\x1c" + REQ[D2_AT:],
@@ -50,12 +71,54 @@ CASES: list[tuple[str, bytes, str, int, str | None, str | None]] = [
         "07",
         "EM",
     ),
-    ("trailing field separator", REQ + b"\x1c", "lenient mode accepts a trailing one", len(REQ), "11", "DN"),
-    ("bad segment id field", REQ.replace(b"AM07", b"AM7", 1), "found 'AM7'", CLAIM_AT + 2, "7", "AM"),
-    ("segment without AM", REQ.replace(b"\x1cAM07", b"\x1cXX07", 1), "found 'XX07'", CLAIM_AT + 2, None, "AM"),
-    ("segment separator without field separator", REQ.replace(b"\x1e\x1cAM07", b"\x1eAM07", 1), "expected a field separator", CLAIM_AT + 1, None, None),
-    ("empty segment", REQ.replace(b"\x1e\x1cAM07", b"\x1e\x1e\x1cAM07", 1), "empty segment", CLAIM_AT, None, None),
-    ("text after the group separator", REQ.replace(b"\x1d\x1e", b"\x1dX\x1e", 1), "after the group separator", CLAIM_AT, None, None),
+    (
+        "trailing field separator",
+        REQ + b"\x1c",
+        "lenient mode accepts a trailing one",
+        len(REQ),
+        "11",
+        "DN",
+    ),
+    (
+        "bad segment id field",
+        REQ.replace(b"AM07", b"AM7", 1),
+        "found 'AM7'",
+        CLAIM_AT + 2,
+        "7",
+        "AM",
+    ),
+    (
+        "segment without AM",
+        REQ.replace(b"\x1cAM07", b"\x1cXX07", 1),
+        "found 'XX07'",
+        CLAIM_AT + 2,
+        None,
+        "AM",
+    ),
+    (
+        "segment separator without field separator",
+        REQ.replace(b"\x1e\x1cAM07", b"\x1eAM07", 1),
+        "expected a field separator",
+        CLAIM_AT + 1,
+        None,
+        None,
+    ),
+    (
+        "empty segment",
+        REQ.replace(b"\x1e\x1cAM07", b"\x1e\x1e\x1cAM07", 1),
+        "empty segment",
+        CLAIM_AT,
+        None,
+        None,
+    ),
+    (
+        "text after the group separator",
+        REQ.replace(b"\x1d\x1e", b"\x1dX\x1e", 1),
+        "after the group separator",
+        CLAIM_AT,
+        None,
+        None,
+    ),
     ("empty transaction group", REQ + b"\x1d", "empty transaction group", len(REQ), None, None),
     ("trailing CR/LF", REQ + b"\r\n", "trailing framing", len(REQ), None, None),
     ("ETX", REQ + b"\x03", "trailing framing", len(REQ), None, None),

@@ -23,9 +23,7 @@ SEPARATORS = "\x1c\x1d\x1e"
 
 # Values are printable single-byte text: no separators, no control characters (a
 # value ending in CR, LF or ETX would look like framing to the strict parser).
-text_char = st.characters(
-    min_codepoint=0x20, max_codepoint=0xFF, blacklist_categories=("Cc",)
-)
+text_char = st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_categories=("Cc",))
 field_id = st.text(text_char, min_size=2, max_size=2)
 value = st.text(text_char, max_size=12)
 segment = st.builds(
@@ -42,9 +40,7 @@ def _fixed(width: int) -> st.SearchStrategy[str]:
 @st.composite
 def transmissions(draw: st.DrawFn) -> Transmission:
     version = draw(st.sampled_from(sorted(ncpdp.VERSIONS)))
-    groups = draw(
-        st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4)
-    )
+    groups = draw(st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4))
     top = draw(st.lists(segment, max_size=3))
     if draw(st.booleans()):
         raw = (
@@ -101,7 +97,22 @@ def _check_any(data: bytes, strict: bool) -> None:
 
 # Bytes biased towards the structure: separators, 'AM', digits and framing bytes.
 structured = st.lists(
-    st.sampled_from([b"\x1c", b"\x1d", b"\x1e", b"AM", b"07", b"D2", b"1", b" ", b"\x02", b"\x03", b"\r\n", b"\xff"])
+    st.sampled_from(
+        [
+            b"\x1c",
+            b"\x1d",
+            b"\x1e",
+            b"AM",
+            b"07",
+            b"D2",
+            b"1",
+            b" ",
+            b"\x02",
+            b"\x03",
+            b"\r\n",
+            b"\xff",
+        ]
+    )
     | st.binary(max_size=4),
     max_size=60,
 ).map(b"".join)

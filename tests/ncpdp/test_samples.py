@@ -115,9 +115,7 @@ def test_the_writer_builds_the_literal_from_objects() -> None:
                         ],
                     ),
                     Segment("03", [("EZ", "01"), ("DB", "1999999984"), ("DR", "DRSYNTH")]),
-                    Segment(
-                        "11", [("D9", "1234{"), ("DC", "050{"), ("DU", "1299E"), ("DN", "01")]
-                    ),
+                    Segment("11", [("D9", "1234{"), ("DC", "050{"), ("DU", "1299E"), ("DN", "01")]),
                 ]
             )
         ],
