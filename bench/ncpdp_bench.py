@@ -1,0 +1,153 @@
+"""Benchmark of ncpdp.parse / ncpdp.serialize against a naive split baseline measured
+in the same run, and against dzero-python when it is importable.
+
+    .venv/bin/python bench/ncpdp_bench.py [--quick]
+
+Claims: a realistic 5-segment D.0 B1 request (Insurance, Patient, Claim, Prescriber,
+Pricing) and a rejected D.0 response (Response Status with reject code, occurrence,
+messages and help desk, Response Claim with a preferred product), from the synthetic
+builders in tests/builders.py. Timing: time.perf_counter, N calls per repeat, best of R.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import ncpdp
+from tests import builders
+
+TARGET_VS_NAIVE = 1.5
+TARGET_VS_DZERO = 4.0
+
+
+def naive_parse(data: bytes) -> tuple[str, list[list[list[str]]]]:
+    """Header slicing plus str.split on the separators into lists: no validation."""
+    text = data.decode("latin-1")
+    hlen = 31 if text[31:32] in ("\x1e", "\x1d") else 56
+    return text[:hlen], [
+        [seg.split("\x1c") for seg in group.split("\x1e")] for group in text[hlen:].split("\x1d")
+    ]
+
+
+def naive_serialize(parsed: tuple[str, list[list[list[str]]]]) -> bytes:
+    header, groups = parsed
+    return (header + "\x1d".join("\x1e".join("\x1c".join(s) for s in g) for g in groups)).encode(
+        "latin-1"
+    )
+
+
+def best_of(fn: Callable[[], object], number: int, repeat: int) -> float:
+    """Best time per call, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best / number
+
+
+def load_dzero() -> tuple[Callable[[str], object], Callable[[str], object], str] | None:
+    try:
+        from importlib.metadata import version
+
+        import dzero_python  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return dzero_python.Request.parse, dzero_python.Response.parse, version("dzero-python")
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    number, repeat = (2000, 3) if quick else (20000, 7)
+    print(f"python {platform.python_version()} ({platform.python_implementation()})")
+    print(f"platform {platform.platform()}; machine {platform.machine()}; cpus {os.cpu_count()}")
+    print(f"timing: best of {repeat} x {number} calls, time.perf_counter")
+
+    claims = {
+        "D.0 B1 request (5 segments)": builders.request_bytes(),
+        "D.0 rejected response": builders.response_bytes([builders.REJECT_75]),
+    }
+    dz = load_dzero()
+    if dz is None:
+        print("dzero-python: not installed, skipped (pip install dzero-python to compare)")
+    else:
+        print(f"dzero-python {dz[2]}")
+    ok = True
+    for name, data in claims.items():
+        ok &= bench_claim(name, data, dz, number, repeat)
+    return 0 if ok else 1
+
+
+def bench_claim(
+    name: str,
+    data: bytes,
+    dz: tuple[Callable[[str], object], Callable[[str], object], str] | None,
+    number: int,
+    repeat: int,
+) -> bool:
+    ok = True
+    assert ncpdp.serialize(ncpdp.parse(data)) == data
+    assert naive_serialize(naive_parse(data)) == data
+    parsed = ncpdp.parse(data)
+    naive_parsed = naive_parse(data)
+    rows: list[tuple[str, float]] = [
+        ("naive parse (split only)", best_of(lambda: naive_parse(data), number, repeat)),
+        ("ncpdp.parse", best_of(lambda: ncpdp.parse(data), number, repeat)),
+        (
+            "ncpdp.parse + build all segments",
+            best_of(lambda: ncpdp.parse(data).groups, number, repeat),
+        ),
+        (
+            "naive serialize (join)",
+            best_of(lambda: naive_serialize(naive_parsed), number, repeat),
+        ),
+        ("ncpdp.serialize (parsed)", best_of(lambda: ncpdp.serialize(parsed), number, repeat)),
+        (
+            "ncpdp.serialize (from objects)",
+            best_of(lambda: ncpdp.serialize(parsed.canonical()), number, repeat),
+        ),
+    ]
+    if dz is not None:
+        dz_parse = dz[0] if parsed.is_request else dz[1]
+        text = data.decode("latin-1")
+        dz_obj = dz_parse(text)
+        dz_n = max(number // 10, 200)
+        rows.append(
+            ("dzero parse", best_of(lambda: dz_parse(data.decode("latin-1")), dz_n, repeat))
+        )
+        rows.append(("dzero serialize", best_of(lambda: dz_obj.to_s(), dz_n, repeat)))  # type: ignore[attr-defined]
+        if dz_obj.to_s() != text:  # type: ignore[attr-defined]
+            print("  note: dzero does not give back the same bytes for this claim")
+    print(f"\n{name}, {len(data)} bytes")
+    print(f"  {'':34s} {'us/call':>9s} {'calls/s':>11s}")
+    for label, secs in rows:
+        print(f"  {label:34s} {secs * 1e6:9.2f} {1 / secs:11,.0f}")
+    t = dict(rows)
+    ratio = t["ncpdp.parse"] / t["naive parse (split only)"]
+    verdict = "ok" if ratio <= TARGET_VS_NAIVE else "MISSED"
+    ok &= ratio <= TARGET_VS_NAIVE
+    print(f"  parse ours/naive: {ratio:.2f}x (target <= {TARGET_VS_NAIVE}x: {verdict})")
+    full = t["ncpdp.parse + build all segments"] / t["naive parse (split only)"]
+    print(f"  parse + build all segments ours/naive: {full:.2f}x")
+    if dz is not None:
+        speedup = t["dzero parse"] / t["ncpdp.parse"]
+        speedup_full = t["dzero parse"] / t["ncpdp.parse + build all segments"]
+        verdict = "ok" if speedup >= TARGET_VS_DZERO else "MISSED"
+        ok &= speedup >= TARGET_VS_DZERO
+        print(
+            f"  parse dzero/ours: {speedup:.1f}x faster (target >= {TARGET_VS_DZERO}x: "
+            f"{verdict}); with all segments built: {speedup_full:.1f}x"
+        )
+    return ok
+
+
+if __name__ == "__main__":
+    sys.exit(main())
