@@ -77,7 +77,12 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
     )
     ins = Segment(
         "04",
-        [("C2", c.cardholder_id), ("C1", c.group_id), ("C3", c.person_code), ("C6", c.relationship)],
+        [
+            ("C2", c.cardholder_id),
+            ("C1", c.group_id),
+            ("C3", c.person_code),
+            ("C6", c.relationship),
+        ],
     )
     pat = Segment(
         "01",
@@ -122,7 +127,12 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
             segs.append(
                 Segment(
                     "11",
-                    [("D9", rx.ingredient_cost), ("DC", "050{"), ("DU", rx.gross_due), ("DN", "01")],
+                    [
+                        ("D9", rx.ingredient_cost),
+                        ("DC", "050{"),
+                        ("DU", rx.gross_due),
+                        ("DN", "01"),
+                    ],
                 )
             )
         groups.append(TransactionGroup(segs))
