@@ -163,6 +163,16 @@ class SandboxState:
         self._schedule(self.config.step_seconds, lambda: self._advance(pa_id))
         return pa
 
+    def find_or_create(
+        self, dup_key: str, fields: dict[str, Any], final_outcome: str
+    ) -> tuple[dict[str, Any], bool]:
+        """The live PA for this claim (duplicate True), or a new one; atomic."""
+        with self._db_lock:
+            existing = self.find(dup_key, include_deleted=False)
+            if existing is not None:
+                return existing, True
+            return self.create(dup_key, fields, final_outcome), False
+
     def _advance(self, pa_id: str) -> None:
         with self._db_lock:
             pa = self.get(pa_id)

@@ -166,10 +166,6 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
         created = False
         for tx in view.transactions:
             k = key(tx, group)
-            existing = state.find(k, include_deleted=False)
-            if existing is not None:
-                results.append((existing, True))
-                continue
             npi = form.get("physician_npi") or (
                 tx.prescriber_id if tx.prescriber_id_qualifier == "01" else ""
             )
@@ -195,8 +191,9 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                 },
                 "pharmacy": {pharmacy_key: provider},
             }
-            results.append((state.create(k, fields, _final_outcome(group)), False))
-            created = True
+            pa, duplicate = state.find_or_create(k, fields, _final_outcome(group))
+            results.append((pa, duplicate))
+            created = created or not duplicate
         return render_claim(fmt, results, 201 if created else 200)
 
     def render_claim(
