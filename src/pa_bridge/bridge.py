@@ -214,7 +214,10 @@ class Bridge:
         outcome_futures: dict[int, Future[OutcomeResult]] = {}
         for d in decisions:
             if d.outcomes_first and d.index < len(req.groups):
-                remaining_ms = max(0.0, budget_s - (time.monotonic() - started)) * 1000 - 25
+                remaining_ms = (
+                    max(0.0, budget_s - (time.monotonic() - started)) * 1000
+                    - self.settings.outcomes.safety_margin_ms
+                )
                 variables = outcome_variables(req, resp, d.index, api_key=self.client.api_key)
                 outcome_futures[d.index] = self._pool.submit(
                     self.client.outcomes,
@@ -230,9 +233,10 @@ class Bridge:
                 label = self.settings.intake.default_button_label
             fut = outcome_futures.get(d.index)
             if fut is not None:
-                remaining = max(0.0, budget_s - (time.monotonic() - started))
+                margin = self.settings.outcomes.safety_margin_ms / 2000.0
+                remaining = max(0.0, budget_s - (time.monotonic() - started) - margin)
                 try:
-                    res = fut.result(timeout=remaining + 0.01)
+                    res = fut.result(timeout=remaining)
                 except Exception:
                     res = None
                 if res is not None and res.source == "outcomes":

@@ -148,6 +148,9 @@ class StorageSettings(_Section):
 
 class OutcomesSettings(_Section):
     budget_ms: int = Field(default=1500, ge=50, le=60_000)
+    #: kept back from the budget for pa-bridge's own work, so the answer (not just the
+    #: outcomes call) is in time
+    safety_margin_ms: int = Field(default=100, ge=0, le=1000)
 
 
 class QueueSettings(_Section):

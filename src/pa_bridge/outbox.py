@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -76,6 +76,9 @@ class Outbox:
         self._inflight: set[int] = set()
         self._lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
+        self._draining = False
+        self._again = False
+        self._wake_scheduled = False
         self.last_drain_at = time.monotonic()
 
     # ---- scheduling ----------------------------------------------------------
@@ -88,27 +91,41 @@ class Outbox:
             id="outbox-drain",
             max_instances=1,
             coalesce=True,
-            next_run_time=datetime.now(),
+            next_run_time=datetime.now(UTC),
         )
 
     def wake(self) -> None:
-        """Drain soon instead of waiting for the next interval."""
+        """Drain soon instead of waiting for the next interval. Cheap and coalescing:
+        a running drain just loops once more; otherwise one early run is scheduled."""
+        with self._lock:
+            if self._draining:
+                self._again = True
+                return
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
         if self._scheduler is not None and self._scheduler.running:
             job = self._scheduler.get_job("outbox-drain")
             if job is not None:
-                job.modify(
-                    next_run_time=datetime.now(
-                        job.next_run_time.tzinfo if job.next_run_time else None
-                    )
-                )
+                job.modify(next_run_time=datetime.now(UTC))
 
     def _drain_job(self) -> None:
         self.last_drain_at = time.monotonic()
+        with self._lock:
+            self._draining = True
+            self._wake_scheduled = False
         try:
-            while self.drain_once() >= self.settings.batch_size:
-                pass
+            while True:
+                n = self.drain_once()
+                with self._lock:
+                    if n < self.settings.batch_size and not self._again:
+                        break
+                    self._again = False
         except Exception:  # keep the scheduler alive; the items stay queued
             log_event("outbox.drain_error", level=logging.ERROR)
+        finally:
+            with self._lock:
+                self._draining = False
 
     # ---- delivering ----------------------------------------------------------
     def drain_once(self) -> int:

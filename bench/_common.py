@@ -1,0 +1,167 @@
+"""Shared bits of the benchmarks: machine facts, percentiles, a daemon subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def machine_facts() -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return (
+        f"python {platform.python_version()} ({platform.python_implementation()}), "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus, "
+        f"load {load[0]:.2f}"
+    )
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_clients(n_clients: int, per_client: int, call: Callable[[httpx.Client, int], Any]) -> tuple[list[float], float]:
+    """Run ``call`` from ``n_clients`` threads; returns (latencies in ms, wall seconds)."""
+    lat: list[list[float]] = [[] for _ in range(n_clients)]
+
+    def worker(k: int) -> None:
+        with httpx.Client(timeout=30) as c:
+            for i in range(per_client):
+                t0 = time.perf_counter()
+                call(c, k * per_client + i)
+                lat[k].append((time.perf_counter() - t0) * 1000)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [x for part in lat for x in part], time.perf_counter() - t0
+
+
+class Daemon:
+    """`pa-bridge serve` on the embedded default in a temporary directory."""
+
+    def __init__(self, env: dict[str, str] | None = None, config: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="pa-bridge-bench-"))
+        self.config = config
+        self.intake = free_port()
+        self.callbacks = free_port()
+        self.env = {
+            **os.environ,
+            "PA_BRIDGE_INTAKE__LISTEN": f"127.0.0.1:{self.intake}",
+            "PA_BRIDGE_CALLBACKS__LISTEN": f"127.0.0.1:{self.callbacks}",
+            **(env or {}),
+        }
+        self.log = self.dir / "daemon.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.intake}"
+
+    def __enter__(self) -> Daemon:
+        cmd = [sys.executable, "-m", "pa_bridge", "serve"]
+        if self.config is not None:
+            (self.dir / "pa-bridge.toml").write_text(self.config)
+            cmd += ["--config", str(self.dir / "pa-bridge.toml")]
+        with open(self.log, "wb") as fh:
+            self.proc = subprocess.Popen(cmd, cwd=self.dir, env=self.env, stdout=fh, stderr=fh)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"daemon did not start: {self.log.read_text()[-2000:]}")
+
+    def sandbox_url(self) -> str:
+        for line in self.log.read_text().splitlines():
+            if '"daemon.sandbox_started"' in line:
+                return str(json.loads(line)["url"])
+        raise RuntimeError("no sandbox in this daemon")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Sandbox:
+    """`pa-bridge sandbox` alone, as a separate process (like the real service)."""
+
+    def __init__(self, callback_url: str | None = None) -> None:
+        self.port = free_port()
+        self.callback_url = callback_url
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Sandbox:
+        cmd = [sys.executable, "-m", "pa_bridge", "sandbox", "--port", str(self.port)]
+        if self.callback_url:
+            cmd += ["--callback-url", self.callback_url]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/_ping", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("sandbox did not start")
+
+    def service_config(self) -> str:
+        from pa_bridge.sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
+
+        return (
+            "[service]\n"
+            f'claim_url = "{self.url}/pharmacy/claim.json"\n'
+            f'outcomes_url = "{self.url}/outcomes.json"\n'
+            f'dashboard_url = "{self.url}/dashboard"\n'
+            f'username = "{SANDBOX_USERNAME}"\npassword = "{SANDBOX_PASSWORD}"\n'
+            f'api_key = "{SANDBOX_API_KEY}"\n'
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

@@ -1,0 +1,101 @@
+"""Intake answers per second and latency from 8 concurrent clients.
+
+Cases: paid claims (answered at once, report queued), 75-rejects with the sandbox's
+outcomes answering at once, and 75-rejects while the outcomes interface stalls (BIN
+999998). The sandbox runs as its own process, as the real service would be remote.
+Baseline in the same run: the outcomes call itself, made directly to the same
+sandbox by the same client code at the same concurrency. Overhead = intake p99 minus
+outcomes p99. Targets: p99 overhead <= 5 ms; zero answers over 1550 ms when stalling.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+
+import ncpdp  # noqa: E402
+from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients  # noqa: E402
+from pa_bridge.client import PaServiceClient, outcome_variables  # noqa: E402
+from pa_bridge.sandbox import SANDBOX_API_KEY  # noqa: E402
+from tests import builders as b  # noqa: E402
+
+CLIENTS = 8
+PER_CLIENT = 60
+
+
+def main() -> None:
+    print(f"intake_bench: {machine_facts()}; {CLIENTS} concurrent clients")
+    req = b.request_bytes()
+    paid = {"request": req.decode("latin-1"), "response": b.response_bytes([b.PAID]).decode("latin-1")}
+    r75 = {"request": req.decode("latin-1"), "response": b.response_bytes([b.REJECT_75]).decode("latin-1")}
+    stall = {
+        "request": b.request_bytes(bin="999998").decode("latin-1"),
+        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
+    }
+    with Sandbox() as sb, Daemon(config=sb.service_config()) as d:
+        sandbox = sb.url
+        direct = PaServiceClient(
+            claim_url=f"{sandbox}/pharmacy/claim.json",
+            outcomes_url=f"{sandbox}/outcomes.json",
+            dashboard_url=f"{sandbox}/dashboard",
+            username="",
+            password="",
+            api_key=SANDBOX_API_KEY,
+        )
+        variables = outcome_variables(
+            ncpdp.parse(req), ncpdp.parse(b.response_bytes([b.REJECT_75])), api_key=SANDBOX_API_KEY
+        )
+
+        def outcomes_direct(c: httpx.Client, i: int) -> None:
+            res = direct.outcomes(variables, budget_ms=1500, fallback_message="x")
+            assert res.source == "outcomes", res.error
+
+        def post(body: dict[str, str]) -> object:
+            def call(c: httpx.Client, i: int) -> None:
+                r = c.post(f"{d.url}/v1/claims", json=body)
+                assert r.status_code == 200, r.text
+
+            return call
+
+        run_clients(CLIENTS, 10, post(paid))  # warm-up
+        run_clients(CLIENTS, 10, outcomes_direct)
+        rows = []
+        base, base_wall = run_clients(CLIENTS, PER_CLIENT, outcomes_direct)
+        rows.append(("outcomes call itself (baseline)", base, base_wall))
+        lat, wall = run_clients(CLIENTS, PER_CLIENT, post(paid))
+        rows.append(("intake: paid claim (async report)", lat, wall))
+        lat75, wall75 = run_clients(CLIENTS, PER_CLIENT, post(r75))
+        rows.append(("intake: reject 75 (outcomes first)", lat75, wall75))
+        lat_stall, wall_stall = run_clients(CLIENTS, 3, post(stall))
+        serial_base, sb_wall = run_clients(1, 150, outcomes_direct)
+        rows.append(("1 client: outcomes call itself", serial_base, sb_wall))
+        serial_75, s75_wall = run_clients(1, 150, post(r75))
+        rows.append(("1 client: intake reject 75", serial_75, s75_wall))
+        rows.append(("intake: reject 75, outcomes stalls", lat_stall, wall_stall))
+        direct.close()
+
+    print(f"{'case':<38} {'n':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    for name, values, secs in rows:
+        print(
+            f"{name:<38} {len(values):>5} {len(values) / secs:>8.1f} {pct(values, 50):>8.2f}"
+            f" {pct(values, 99):>8.2f} {max(values):>8.2f}"
+        )
+    overhead = pct(lat75, 99) - pct(base, 99)
+    over = sum(1 for x in lat_stall if x > 1550)
+    print(
+        f"overhead of intake over the outcomes call, {CLIENTS} clients: p99 {overhead:.2f} ms"
+        f" (target <= 5 ms), p50 {pct(lat75, 50) - pct(base, 50):.2f} ms"
+    )
+    print(
+        f"overhead, 1 client: p99 {pct(serial_75, 99) - pct(serial_base, 99):.2f} ms,"
+        f" p50 {pct(serial_75, 50) - pct(serial_base, 50):.2f} ms"
+    )
+    print(f"answers over 1550 ms while outcomes stalls: {over} of {len(lat_stall)} (target 0)")
+
+
+if __name__ == "__main__":
+    main()
