@@ -45,7 +45,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_clients(n_clients: int, per_client: int, call: Callable[[httpx.Client, int], Any]) -> tuple[list[float], float]:
+def run_clients(
+    n_clients: int, per_client: int, call: Callable[[httpx.Client, int], Any]
+) -> tuple[list[float], float]:
     """Run ``call`` from ``n_clients`` threads; returns (latencies in ms, wall seconds)."""
     lat: list[list[float]] = [[] for _ in range(n_clients)]
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-import ncpdp  # noqa: E402
-from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients  # noqa: E402
-from pa_bridge.client import PaServiceClient, outcome_variables  # noqa: E402
-from pa_bridge.sandbox import SANDBOX_API_KEY  # noqa: E402
-from tests import builders as b  # noqa: E402
+import ncpdp
+from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients
+from pa_bridge.client import PaServiceClient, outcome_variables
+from pa_bridge.sandbox import SANDBOX_API_KEY
+from tests import builders as b
 
 CLIENTS = 8
 PER_CLIENT = 60
@@ -30,8 +30,14 @@ PER_CLIENT = 60
 def main() -> None:
     print(f"intake_bench: {machine_facts()}; {CLIENTS} concurrent clients")
     req = b.request_bytes()
-    paid = {"request": req.decode("latin-1"), "response": b.response_bytes([b.PAID]).decode("latin-1")}
-    r75 = {"request": req.decode("latin-1"), "response": b.response_bytes([b.REJECT_75]).decode("latin-1")}
+    paid = {
+        "request": req.decode("latin-1"),
+        "response": b.response_bytes([b.PAID]).decode("latin-1"),
+    }
+    r75 = {
+        "request": req.decode("latin-1"),
+        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
+    }
     stall = {
         "request": b.request_bytes(bin="999998").decode("latin-1"),
         "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),

@@ -177,7 +177,7 @@ class Bridge:
         first = decisions[0]
 
         def store_exchange(db: Database) -> None:
-            db["exchanges"].insert(
+            db.table("exchanges").insert(
                 {
                     "id": claim_id,
                     "received_at": now_iso(self.clock()),
@@ -473,7 +473,7 @@ class Bridge:
         keys = [claim_key(req, i) for i in range(len(req.groups))]
 
         def job(db: Database) -> int:
-            db["exchanges"].insert(
+            db.table("exchanges").insert(
                 {
                     "id": exchange_id,
                     "received_at": now_iso(self.clock()),

@@ -6,8 +6,10 @@ import hmac
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
+from werkzeug.wrappers import Response as BaseResponse
 
 from ..bridge import Bridge, BridgeError
+from . import console, openapi
 from .errors import error_response, install_error_handlers
 
 __all__ = ["create_intake_app"]
@@ -32,7 +34,11 @@ def _json_body() -> dict[str, Any]:
 def _authenticate() -> tuple[Response, int] | None:
     tokens: list[str] = current_app.config["PA_BRIDGE_TOKENS"]
     g.actor = request.remote_addr or "unknown"
-    if not tokens or request.path in ("/healthz", "/metrics"):
+    if (
+        not tokens
+        or request.path in ("/healthz", "/metrics")
+        or console.is_public_path(request.path)
+    ):
         return None
     header = request.headers.get("Authorization", "")
     scheme, _, presented = header.partition(" ")
@@ -81,14 +87,14 @@ def get_pa(pa_id: str) -> Response:
 
 
 @bp.get("/v1/pa/<pa_id>/open")
-def open_pa(pa_id: str) -> Response:
+def open_pa(pa_id: str) -> BaseResponse:
     resp = redirect(_bridge().pa_open_url(pa_id), code=302)
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.get("/v1/dashboard/open")
-def open_dashboard() -> Response:
+def open_dashboard() -> BaseResponse:
     resp = redirect(_bridge().dashboard_url(), code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
@@ -119,5 +125,7 @@ def create_intake_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["pa_bridge"] = bridge
     app.register_blueprint(bp)
+    app.register_blueprint(console.bp)
+    app.register_blueprint(openapi.bp)
     install_error_handlers(app)
     return app
