@@ -1,0 +1,545 @@
+"""OpenAPI 3.1 description of the local API (the intake listener), served at
+``GET /openapi.json``.
+
+``tests/test_openapi.py`` keeps it true: every route of the intake app is here and
+every path here is a route, and real answers validate against these schemas.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+
+from .. import __version__
+
+__all__ = ["bp", "document"]
+
+bp = Blueprint("openapi", __name__)
+
+_JSON = "application/json"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {_JSON: {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+#: Every operation may answer these (auth, oversized body, storage, unexpected).
+_DEFAULT_ERROR = _error("An error: 401 without a valid token, 413 for an oversized body, ...")
+
+_NULLABLE_STR = {"type": ["string", "null"]}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "description": "Every error body. `detail` is never PHI and never a secret.",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "detail"],
+                "properties": {
+                    "code": {"type": "string", "description": "stable, machine-readable"},
+                    "message": {"type": "string", "description": "for a person to act on"},
+                    "detail": {"description": "more about it: any JSON value, or null"},
+                },
+            }
+        },
+    },
+    "ClaimExchange": {
+        "type": "object",
+        "required": ["request", "response"],
+        "properties": {
+            "request": {
+                "type": "string",
+                "description": "the raw NCPDP request (separators as \\u001e \\u001c \\u001d)",
+            },
+            "response": {"type": "string", "description": "the raw NCPDP response"},
+            "metadata": {
+                "type": "object",
+                "description": "dispensing-system metadata passed on when a PA is submitted "
+                "(physician, plan, preferred product, BIN/PCN/group overrides)",
+                "additionalProperties": True,
+            },
+        },
+    },
+    "TransactionAnswer": {
+        "type": "object",
+        "required": [
+            "transaction_status",
+            "reject_codes",
+            "pa_eligible",
+            "message",
+            "button_label",
+            "message_source",
+        ],
+        "properties": {
+            "index": {"type": "integer", "minimum": 0},
+            "transaction_status": {"type": "string"},
+            "reject_codes": {"type": "array", "items": {"type": "string"}},
+            "pa_eligible": {"type": "boolean"},
+            "message": {"type": "string", "description": "the message to show the pharmacist"},
+            "button_label": {"type": "string", "description": "empty: show no submit-PA button"},
+            "message_source": {"enum": ["outcomes", "fallback", "payer"]},
+        },
+    },
+    "ClaimAnswer": {
+        "allOf": [
+            _ref("TransactionAnswer"),
+            {
+                "type": "object",
+                "required": ["claim_id", "elapsed_ms"],
+                "properties": {
+                    "claim_id": {"type": "string"},
+                    "elapsed_ms": {"type": "number", "minimum": 0},
+                    "transactions": {
+                        "type": "array",
+                        "description": "one per transaction, when the claim has several",
+                        "items": _ref("TransactionAnswer"),
+                    },
+                    "tolerated": {
+                        "type": "array",
+                        "description": "deviations from the standard the parser tolerated",
+                    },
+                },
+            },
+        ]
+    },
+    "SubmitPa": {
+        "type": "object",
+        "properties": {
+            "transaction": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 0,
+                "description": "which transaction of the claim",
+            },
+            "metadata": {
+                "type": "object",
+                "description": "metadata overriding what came with the claim",
+                "additionalProperties": True,
+            },
+        },
+    },
+    "Pa": {
+        "type": "object",
+        "required": [
+            "pa_id",
+            "claim_id",
+            "urls",
+            "url",
+            "open_url",
+            "workflow_status",
+            "plan_outcome",
+            "deleted",
+            "fax_failed",
+            "cursor",
+        ],
+        "properties": {
+            "pa_id": {"type": "string"},
+            "claim_id": _NULLABLE_STR,
+            "transaction_index": {"type": ["integer", "null"]},
+            "urls": {"type": "array", "items": {"type": "string"}},
+            "url": _NULLABLE_STR,
+            "open_url": {"type": "string", "description": "GET it to be redirected to the PA"},
+            "workflow_status": _NULLABLE_STR,
+            "plan_outcome": _NULLABLE_STR,
+            "status": _NULLABLE_STR,
+            "deleted": {"type": "boolean"},
+            "fax_failed": {"type": "boolean"},
+            "events": {"type": "array"},
+            "matched": {"type": "boolean"},
+            "created_at": {"type": "string"},
+            "updated_at": {"type": "string"},
+            "cursor": {"type": "string"},
+        },
+    },
+    "PaWithHistory": {
+        "allOf": [
+            _ref("Pa"),
+            {
+                "type": "object",
+                "required": ["history"],
+                "properties": {
+                    "history": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["received_at", "source"],
+                            "properties": {
+                                "received_at": {"type": "string"},
+                                "source": {"type": "string"},
+                                "workflow_status": _NULLABLE_STR,
+                                "plan_outcome": _NULLABLE_STR,
+                                "event_time": _NULLABLE_STR,
+                                "events": {"type": "array"},
+                                "note": _NULLABLE_STR,
+                            },
+                        },
+                    }
+                },
+            },
+        ]
+    },
+    "PaList": {
+        "type": "object",
+        "required": ["pas", "cursor"],
+        "properties": {
+            "pas": {"type": "array", "items": _ref("Pa")},
+            "cursor": {"type": "string", "description": "pass as `since` for later changes"},
+        },
+    },
+    "Reversal": {
+        "type": "object",
+        "required": ["request"],
+        "properties": {"request": {"type": "string", "description": "the raw NCPDP B2"}},
+    },
+    "ReversalAnswer": {
+        "type": "object",
+        "required": ["reversal_id", "queue_id", "status"],
+        "properties": {
+            "reversal_id": {"type": "string"},
+            "queue_id": {"type": "integer"},
+            "status": {"type": "string", "description": "delivered, pending or failed"},
+            "last_error": _NULLABLE_STR,
+        },
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status", "database", "queue_depth"],
+        "properties": {
+            "status": {"enum": ["ok", "unavailable"]},
+            "database": {"type": "boolean"},
+            "queue_depth": {"type": "integer", "minimum": 0},
+            "queue_oldest_age_s": {"type": ["number", "null"]},
+            "scheduler": {"type": "boolean"},
+            "writer": {"type": "boolean"},
+        },
+        "additionalProperties": True,
+    },
+    "WorklistPa": {
+        "type": "object",
+        "required": [
+            "pa_id",
+            "workflow_status",
+            "plan_outcome",
+            "deleted",
+            "fax_failed",
+            "open_url",
+            "url",
+        ],
+        "properties": {
+            "pa_id": {"type": "string"},
+            "claim_id": _NULLABLE_STR,
+            "transaction_index": {"type": ["integer", "null"]},
+            "workflow_status": _NULLABLE_STR,
+            "plan_outcome": _NULLABLE_STR,
+            "deleted": {"type": "boolean"},
+            "fax_failed": {"type": "boolean"},
+            "open_url": {"type": "string"},
+            "url": _NULLABLE_STR,
+            "created_at": {"type": "string"},
+            "updated_at": {"type": "string"},
+            "cursor": {"type": "string"},
+            "rx_number": _NULLABLE_STR,
+            "product_id": _NULLABLE_STR,
+        },
+    },
+    "WorklistClaim": {
+        "type": "object",
+        "required": [
+            "key",
+            "claim_id",
+            "transaction_index",
+            "received_at",
+            "rx_number",
+            "product_id",
+            "reject_codes",
+            "message",
+            "button_label",
+            "message_source",
+            "pa",
+        ],
+        "properties": {
+            "key": {"type": "string", "description": "claim_id:transaction_index"},
+            "claim_id": {"type": "string"},
+            "transaction_index": {"type": "integer", "minimum": 0},
+            "received_at": {"type": "string"},
+            "rx_number": _NULLABLE_STR,
+            "product_id": _NULLABLE_STR,
+            "reject_codes": {"type": "array", "items": {"type": "string"}},
+            "message": _NULLABLE_STR,
+            "button_label": {"type": "string"},
+            "message_source": {"enum": ["outcomes", "fallback", "payer", None]},
+            "pa": {"oneOf": [_ref("WorklistPa"), {"type": "null"}]},
+        },
+    },
+    "Worklist": {
+        "type": "object",
+        "description": "What the console shows: no patient names, dates of birth or "
+        "cardholder ids, only Rx number and product id.",
+        "required": ["generated_at", "day_start", "claims", "pas"],
+        "properties": {
+            "generated_at": {"type": "string"},
+            "day_start": {"type": "string", "description": "local midnight, in UTC"},
+            "claims": {"type": "array", "items": _ref("WorklistClaim")},
+            "pas": {"type": "array", "items": _ref("WorklistPa")},
+        },
+    },
+}
+
+_PUBLIC: list[dict[str, list[str]]] = []  # no token needed
+
+
+def _path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+_REDIRECT = {
+    "description": "redirect",
+    "headers": {"Location": {"schema": {"type": "string"}, "description": "where to go"}},
+}
+
+_PATHS: dict[str, Any] = {
+    "/v1/claims": {
+        "post": {
+            "operationId": "postClaim",
+            "summary": "Claim intake: store the exchange and answer what to show",
+            "description": "Rejections 70/75/76 ask the outcomes interface first, within "
+            "the budget (1500 ms by default); MR/AG/A6 answer at once with the submit-PA "
+            "option; every other claim answers at once and is reported asynchronously.",
+            "requestBody": {
+                "required": True,
+                "content": {_JSON: {"schema": _ref("ClaimExchange")}},
+            },
+            "responses": {
+                "200": _json(_ref("ClaimAnswer"), "what to show the pharmacist"),
+                "400": _error("malformed claim (with byte offset, segment and field) or body"),
+                "503": _error("the claim could not be stored; send it again"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/v1/claims/{claim_id}/pa": {
+        "parameters": [_path_param("claim_id", "the `claim_id` from the intake answer")],
+        "post": {
+            "operationId": "submitPa",
+            "summary": "Submit a PA for the claim (a second submit returns the same PA)",
+            "requestBody": {
+                "required": False,
+                "content": {_JSON: {"schema": _ref("SubmitPa")}},
+            },
+            "responses": {
+                "201": _json(_ref("Pa"), "the PA, created now"),
+                "200": _json(_ref("Pa"), "the PA created earlier for this claim"),
+                "400": _error("bad body or transaction index"),
+                "404": _error("unknown claim"),
+                "409": _error("the claim was not rejected for a reason that allows a PA"),
+                "410": _error("the claim is older than the retention period"),
+                "422": _error("the service says claim data is missing"),
+                "502": _error("the service answered with an error"),
+                "503": _error("the service is unreachable, or storage is unavailable"),
+                "504": _error("the service did not answer in time"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
+    "/v1/reversals": {
+        "post": {
+            "operationId": "postReversal",
+            "summary": "Forward a B2 so the PA is deleted; never lost",
+            "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Reversal")}}},
+            "responses": {
+                "200": _json(_ref("ReversalAnswer"), "delivered to the service"),
+                "202": _json(_ref("ReversalAnswer"), "queued; it will be retried"),
+                "400": _error("malformed, or not a B2"),
+                "503": _error("could not be stored; send it again"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/v1/pa": {
+        "get": {
+            "operationId": "listPas",
+            "summary": "PAs with their current status, in change order",
+            "parameters": [
+                {
+                    "name": "since",
+                    "in": "query",
+                    "required": False,
+                    "description": "a `cursor` from an earlier answer: only PAs changed after it",
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "at most this many (clamped to 1..1000)",
+                    "schema": {"type": "integer", "default": 100},
+                },
+            ],
+            "responses": {
+                "200": _json(_ref("PaList"), "PAs and the cursor to ask from next"),
+                "400": _error("bad cursor or limit"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/v1/pa/{pa_id}": {
+        "parameters": [_path_param("pa_id", "the PA id")],
+        "get": {
+            "operationId": "getPa",
+            "summary": "One PA with its status history",
+            "responses": {
+                "200": _json(_ref("PaWithHistory"), "the PA"),
+                "404": _error("unknown PA"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
+    "/v1/pa/{pa_id}/open": {
+        "parameters": [_path_param("pa_id", "the PA id")],
+        "get": {
+            "operationId": "openPa",
+            "summary": "302 to the PA's URL",
+            "responses": {
+                "302": _REDIRECT,
+                "404": _error("unknown PA, or no URL yet"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
+    "/v1/dashboard/open": {
+        "get": {
+            "operationId": "openDashboard",
+            "summary": "Log in to the service's dashboard as the pharmacy and redirect there",
+            "responses": {
+                "302": _REDIRECT,
+                "502": _error("the service refused or failed"),
+                "503": _error("the service is unreachable"),
+                "504": _error("the service did not answer in time"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/v1/console/worklist": {
+        "get": {
+            "operationId": "consoleWorklist",
+            "summary": "The console's data: today's claims rejected for PA, and PAs",
+            "description": "Claims rejected for PA received today (local time of the "
+            "daemon) with their replacement message and button label, and PAs created "
+            "or changed today. The console polls this every 2 s.",
+            "responses": {
+                "200": _json(_ref("Worklist"), "the worklist"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/healthz": {
+        "get": {
+            "operationId": "health",
+            "summary": "Liveness and readiness (database, scheduler, queue depth)",
+            "security": _PUBLIC,
+            "responses": {
+                "200": _json(_ref("Health"), "ready"),
+                "503": _json(_ref("Health"), "not ready: see which check is false"),
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/": {
+        "get": {
+            "operationId": "console",
+            "summary": "The pharmacist console (HTML); no token needed to load it",
+            "description": "When tokens are configured, open `/?token=<intake token>` once "
+            "(or type the token into the page's form): the page keeps it in "
+            "sessionStorage and sends it on its API calls.",
+            "security": _PUBLIC,
+            "responses": {
+                "200": {"description": "the page", "content": {"text/html": {}}},
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+    "/console/static/{filename}": {
+        "parameters": [_path_param("filename", "console.js, console.css, console.html")],
+        "get": {
+            "operationId": "consoleAsset",
+            "summary": "The console's script and style",
+            "security": _PUBLIC,
+            "responses": {
+                "200": {
+                    "description": "the file",
+                    "content": {"text/javascript": {}, "text/css": {}, "text/html": {}},
+                },
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
+    "/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "security": _PUBLIC,
+            "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": {_JSON: {}}},
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
+}
+
+_DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "pa-bridge local API",
+        "version": __version__,
+        "description": "The API the dispensing system and the pharmacy workstations use. "
+        'JSON in and out; every error body is `{"error": {"code", "message", '
+        '"detail"}}`. When `[intake] tokens` are configured every path except `/`, '
+        "`/console/static/*`, `/healthz`, `/metrics` and `/openapi.json` needs "
+        "`Authorization: Bearer <token>`; with no tokens (loopback only) none does. "
+        "The callback receiver (`POST /callbacks/pharmacy`) is on its own listener and "
+        "not described here.",
+    },
+    "servers": [{"url": "/"}],
+    "security": [{"intakeToken": []}, {}],
+    "paths": _PATHS,
+    "components": {
+        "schemas": _SCHEMAS,
+        "securitySchemes": {
+            "intakeToken": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "an `[intake] tokens` entry; required only when tokens are configured",
+            }
+        },
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI document (a copy: callers may change it)."""
+    return copy.deepcopy(_DOCUMENT)
+
+
+@bp.get("/openapi.json")
+def openapi_json() -> Response:
+    resp = jsonify(_DOCUMENT)
+    resp.headers["Cache-Control"] = "no-cache"
+    return resp

@@ -1,0 +1,167 @@
+"""The pharmacist's worklist: today's claims rejected for PA and the PAs, with no Flask.
+
+What the console page shows, read from the store. It carries only what the pharmacist
+needs to act: Rx number, product id, reject codes, the replacement message and button
+label, PA status. Never a patient name, date of birth or cardholder id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from typing import TYPE_CHECKING, Any
+
+import ncpdp
+
+from .store import now_iso
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+__all__ = ["local_day_start", "rx_lines", "claims_today", "pas_today", "worklist"]
+
+#: At most this many rows of each kind (a busy store sees a few hundred claims a day).
+MAX_ROWS = 500
+
+
+def local_day_start(now: float) -> str:
+    """Local midnight of the day ``now`` falls in, as a UTC ISO string (the stored format)."""
+    local = dt.datetime.fromtimestamp(now).astimezone()
+    midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    return now_iso(midnight.timestamp())
+
+
+def _rx(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return value.lstrip("0") or "0"
+
+
+@functools.lru_cache(maxsize=2048)
+def _rx_lines_cached(raw: bytes) -> tuple[tuple[str | None, str | None], ...]:
+    try:
+        view = ncpdp.parse(raw, strict=False).as_request()
+    except Exception:  # stored requests parsed once already; be safe anyway
+        return ()
+    return tuple((_rx(t.rx_number), t.product_id) for t in view.transactions)
+
+
+def rx_lines(raw: bytes | None) -> list[dict[str, str | None]]:
+    """Rx number and product id of each transaction of a stored request (empty once purged)."""
+    if not raw:
+        return []
+    return [{"rx_number": r, "product_id": p} for r, p in _rx_lines_cached(bytes(raw))]
+
+
+def _pa_summary(row: dict[str, Any]) -> dict[str, Any]:
+    urls = json.loads(row["urls_json"] or "[]")
+    return {
+        "pa_id": row["id"],
+        "claim_id": row["claim_id"],
+        "transaction_index": row["transaction_index"],
+        "workflow_status": row["workflow_status"],
+        "plan_outcome": row["plan_outcome"],
+        "deleted": bool(row["deleted"]),
+        "fax_failed": bool(row["fax_failed"]),
+        "open_url": f"/v1/pa/{row['id']}/open",
+        "url": urls[0] if urls else None,
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "cursor": str(row["change_seq"]),
+    }
+
+
+def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+    """One entry per PA-eligible transaction of each claim received today (local time),
+    newest first, with the answer's message and button label and the PA if one exists."""
+    start = local_day_start(bridge.clock() if now is None else now)
+    rows = bridge.store.query(
+        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"
+        " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
+        " ORDER BY received_at DESC LIMIT ?",
+        [start, MAX_ROWS],
+    )
+    if not rows:
+        return []
+    marks = ",".join("?" for _ in rows)
+    pas: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in bridge.store.query(
+        f"SELECT * FROM pas WHERE claim_id IN ({marks}) ORDER BY created_at DESC",  # noqa: S608 - only placeholders
+        [r["id"] for r in rows],
+    ):
+        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p)
+    default_label = bridge.settings.intake.default_button_label
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        answer = json.loads(r["answer_json"]) if r["answer_json"] else None
+        if answer is None:  # the answer is recorded a moment after it is sent
+            txs: list[dict[str, Any]] = [
+                {
+                    "index": 0,
+                    "pa_eligible": True,
+                    "reject_codes": [c for c in (r["reject_codes"] or "").split(",") if c],
+                    "message": None,
+                    "button_label": default_label,
+                    "message_source": None,
+                }
+            ]
+        elif "transactions" in answer:
+            txs = answer["transactions"]
+        else:
+            txs = [{**answer, "index": 0}]
+        lines = rx_lines(r["request_raw"])
+        for t in txs:
+            if not t.get("pa_eligible"):
+                continue
+            i = int(t.get("index", 0))
+            line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
+            out.append(
+                {
+                    "key": f"{r['id']}:{i}",
+                    "claim_id": r["id"],
+                    "transaction_index": i,
+                    "received_at": r["received_at"],
+                    "rx_number": line["rx_number"],
+                    "product_id": line["product_id"],
+                    "reject_codes": list(t.get("reject_codes") or []),
+                    "message": t.get("message"),
+                    "button_label": t.get("button_label") or default_label,
+                    "message_source": t.get("message_source"),
+                    "pa": pas.get((r["id"], i)),
+                }
+            )
+    return out
+
+
+def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+    """PAs created or changed today (local time), most recently changed first, each with
+    the Rx number and product id of its claim when the claim is known."""
+    start = local_day_start(bridge.clock() if now is None else now)
+    rows = bridge.store.query(
+        "SELECT p.*, e.request_raw AS request_raw FROM pas p"
+        " LEFT JOIN exchanges e ON e.id = p.claim_id"
+        " WHERE p.updated_at >= ? OR p.created_at >= ?"
+        " ORDER BY p.change_seq DESC LIMIT ?",
+        [start, start, MAX_ROWS],
+    )
+    out = []
+    for r in rows:
+        pa = _pa_summary(r)
+        lines = rx_lines(r["request_raw"])
+        i = r["transaction_index"] or 0
+        line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
+        pa.update(line)
+        out.append(pa)
+    return out
+
+
+def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
+    """Everything the console shows, in one answer."""
+    t = bridge.clock() if now is None else now
+    return {
+        "generated_at": now_iso(t),
+        "day_start": local_day_start(t),
+        "claims": claims_today(bridge, t),
+        "pas": pas_today(bridge, t),
+    }
