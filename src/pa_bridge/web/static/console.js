@@ -15,6 +15,7 @@
   var rowErrors = {}; // claim key -> plain-words error shown in the row
   var pollTimer = null;
   var lostContact = false;
+  var pollProblem = false; // the problem shown came from polling (cleared when polling works)
 
   function $(id) { return document.getElementById(id); }
 
@@ -61,6 +62,7 @@
     service_timeout: "The PA service did not answer in time. Try again.",
     service_tls: "pa-bridge could not make a secure connection to the PA service. Call IT.",
     service_missing_claim_data: "The PA service says the claim is missing information.",
+    service_unrecognized_ndc: "The PA service does not recognise this drug (NDC).",
     body_too_large: "The request was too large.",
     internal_error: "pa-bridge hit an unexpected problem. It was logged; try again or call IT."
   };
@@ -71,14 +73,12 @@
       if (result && result.status === 0) { return "pa-bridge could not be reached."; }
       return "pa-bridge answered with an unexpected error (HTTP " + (result ? result.status : "?") + ").";
     }
-    var words = PLAIN[err.code] || "";
     var msg = err.message ? String(err.message) : "";
-    var out = words;
-    if (msg && (!words || err.code.indexOf("service_") === 0)) {
-      out = words ? words + " The service said: " + msg : msg.charAt(0).toUpperCase() + msg.slice(1) + ".";
-    }
+    if (msg) { msg = msg.charAt(0).toUpperCase() + msg.slice(1) + (/[.!?]$/.test(msg) ? "" : "."); }
+    // The service's messages are written for the pharmacist; ours get plain words here.
+    var out = (String(err.code).indexOf("service_") === 0 && msg) ? msg : (PLAIN[err.code] || msg);
     if (typeof err.detail === "string" && err.detail && err.code !== "storage_unavailable") {
-      out += " (" + err.detail + ")";
+      out += " Details for IT: " + err.detail;
     }
     return out || "Something went wrong (" + err.code + ").";
   }
@@ -283,7 +283,7 @@
     $("claims").hidden = data.claims.length === 0;
 
     syncRows($("pas-body"), data.pas, function (p) { return p.pa_id; },
-      function (key) { return rowWithCells(key, 8, false); }, fillPa);
+      function (key) { return rowWithCells(key, 8, true); }, fillPa);
     $("pas-empty").hidden = data.pas.length > 0;
     $("pas").hidden = data.pas.length === 0;
 
@@ -310,15 +310,17 @@
       if (r.status === 401) {
         showTokenForm(true);
         problem(token() ? "The intake token was not accepted. Enter the right one below." : PLAIN.unauthorized);
+        pollProblem = true;
         lastPayload = null;
         return; // wait for the form
       }
       if (!r.ok || !r.data) {
-        problem("The worklist could not be loaded: " + plainError(r));
+        problem("The worklist could not be loaded. " + plainError(r));
+        pollProblem = true;
         schedule(POLL_MS * 2);
         return;
       }
-      if (lostContact || !$("problem").hidden) { problem(""); }
+      if (pollProblem) { problem(""); pollProblem = false; }
       if (lostContact) { say("Connected to pa-bridge again."); lostContact = false; }
       showTokenForm(false);
       if (r.text !== lastPayload) {
@@ -329,7 +331,7 @@
       }
       schedule(POLL_MS);
     }, function () {
-      if (!lostContact) { problem("Lost contact with pa-bridge. Retrying every few seconds."); }
+      if (!lostContact) { problem("Lost contact with pa-bridge. Retrying every few seconds."); pollProblem = true; }
       lostContact = true;
       schedule(POLL_MS * 2);
     });
@@ -344,6 +346,7 @@
     var rx = btn.getAttribute("data-rx");
     pending[key] = true;
     delete rowErrors[key];
+    if (!pollProblem) { problem(""); }
     btn.setAttribute("aria-disabled", "true");
     btn.firstChild.textContent = "Submitting…";
     say("Submitting the PA" + (rx ? " for Rx " + rx : "") + "…");
@@ -366,12 +369,14 @@
       if (r.status === 401) { showTokenForm(true); }
       rowErrors[key] = plainError(r);
       problem("The PA" + (rx ? " for Rx " + rx : "") + " was not submitted. " + rowErrors[key]);
+      pollProblem = r.status === 401;
       lastPayload = null;
       poll();
     }, function () {
       delete pending[key];
       rowErrors[key] = "pa-bridge could not be reached. Try again.";
       problem("The PA" + (rx ? " for Rx " + rx : "") + " was not submitted: pa-bridge could not be reached.");
+      pollProblem = false;
       lastPayload = null;
       poll();
     });
