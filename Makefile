@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest browser bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,20 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-test: lint typecheck pytest
+test: lint typecheck browser pytest
+
+# The console's browser tests drive the system Chromium (Playwright cannot download its
+# own here). Install it with apt-get when missing and we are root; otherwise say how.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "browser: using $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "browser: installing chromium with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "browser: chromium is not installed and this is not root with apt-get;"; \
+		echo "browser: run 'sudo apt-get install chromium' (the console's browser tests are skipped without it)"; \
+	fi
 
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
