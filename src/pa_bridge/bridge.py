@@ -419,7 +419,7 @@ class Bridge:
         urls = json.dumps(list(result.pa_urls))
 
         def job(db: Database) -> str:
-            seq = db.execute("SELECT coalesce(max(change_seq), 0) + 1 FROM pas").fetchone()[0]
+            seq = self.store.next_seq(db)
             row = db.execute("SELECT id FROM pas WHERE id = ?", [pa_id]).fetchone()
             if row is None:
                 db.execute(

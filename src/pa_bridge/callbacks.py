@@ -190,56 +190,59 @@ class CallbackService:
         return CallbackResult("dead_letter")
 
     def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
+        conn = db.conn  # the hot path: plain sqlite3 calls, few statements
         now = now_iso()
-        cur = db.execute(
+        cur = conn.execute(
             "INSERT OR IGNORE INTO callbacks (dedupe_key, received_at, pa_id, body) VALUES (?, ?, ?, ?)",
-            [cb.dedupe_key, now, cb.pa_id, body],
+            (cb.dedupe_key, now, cb.pa_id, body),
         )
         if cur.rowcount == 0:
             return CallbackResult("duplicate", cb.pa_id)
-        seq = db.execute("SELECT coalesce(max(change_seq), 0) + 1 FROM pas").fetchone()[0]
-        row = db.execute(
-            "SELECT workflow_status, plan_outcome, status_time, events_json FROM pas WHERE id = ?",
-            [cb.pa_id],
+        seq = self.store.next_seq(db)
+        row = conn.execute(
+            "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed"
+            " FROM pas WHERE id = ?",
+            (cb.pa_id,),
         ).fetchone()
-        events = _merge_events(row[3] if row else None, cb.events)
-        deleted = int(any(e["type"] == "DELETE" for e in events))
-        fax_failed = int(
-            any(e["type"] in ("REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE") for e in events)
-        )
+        new_events = "[]"
+        if cb.events:
+            new_events = json.dumps(cb.events)
+            merged = _merge_events(row[3] if row else None, cb.events)
+            events_json = json.dumps(merged)
+            deleted = int(any(e["type"] == "DELETE" for e in merged))
+            fax_failed = int(
+                any(e["type"] in ("REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE") for e in merged)
+            )
+        elif row is not None:
+            events_json, deleted, fax_failed = row[3], row[4], row[5]
+        else:
+            events_json, deleted, fax_failed = "[]", 0, 0
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
-            db.execute(
+            conn.execute(
                 "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
                 " created_at, updated_at, change_seq, events_json, fax_failed)"
                 " VALUES (?, '[]', ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
-                [cb.pa_id, cb.workflow_status, cb.plan_outcome, cb.event_time, deleted, now, now, seq,
-                 json.dumps(events), fax_failed],
+                (cb.pa_id, cb.workflow_status, cb.plan_outcome, cb.event_time, deleted, now, now, seq,
+                 events_json, fax_failed),
             )  # fmt: skip
         else:
             newer = cb.workflow_status is not None and is_newer(
                 (cb.event_time, cb.workflow_status, cb.plan_outcome), (row[2], row[0], row[1])
             )
-            if newer:
-                db.execute(
-                    "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ? WHERE id = ?",
-                    [cb.workflow_status, cb.plan_outcome, cb.event_time, cb.pa_id],
-                )
-            db.execute(
-                "UPDATE pas SET events_json = ?, deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?"
-                " WHERE id = ?",
-                [json.dumps(events), deleted, fax_failed, now, seq, cb.pa_id],
+            status = (
+                (cb.workflow_status, cb.plan_outcome, cb.event_time)
+                if newer
+                else (row[0], row[1], row[2])
             )
-        db.execute(
+            conn.execute(
+                "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
+                " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ? WHERE id = ?",
+                (*status, events_json, deleted, fax_failed, now, seq, cb.pa_id),
+            )
+        conn.execute(
             "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, plan_outcome, event_time,"
             " events_json) VALUES (?, ?, 'callback', ?, ?, ?, ?)",
-            [
-                cb.pa_id,
-                now,
-                cb.workflow_status,
-                cb.plan_outcome,
-                cb.event_time,
-                json.dumps(cb.events),
-            ],
+            (cb.pa_id, now, cb.workflow_status, cb.plan_outcome, cb.event_time, new_events),
         )
         if self.forward:
             enqueue(db, "webhook", {"pa_id": cb.pa_id, "change_seq": seq})

@@ -183,9 +183,6 @@ class _Job:
         self.future: Future[Any] = Future()
 
 
-_STOP = object()
-
-
 class Store:
     """The database: migrations at open, one writer thread, per-thread readers."""
 
@@ -208,6 +205,7 @@ class Store:
             os.umask(old_umask)
         _secure_file(self.path)
         self._max_batch = max_batch
+        self._seq: int | None = None
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -215,76 +213,91 @@ class Store:
         self.last_commit_at = time.monotonic()
         self.commits = 0
         self._closed = False
+        self._wlock = threading.Lock()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
 
     # ---- writing -------------------------------------------------------------
+    # Flat combining: whoever holds the write lock commits every job waiting in the
+    # queue, its own and other callers', as one batch. A caller of write() takes the
+    # lock itself (no hand-off to another thread when it is alone); the writer thread
+    # does the same for jobs queued with submit() that nobody waits on.
     def submit(self, fn: Callable[[Database], T]) -> Future[T]:
-        """Queue ``fn`` for the writer; the future resolves after the commit."""
+        """Queue ``fn``; the future resolves after the commit (the writer thread runs it
+        unless a write() caller gets there first)."""
         job = _Job(fn)
         if self._closed:
             job.future.set_exception(StoreUnavailable("the database is closed"))
             return job.future
         self._jobs.put(job)
+        self._wake.set()
         return job.future
 
     def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
-        """Run ``fn`` in the writer and wait until it is committed."""
-        fut = self.submit(fn)
+        """Run ``fn`` in a write transaction and return once it is committed."""
+        job = _Job(fn)
+        if self._closed:
+            raise StoreUnavailable("the database is closed")
+        self._jobs.put(job)
+        if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
+            # our job may still be taken by the holder; if not, it will fail cleanly
+            self._wake.set()
+            raise StoreUnavailable("the database did not commit in time")
         try:
-            return fut.result(timeout=timeout)
-        except TimeoutError:
-            raise StoreUnavailable("the database did not commit in time") from None
+            if not job.future.done():
+                if self._closed:
+                    raise StoreUnavailable("the database is closed")
+                self._drain()
+        finally:
+            self._wlock.release()
+        return job.future.result(timeout=0)
 
-    def _run(self) -> None:
+    def _drain(self) -> None:
+        """Run everything queued, in batches; call holding the write lock."""
         conn, db = self._wconn, self._wdb
         while True:
-            first = self._jobs.get()
-            if first is _STOP:
-                break
-            batch: list[_Job] = [first]
-            stop_after = False
+            batch: list[_Job] = []
             while len(batch) < self._max_batch:
                 try:
-                    nxt = self._jobs.get_nowait()
+                    batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
-                if nxt is _STOP:
-                    stop_after = True
-                    break
-                batch.append(nxt)
+            if not batch:
+                return
             self._run_batch(conn, db, batch)
-            if stop_after:
-                break
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._wlock:
+                self._drain()
+                if self._closed:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._wconn.close()
+                    return
 
     def _run_batch(self, conn: sqlite3.Connection, db: Database, batch: list[_Job]) -> None:
-        results: list[tuple[_Job, bool, Any]] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            err = StoreUnavailable(f"cannot begin a write: {e}")
-            for job in batch:
-                job.future.set_exception(err)
+        """One transaction for the whole batch. Fast path: no savepoints. If any job
+        raises, the transaction is rolled back and the batch is run again with one
+        savepoint per job, so a failing job undoes only its own part. Jobs are pure
+        functions of the database, so running one twice is safe."""
+        results = self._attempt(conn, db, batch, savepoints=False)
+        if results is not None and not all(ok for _, ok, _ in results):
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._seq = None
+            results = self._attempt(conn, db, batch, savepoints=True)
+        if results is None:
             return
-        for job in batch:
-            try:
-                conn.execute("SAVEPOINT job")
-                value = job.fn(db)
-                conn.execute("RELEASE SAVEPOINT job")
-                results.append((job, True, value))
-            except BaseException as e:  # the job's own failure: undo only its part
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK TO SAVEPOINT job")
-                    conn.execute("RELEASE SAVEPOINT job")
-                results.append((job, False, e))
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+            self._seq = None
             err = StoreUnavailable(f"cannot commit: {e}")
             for job, _ok, _v in results:
                 job.future.set_exception(err)
@@ -296,6 +309,43 @@ class Store:
                 job.future.set_result(value)
             else:
                 job.future.set_exception(value)
+
+    def _attempt(
+        self, conn: sqlite3.Connection, db: Database, batch: list[_Job], *, savepoints: bool
+    ) -> list[tuple[_Job, bool, Any]] | None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            err = StoreUnavailable(f"cannot begin a write: {e}")
+            for job in batch:
+                job.future.set_exception(err)
+            return None
+        results: list[tuple[_Job, bool, Any]] = []
+        for job in batch:
+            try:
+                if savepoints:
+                    conn.execute("SAVEPOINT job")
+                value = job.fn(db)
+                if savepoints:
+                    conn.execute("RELEASE SAVEPOINT job")
+                results.append((job, True, value))
+            except BaseException as e:
+                if not savepoints:
+                    return [(job, False, e)]  # caller rolls back and retries with savepoints
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK TO SAVEPOINT job")
+                    conn.execute("RELEASE SAVEPOINT job")
+                results.append((job, False, e))
+        return results
+
+    def next_seq(self, db: Database) -> int:
+        """The next change_seq of the PA feed; call only inside a write job."""
+        if self._seq is None:
+            self._seq = int(
+                db.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()[0]
+            )
+        self._seq += 1
+        return self._seq
 
     @property
     def writer_alive(self) -> bool:
@@ -337,7 +387,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        self._jobs.put(_STOP)
+        self._wake.set()
         self._thread.join(timeout)
         with self._readers_lock:
             for c in self._readers:
