@@ -8,8 +8,8 @@ label, PA status. Never a patient name, date of birth or cardholder id.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
+import threading
 from typing import TYPE_CHECKING, Any
 
 import ncpdp
@@ -38,8 +38,15 @@ def _rx(value: str | None) -> str | None:
     return value.lstrip("0") or "0"
 
 
-@functools.lru_cache(maxsize=2048)
-def _rx_lines_cached(raw: bytes) -> tuple[tuple[str | None, str | None], ...]:
+_Lines = tuple[tuple[str | None, str | None], ...]
+#: claim id -> (Rx number, product id) per transaction. Keyed by id, holding only those
+#: two fields: no raw claim (PHI) is kept in memory past the query that read it.
+_LINES: dict[str, _Lines] = {}
+_LINES_MAX = 4096
+_LINES_LOCK = threading.Lock()
+
+
+def _parse_lines(raw: bytes) -> _Lines:
     try:
         view = ncpdp.parse(raw, strict=False).as_request()
     except Exception:  # stored requests parsed once already; be safe anyway
@@ -47,11 +54,20 @@ def _rx_lines_cached(raw: bytes) -> tuple[tuple[str | None, str | None], ...]:
     return tuple((_rx(t.rx_number), t.product_id) for t in view.transactions)
 
 
-def rx_lines(raw: bytes | None) -> list[dict[str, str | None]]:
+def rx_lines(claim_id: str | None, raw: bytes | None) -> list[dict[str, str | None]]:
     """Rx number and product id of each transaction of a stored request (empty once purged)."""
-    if not raw:
-        return []
-    return [{"rx_number": r, "product_id": p} for r, p in _rx_lines_cached(bytes(raw))]
+    with _LINES_LOCK:
+        lines = _LINES.get(claim_id) if claim_id else None
+    if lines is None:
+        if not raw:
+            return []
+        lines = _parse_lines(bytes(raw))
+        if claim_id:
+            with _LINES_LOCK:
+                if len(_LINES) >= _LINES_MAX:
+                    _LINES.pop(next(iter(_LINES)))
+                _LINES[claim_id] = lines
+    return [{"rx_number": r, "product_id": p} for r, p in lines]
 
 
 def _pa_summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +126,7 @@ def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
             txs = answer["transactions"]
         else:
             txs = [{**answer, "index": 0}]
-        lines = rx_lines(r["request_raw"])
+        lines = rx_lines(r["id"], r["request_raw"])
         for t in txs:
             if not t.get("pa_eligible"):
                 continue
@@ -148,7 +164,7 @@ def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         pa = _pa_summary(r)
-        lines = rx_lines(r["request_raw"])
+        lines = rx_lines(r["claim_id"], r["request_raw"])
         i = r["transaction_index"] or 0
         line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
         pa.update(line)
