@@ -203,7 +203,13 @@ class Daemon:
         )
 
     def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:
-        """Hook for later jobs (retention, vacuum)."""
+        """Retention purge and VACUUM (see maintenance.py)."""
+        assert self.store is not None
+        try:
+            from .maintenance import schedule_maintenance
+        except ImportError:  # pragma: no cover - during development only
+            return
+        schedule_maintenance(scheduler, self.store, self.settings, clock=self.clock)
 
     def _health(self) -> dict[str, Any]:
         sched = self.scheduler is not None and self.scheduler.running
