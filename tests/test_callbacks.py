@@ -225,3 +225,14 @@ def test_dedupe_key_prefers_delivery_id() -> None:
     b = parse_callback(_body("X", "PA Request", delivery_id="7"))
     assert a.dedupe_key == b.dedupe_key == "delivery:7"
     assert parse_callback(_body("X", "New")).dedupe_key.startswith("sha256:")
+
+
+def test_callback_metrics(https_daemon: Any) -> None:
+    https_daemon.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
+    https_daemon.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
+    https_daemon.post("/callbacks/pharmacy", content=b"nope", auth=AUTH)
+    https_daemon.post("/callbacks/pharmacy", content=b"{}", auth=None)
+    text = httpx.get(f"{https_daemon.daemon.intake_server.url}/metrics").text
+    for result in ("stored", "duplicate", "dead_letter", "unauthorized"):
+        assert f'pa_bridge_callbacks_total{{result="{result}"}} 1.0' in text
+    assert "pa_bridge_dead_letters 1.0" in text

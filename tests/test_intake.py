@@ -197,3 +197,22 @@ def test_healthz_reports_components(api: httpx.Client) -> None:
     assert body["status"] == "ok"
     assert body["database"] and body["scheduler"] and body["writer"]
     assert body["queue_depth"] == 0
+
+
+def test_metrics_count_decisions_and_queue(api: httpx.Client) -> None:
+    api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    api.post(
+        "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+    )
+    api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR])))
+    r = api.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'pa_bridge_claims_total{decision="outcomes"} 1.0' in text
+    assert 'pa_bridge_claims_total{decision="fallback"} 1.0' in text
+    assert 'pa_bridge_claims_total{decision="submit_pa"} 1.0' in text
+    assert 'pa_bridge_outcomes_calls_total{result="fallback"} 1.0' in text
+    assert "pa_bridge_outcomes_call_seconds_bucket" in text
+    assert 'pa_bridge_queue_depth{status="pending"}' in text
+    assert "pa_bridge_dead_letters 0.0" in text
+    assert "pa_bridge_budget_misses_total 0.0" in text

@@ -29,6 +29,7 @@ from .client import (
 )
 from .config import Settings
 from .logs import log_event
+from .metrics import Metrics
 from .outbox import DeliveryFailed, Outbox, enqueue
 from .store import Database, Store, StoreUnavailable, now_iso
 
@@ -111,7 +112,10 @@ class Bridge:
         client: PaServiceClient,
         *,
         clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
+        self.metrics.watch_store(store, clock)
         self.settings = settings
         self.store = store
         self.client = client
@@ -239,6 +243,11 @@ class Bridge:
                     res = fut.result(timeout=remaining)
                 except Exception:
                     res = None
+                self.metrics.outcomes_calls.labels(
+                    "ok" if res is not None and res.source == "outcomes" else "fallback"
+                ).inc()
+                if res is not None:
+                    self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
                 if res is not None and res.source == "outcomes":
                     message = res.message or d.payer_message
                     label = res.button_label or label
@@ -273,6 +282,12 @@ class Bridge:
         if req.tolerated or resp.tolerated:
             answer["tolerated"] = list(req.tolerated) + list(resp.tolerated)
         answer["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        decision = answer["message_source"]
+        if decision == "payer":
+            decision = "submit_pa" if answer["pa_eligible"] else "async"
+        self.metrics.claims.labels(decision).inc()
+        if outcome_futures and answer["elapsed_ms"] > self.settings.outcomes.budget_ms:
+            self.metrics.budget_misses.inc()
         saved = json.dumps(answer)
 
         def record_answer(db: Database) -> None:
@@ -398,9 +413,11 @@ class Bridge:
             try:
                 result = self.client.submit_claim(bytes(_single_transaction(req, index)), md)
             except ServiceError as e:
+                self.metrics.pa_submits.labels(e.code).inc()
                 log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
                 raise self._service_error(e) from None
             pa = self._store_pa(claim_id, index, claim_key(req, index), result, actor)
+        self.metrics.pa_submits.labels("duplicate" if result.duplicate else "created").inc()
         log_event("pa.submitted", claim_id=claim_id, pa_id=pa["pa_id"], duplicate=result.duplicate)
         return pa, True
 

@@ -251,7 +251,8 @@ class Store:
                 self._drain()
         finally:
             self._wlock.release()
-        return job.future.result(timeout=0)
+        result: T = job.future.result(timeout=0)
+        return result
 
     def _drain(self) -> None:
         """Run everything queued, in batches; call holding the write lock."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 from flask import Flask, Response, current_app, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..bridge import Bridge
 from ..callbacks import CallbackService
@@ -38,7 +39,7 @@ def _authorized(username: str | None, password: str | None) -> bool:
 
 
 def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
-    app = Flask("pa_bridge.callbacks")
+    app = Flask("pa_bridge.callbacks", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.callbacks.max_body_bytes
     app.extensions["pa_bridge_callbacks"] = CallbackService(
         bridge.store, forward=bool(settings.callbacks.forward_url)
@@ -50,22 +51,30 @@ def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
     @app.post("/callbacks/pharmacy")
     def pharmacy_callback() -> tuple[Response, int]:
         if not _authorized(username, password):
+            bridge.metrics.callbacks.labels("unauthorized").inc()
             log_event("callback.unauthorized", level=logging.WARNING, remote=request.remote_addr)
             resp, status = error_response(
                 401, "unauthorized", "callback credentials are missing or wrong"
             )
             resp.headers["WWW-Authenticate"] = 'Basic realm="pa-bridge callbacks"'
             return resp, status
-        body = request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH
+        try:
+            body = request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH
+        except RequestEntityTooLarge:
+            bridge.metrics.callbacks.labels("too_large").inc()
+            raise
         service: CallbackService = current_app.extensions["pa_bridge_callbacks"]
         try:
             result = service.receive(body, request.content_type)
         except StoreUnavailable as e:
+            bridge.metrics.callbacks.labels("unavailable").inc()
             log_event("callback.not_committed", level=logging.ERROR, error=str(e))
             return error_response(
                 503, "storage_unavailable", "the callback could not be stored; retry later"
             )
-        bridge.outbox.wake() if result.outcome == "stored" and service.forward else None
+        bridge.metrics.callbacks.labels(result.outcome).inc()
+        if result.outcome == "stored" and service.forward:
+            bridge.outbox.wake()
         return jsonify({"status": result.outcome, "pa_id": result.pa_id}), 200
 
     @app.get("/healthz")

@@ -6,6 +6,7 @@ import hmac
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..bridge import Bridge, BridgeError
@@ -101,6 +102,12 @@ def open_dashboard() -> BaseResponse:
     return resp
 
 
+@bp.get("/metrics")
+def metrics() -> Response:
+    data = generate_latest(_bridge().metrics.registry)
+    return Response(data, mimetype=CONTENT_TYPE_LATEST)
+
+
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
     checks = dict(_bridge().health())
@@ -115,7 +122,7 @@ def healthz() -> tuple[Response, int]:
 def create_intake_app(
     bridge: Bridge, *, tokens: list[str], max_body_bytes: int, health: Any = None
 ) -> Flask:
-    app = Flask("pa_bridge.intake")
+    app = Flask("pa_bridge.intake", static_folder=None)
     app.config.update(
         MAX_CONTENT_LENGTH=max_body_bytes,
         PA_BRIDGE_TOKENS=list(tokens),

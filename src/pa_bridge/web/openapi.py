@@ -450,6 +450,23 @@ _PATHS: dict[str, Any] = {
             },
         }
     },
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics (text exposition format); no token needed",
+            "description": "Claims by decision, outcomes calls by result and their latency, "
+            "budget misses, callbacks by result, submit-PA results, queue depth and the "
+            "age of its oldest item, dead letters.",
+            "security": _PUBLIC,
+            "responses": {
+                "200": {
+                    "description": "the metrics",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                "default": _DEFAULT_ERROR,
+            },
+        }
+    },
     "/healthz": {
         "get": {
             "operationId": "health",
