@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -144,6 +145,8 @@ class Daemon:
         )
         self.intake_server = WsgiServer(app, s.intake.listen, name="intake")
         self.intake_server.start()
+        self._notify("READY=1\nSTATUS=serving")
+        self._start_watchdog()
         log_event(
             "daemon.ready",
             intake=self.intake_server.url,
@@ -211,6 +214,48 @@ class Daemon:
             return
         schedule_maintenance(scheduler, self.store, self.settings, clock=self.clock)
 
+    # ---- systemd ------------------------------------------------------------------
+    def _notify(self, message: str) -> None:
+        """sd_notify; a no-op when not started by systemd (no NOTIFY_SOCKET)."""
+        if not os.environ.get("NOTIFY_SOCKET"):
+            return
+        import sdnotify
+
+        sdnotify.SystemdNotifier().notify(message)
+
+    def _start_watchdog(self) -> None:
+        usec = os.environ.get("WATCHDOG_USEC")
+        pid = os.environ.get("WATCHDOG_PID")
+        if not usec or not usec.isdigit() or (pid and pid != str(os.getpid())):
+            return
+        interval = int(usec) / 1_000_000 / 2
+        threading.Thread(
+            target=self._watchdog, args=(interval,), name="watchdog", daemon=True
+        ).start()
+
+    def alive(self, timeout: float = 5.0) -> bool:
+        """True while the scheduler runs and the write path commits (a probe write)."""
+        sched = self.scheduler
+        thread = getattr(sched, "_thread", None)
+        if sched is None or not sched.running or (thread is not None and not thread.is_alive()):
+            return False
+        if self.store is None or not self.store.writer_alive:
+            return False
+        try:
+            self.store.write(lambda db: None, timeout=timeout)
+        except Exception:
+            return False
+        return True
+
+    def _watchdog(self, interval: float) -> None:
+        while not self._stopping and not self._stopped.wait(interval):
+            if self._stopping:
+                return
+            if self.alive(timeout=interval):
+                self._notify("WATCHDOG=1")
+            else:
+                log_event("daemon.watchdog_withheld", level=logging.ERROR)
+
     def _health(self) -> dict[str, Any]:
         sched = self.scheduler is not None and self.scheduler.running
         return {"scheduler": sched, "writer": self.store is not None and self.store.writer_alive}
@@ -221,6 +266,7 @@ class Daemon:
         if self._stopping:
             return
         self._stopping = True
+        self._notify("STOPPING=1")
         log_event("daemon.stopping")
         for srv in (self.intake_server, self.callback_server):
             if srv is not None:
