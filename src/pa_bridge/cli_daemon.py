@@ -107,13 +107,44 @@ def queue_retry(config_path: str | None, item_id: int) -> None:
 @click.command()
 @config_option
 def doctor(config_path: str | None) -> None:
-    """Check the installation."""
-    raise click.ClickException("doctor is not built yet")
+    """Check the installation: config, secrets present, database, TLS certificate,
+    service reachable. One line per check; exit 1 if any FAIL. Changes nothing."""
+    from .doctor import format_check, run_checks
+
+    checks = run_checks(config_path)
+    for c in checks:
+        click.echo(format_check(c))
+    fails = sum(c.status == "FAIL" for c in checks)
+    warns = sum(c.status == "warn" for c in checks)
+    click.echo(f"{len(checks)} checks: {fails} FAIL, {warns} warn")
+    if fails:
+        sys.exit(1)
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @config_option
-def backup(file: str, config_path: str | None) -> None:
-    """Make a consistent online copy of the database."""
-    raise click.ClickException("backup is not built yet")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def backup(file: str, config_path: str | None, force: bool) -> None:
+    """Make a consistent online copy of the database to FILE (mode 0600), safe while
+    the daemon runs; checks the copy with PRAGMA integrity_check."""
+    from .backup import BackupError, backup_database
+
+    settings = _settings(config_path)
+    src = settings.storage.path
+    shown = {"last": -1}
+
+    def progress(done: int, total: int) -> None:
+        pct = 100 * done // total if total else 100
+        if pct != shown["last"]:
+            shown["last"] = pct
+            click.echo(f"backup: {done}/{total} pages ({pct}%)", err=True)
+
+    try:
+        result = backup_database(src, file, force=force, progress=progress)
+    except BackupError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(f"backup: {result.path}")
+    click.echo(f"size: {result.size} bytes ({result.pages} pages)")
+    click.echo(f"integrity_check: {result.integrity}")

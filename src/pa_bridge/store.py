@@ -254,6 +254,23 @@ class Store:
         result: T = job.future.result(timeout=0)
         return result
 
+    def exclusive(self, fn: Callable[[sqlite3.Connection], T], timeout: float | None = 60.0) -> T:
+        """Run ``fn`` on the write connection outside any transaction while no other
+        write can start: for statements that cannot run in a transaction (VACUUM).
+        Jobs already queued are committed first; writes arriving meanwhile wait."""
+        if self._closed:
+            raise StoreUnavailable("the database is closed")
+        if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
+            raise StoreUnavailable("the write path did not become free in time")
+        try:
+            if self._closed:
+                raise StoreUnavailable("the database is closed")
+            self._drain()
+            return fn(self._wconn)
+        finally:
+            self._wlock.release()
+            self._wake.set()  # jobs submitted meanwhile
+
     def _drain(self) -> None:
         """Run everything queued, in batches; call holding the write lock."""
         conn, db = self._wconn, self._wdb

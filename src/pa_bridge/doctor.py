@@ -1,0 +1,561 @@
+"""`pa-bridge doctor`: check an installation without changing it.
+
+One line per check: ``ok``, ``warn`` or ``FAIL``, the check, what was found and, for
+warn/FAIL, what to do. Nothing here writes to the database (it is opened read-only,
+migrations are compared, never applied), and no secret value or PHI is ever printed:
+secrets are reported as present or missing, the database only by counts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import ssl
+import stat
+import time
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import SecretStr, ValidationError
+
+from .config import ConfigError, Settings, is_loopback, load_settings, parse_listen
+
+__all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
+
+WARN_DAYS = 30
+REACH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str  # "ok", "warn" or "FAIL"
+    name: str
+    message: str
+    fix: str = ""
+
+
+def format_check(c: Check) -> str:
+    line = f"{c.status:<4}  {c.name}: {c.message}"
+    if c.fix and c.status != "ok":
+        line += f" -> {c.fix}"
+    return line
+
+
+def ok(name: str, message: str) -> Check:
+    return Check("ok", name, message)
+
+
+def warn(name: str, message: str, fix: str) -> Check:
+    return Check("warn", name, message, fix)
+
+
+def fail(name: str, message: str, fix: str) -> Check:
+    return Check("FAIL", name, message, fix)
+
+
+# ---- config ---------------------------------------------------------------------------
+def _partial_settings(path: str | None) -> Settings | None:
+    """The settings as far as they parse, for the other checks when the config has
+    problems (secret files unresolved, cross-key rules unchecked)."""
+    data: dict[str, Any] = {}
+    try:
+        if path is not None:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        return Settings(**data)
+    except (OSError, tomllib.TOMLDecodeError, ValidationError):
+        return None
+
+
+def check_config(path: str | None) -> tuple[list[Check], Settings | None, bool]:
+    """(checks, settings, fully loaded?)"""
+    try:
+        settings = load_settings(path)
+    except ConfigError as e:
+        where = path or "the environment (PA_BRIDGE_*)"
+        checks = [fail("config", p, f"fix this key in {where}") for p in e.problems]
+        return checks, _partial_settings(path), False
+    if path is None:
+        msg = "no --config: the embedded default (SQLite under ./var, sandbox in-process)"
+    else:
+        msg = f"{path} is valid"
+    return [ok("config", msg)], settings, True
+
+
+# ---- secrets --------------------------------------------------------------------------
+def _secret_file(path: Path) -> Path:
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not path.is_absolute() and creds:
+        return Path(creds) / path
+    return path
+
+
+def _secret_state(section: Any, key: str) -> tuple[bool, str]:
+    value: SecretStr | None = getattr(section, key)
+    if value is not None and value.get_secret_value().strip():
+        return True, "present"
+    file: Path | None = getattr(section, f"{key}_file", None)
+    if value is None and file is not None:  # not resolved (the config did not load)
+        try:
+            if _secret_file(file).read_text(encoding="utf-8").strip():
+                return True, f"present (in {file})"
+            return False, f"missing: {file} is empty"
+        except OSError as e:
+            return False, f"missing: cannot read {file} ({e.strerror})"
+    if value is not None:
+        return False, "missing: it is empty"
+    return False, "missing"
+
+
+def check_secrets(s: Settings) -> list[Check]:
+    wanted: list[tuple[str, Any, str]] = []
+    if not s.sandbox_enabled:
+        wanted += [("service", s.service, "password"), ("service", s.service, "api_key")]
+    if s.callbacks.username is not None:
+        wanted.append(("callbacks", s.callbacks, "password"))
+    out: list[Check] = []
+    for sec, section, key in wanted:
+        present, msg = _secret_state(section, key)
+        name = f"secret {sec}.{key}"
+        if present:
+            out.append(ok(name, msg))
+        else:
+            env = f"PA_BRIDGE_{sec.upper()}__{key.upper()}"
+            out.append(
+                fail(
+                    name,
+                    msg,
+                    f"set {sec}.{key}_file (systemd LoadCredential=) or {env}",
+                )
+            )
+    if not s.sandbox_enabled and not s.service.username:
+        out.append(fail("secret service.username", "missing", "set service.username"))
+    if not wanted:
+        out.append(ok("secrets", "none needed (sandbox in-process, no callback credentials)"))
+    n = len(s.intake.tokens)
+    host, _ = parse_listen(s.intake.listen)
+    if n:
+        out.append(ok("intake tokens", f"{n} present"))
+    elif is_loopback(host):
+        out.append(ok("intake tokens", f"none: the API answers on loopback only ({host})"))
+    return out
+
+
+# ---- database -------------------------------------------------------------------------
+def _nearest_existing(p: Path) -> Path:
+    p = p.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _known_migrations() -> list[str]:
+    from .store import MIGRATIONS, Database
+
+    return [m.name for m in MIGRATIONS.pending(Database(memory=True))]
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    # With no -wal file the daemon is not running: open immutable so that nothing
+    # (not even a -shm) is created next to the database by whoever runs doctor.
+    wal = Path(f"{path}-wal")
+    shm = Path(f"{path}-shm")
+    mode = "mode=ro" if wal.exists() and shm.exists() else "mode=ro&immutable=1"
+    conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=5)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def check_database(s: Settings) -> list[Check]:
+    path = Path(s.storage.path)
+    out: list[Check] = []
+    d = path.parent if str(path.parent) else Path(".")
+    if d.is_dir():
+        if os.access(d, os.W_OK | os.X_OK):
+            out.append(ok("database directory", f"{d} is writable"))
+        else:
+            out.append(
+                fail(
+                    "database directory",
+                    f"{d} is not writable by this user",
+                    "make it owned by the service user (systemd StateDirectory= does this);"
+                    " run doctor as that user",
+                )
+            )
+    elif d.exists():
+        out.append(fail("database directory", f"{d} is not a directory", "fix storage.path"))
+        return out
+    else:
+        anc = _nearest_existing(d)
+        if anc.is_dir() and os.access(anc, os.W_OK | os.X_OK):
+            out.append(ok("database directory", f"{d} does not exist yet; it will be created"))
+        else:
+            out.append(
+                fail(
+                    "database directory",
+                    f"{d} does not exist and {anc} is not writable",
+                    "create it for the service user, or fix storage.path",
+                )
+            )
+    if not path.exists():
+        out.append(
+            ok("database", f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)")
+        )
+        return out
+    if not path.is_file():
+        out.append(fail("database", f"{path} is not a file", "fix storage.path"))
+        return out
+    st = path.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    size = f"{st.st_size / 1_048_576:.1f} MiB"
+    if not os.access(path, os.R_OK | os.W_OK):
+        out.append(
+            fail(
+                "database",
+                f"{path} ({size}) is not readable and writable by this user",
+                "run doctor as the service user, or chown the file to it",
+            )
+        )
+    elif mode & 0o077:
+        out.append(
+            warn(
+                "database",
+                f"{path} ({size}) has mode {mode:04o}; it holds PHI",
+                f"chmod 600 {path}",
+            )
+        )
+    else:
+        out.append(ok("database", f"{path} exists ({size}), mode 0600"))
+    if not os.access(path, os.R_OK):
+        return out
+    out.extend(_check_schema(path))
+    return out
+
+
+def _check_schema(path: Path) -> list[Check]:
+    out: list[Check] = []
+    known = _known_migrations()
+    try:
+        conn = _open_readonly(path)
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            applied: list[str] = []
+            if "_sqlite_migrations" in tables:
+                applied = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM _sqlite_migrations WHERE migration_set = 'pa_bridge'"
+                    )
+                ]
+            failed = 0
+            if "outbox" in tables:
+                failed = int(
+                    conn.execute("SELECT count(*) FROM outbox WHERE status = 'failed'").fetchone()[
+                        0
+                    ]
+                )
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        out.append(
+            fail(
+                "database schema",
+                f"cannot read {path}: {e}",
+                "is it a pa-bridge database? restore a backup (see the operations README)",
+            )
+        )
+        return out
+    pending = [n for n in known if n not in applied]
+    unknown = [n for n in applied if n not in known]
+    if unknown:
+        out.append(
+            fail(
+                "database schema",
+                f"written by a newer pa-bridge (unknown migrations: {', '.join(unknown)})",
+                "upgrade pa-bridge, or restore a backup made by this version",
+            )
+        )
+    elif pending:
+        out.append(
+            warn(
+                "database schema",
+                f"{len(pending)} migration(s) pending: {', '.join(pending)}",
+                "`pa-bridge serve` applies them at start; take a `pa-bridge backup` first",
+            )
+        )
+    else:
+        out.append(ok("database schema", f"current ({len(known)} migrations applied)"))
+    if failed:
+        out.append(
+            warn(
+                "queue",
+                f"{failed} item(s) failed for good",
+                "see `pa-bridge queue list --status failed`; re-drive with `pa-bridge queue retry ID`",
+            )
+        )
+    return out
+
+
+# ---- TLS ------------------------------------------------------------------------------
+def _host_matches(host: str, names: Iterable[str]) -> bool:
+    host = host.lower().rstrip(".")
+    for n in names:
+        n = n.lower().rstrip(".")
+        if n == host:
+            return True
+        if n.startswith("*.") and "." in host and host.split(".", 1)[1] == n[2:]:
+            return True
+    return False
+
+
+def check_tls(s: Settings, *, now: float) -> list[Check]:
+    cb = s.callbacks
+    host, _ = parse_listen(cb.listen)
+    if cb.tls_cert is None:
+        if is_loopback(host):
+            return [ok("tls", f"not configured: callbacks over HTTP on loopback ({cb.listen})")]
+        return [
+            warn(
+                "tls",
+                f"callbacks are served over plain HTTP on {cb.listen}",
+                "set callbacks.tls_cert and callbacks.tls_key (the service wants HTTPS)",
+            )
+        ]
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.x509.oid import NameOID
+    except ImportError:  # pragma: no cover - cryptography is a dependency
+        return [warn("tls", "cannot inspect the certificate", "install cryptography")]
+    out: list[Check] = []
+    cert_path = Path(cb.tls_cert)
+    try:
+        data = cert_path.read_bytes()
+    except OSError as e:
+        return [
+            fail(
+                "tls certificate",
+                f"cannot read {cert_path}: {e.strerror}",
+                "fix the path or its permissions",
+            )
+        ]
+    try:
+        leaf = x509.load_pem_x509_certificates(data)[0]
+    except ValueError:
+        return [
+            fail(
+                "tls certificate",
+                f"{cert_path} is not a PEM certificate",
+                "give the PEM chain, leaf first",
+            )
+        ]
+    cns = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    names: list[str] = []
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = list(san.get_values_for_type(x509.DNSName))
+        names += [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        pass
+    expires = leaf.not_valid_after_utc
+    starts = leaf.not_valid_before_utc
+    now_dt = datetime.fromtimestamp(now, UTC)
+    days = (expires - now_dt).total_seconds() / 86400
+    who = f"subject CN={cns[0] if cns else '-'}, names {', '.join(names) or '-'}"
+    when = f"expires {expires:%Y-%m-%d %H:%M} UTC"
+    if expires <= now_dt:
+        out.append(fail("tls certificate", f"{who}; EXPIRED {expires:%Y-%m-%d}", "renew it"))
+    elif starts > now_dt:
+        out.append(
+            fail(
+                "tls certificate",
+                f"{who}; not valid before {starts:%Y-%m-%d}",
+                "check the clock or the certificate",
+            )
+        )
+    elif days < WARN_DAYS:
+        out.append(
+            warn("tls certificate", f"{who}; {when}, in {int(days)} day(s)", "renew it soon")
+        )
+    else:
+        out.append(ok("tls certificate", f"{who}; {when} ({int(days)} days)"))
+    public = cb.public_url
+    if public:
+        ph = httpx.URL(public).host
+        if ph and not _host_matches(ph, names or cns):
+            out.append(
+                warn(
+                    "tls certificate",
+                    f"does not name {ph} (callbacks.public_url)",
+                    "issue it for the name the service calls",
+                )
+            )
+    if cb.tls_key is None:
+        return out
+    key_path = Path(cb.tls_key)
+    try:
+        key_data = key_path.read_bytes()
+        key_mode = stat.S_IMODE(key_path.stat().st_mode)
+    except OSError as e:
+        out.append(
+            fail(
+                "tls key",
+                f"cannot read {key_path}: {e.strerror}",
+                "fix the path or its permissions",
+            )
+        )
+        return out
+    try:
+        key = serialization.load_pem_private_key(key_data, password=None)
+    except TypeError:
+        out.append(
+            fail("tls key", f"{key_path} is encrypted", "give an unencrypted key (mode 0600)")
+        )
+        return out
+    except ValueError:
+        out.append(fail("tls key", f"{key_path} is not a PEM private key", "give the PEM key"))
+        return out
+    der = serialization.Encoding.DER
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(der, spki) != leaf.public_key().public_bytes(der, spki):
+        out.append(
+            fail(
+                "tls key",
+                f"{key_path} does not match the certificate",
+                "give the certificate's own key",
+            )
+        )
+    elif key_mode & 0o077:
+        out.append(
+            warn(
+                "tls key", f"matches the certificate; mode {key_mode:04o}", f"chmod 600 {key_path}"
+            )
+        )
+    else:
+        out.append(ok("tls key", "matches the certificate"))
+    return out
+
+
+# ---- service --------------------------------------------------------------------------
+def _verify(v: bool | str) -> bool | ssl.SSLContext:
+    if isinstance(v, str):
+        if os.path.isdir(v):
+            return ssl.create_default_context(capath=v)
+        return ssl.create_default_context(cafile=v)
+    return v
+
+
+def _error_kind(e: BaseException) -> str:
+    if isinstance(e, httpx.TimeoutException):
+        return "timeout"
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            return "TLS error: certificate not trusted"
+        if isinstance(cur, ssl.SSLError):
+            return "TLS error"
+        if isinstance(cur, socket.gaierror):
+            return "name not resolved"
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cur, TimeoutError | socket.timeout):
+            return "timeout"
+        if isinstance(cur, OSError) and cur.errno is not None:
+            return f"cannot connect ({os.strerror(cur.errno).lower()})"
+        cur = cur.__cause__ or cur.__context__
+    text = str(e).lower()
+    if "refused" in text:
+        return "connection refused"
+    if "ssl" in text or "certificate" in text:
+        return "TLS error"
+    if "name or service" in text or "resolution" in text:
+        return "name not resolved"
+    return f"cannot connect ({type(e).__name__})"
+
+
+def check_service(s: Settings) -> list[Check]:
+    if s.sandbox_enabled:
+        return [ok("service", "sandbox (in-process, nothing to reach)")]
+    origins: dict[str, list[str]] = {}
+    out: list[Check] = []
+    for key in ("claim_url", "outcomes_url", "dashboard_url"):
+        url = getattr(s.service, key)
+        if not url:
+            continue
+        try:
+            u = httpx.URL(url)
+        except httpx.InvalidURL:
+            out.append(fail("service", f"service.{key} is not a valid URL", f"fix service.{key}"))
+            continue
+        if u.scheme not in ("http", "https") or not u.host:
+            out.append(
+                fail("service", f"service.{key} is not an http(s) URL", f"fix service.{key}")
+            )
+            continue
+        # the origin only: never the path, query or user info (they may carry secrets)
+        origin = str(u.copy_with(path="/", query=None, fragment=None, username=None, password=None))
+        origins.setdefault(origin.rstrip("/"), []).append(key.removesuffix("_url"))
+    timeout = min(REACH_TIMEOUT_S, s.service.timeout_seconds)
+    try:
+        verify = _verify(s.service.verify)
+    except (OSError, ssl.SSLError) as e:
+        return [
+            *out,
+            fail(
+                "service",
+                f"cannot load service.verify CA bundle ({type(e).__name__})",
+                "fix service.verify",
+            ),
+        ]
+    # like the daemon's client: the environment's proxy settings apply
+    headers = {"User-Agent": "pa-bridge doctor"}
+    with httpx.Client(
+        verify=verify, timeout=timeout, follow_redirects=False, headers=headers
+    ) as http:
+        for origin, uses in origins.items():
+            name = f"service {origin} ({', '.join(uses)})"
+            started = time.monotonic()
+            try:
+                r = http.head(origin + "/")
+            except httpx.HTTPError as e:
+                out.append(
+                    fail(
+                        name,
+                        f"unreachable: {_error_kind(e)}",
+                        "check the URL, DNS, firewall and proxy",
+                    )
+                )
+                continue
+            ms = (time.monotonic() - started) * 1000
+            out.append(ok(name, f"reachable (HTTP {r.status_code}, {ms:.0f} ms)"))
+    return out
+
+
+# ---- all ------------------------------------------------------------------------------
+def run_checks(config_path: str | None, *, now: float | None = None) -> list[Check]:
+    t = time.time() if now is None else now
+    checks, settings, _loaded = check_config(config_path)
+    if settings is None:
+        checks.append(
+            warn(
+                "checks",
+                "the remaining checks need a configuration that parses",
+                "fix the config first",
+            )
+        )
+        return checks
+    checks += check_secrets(settings)
+    checks += check_database(settings)
+    checks += check_tls(settings, now=t)
+    checks += check_service(settings)
+    return checks
