@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -142,18 +143,11 @@ def main() -> None:
             load(cb_url)
             ceiling = load(f"http://127.0.0.1:{port}/callbacks/pharmacy")
             ours = load(cb_url)
-            stored = json.loads(
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-c",
-                        f"import sqlite3,json;print(json.dumps(sqlite3.connect('{d.dir}/var/pa-bridge.sqlite3').execute('select count(*) from callbacks').fetchone()[0]))",
-                    ],
-                    capture_output=True,
-                    text=True,
-                ).stdout
-                or "0"
-            )
+            conn = sqlite3.connect(f"{d.dir}/var/pa-bridge.sqlite3")
+            try:
+                stored = conn.execute("SELECT count(*) FROM callbacks").fetchone()[0]
+            finally:
+                conn.close()
     finally:
         bare.terminate()
         bare.wait(10)
