@@ -60,10 +60,15 @@ def main() -> None:
             res = direct.outcomes(variables, budget_ms=1500, fallback_message="x")
             assert res.source == "outcomes", res.error
 
+        server_overhead: list[float] = []
+
         def post(body: dict[str, str]) -> object:
             def call(c: httpx.Client, i: int) -> None:
                 r = c.post(f"{d.url}/v1/claims", json=body)
                 assert r.status_code == 200, r.text
+                a = r.json()
+                if a.get("outcomes_elapsed_ms") is not None:
+                    server_overhead.append(a["elapsed_ms"] - a["outcomes_elapsed_ms"])
 
             return call
 
@@ -74,7 +79,9 @@ def main() -> None:
         rows.append(("outcomes call itself (baseline)", base, base_wall))
         lat, wall = run_clients(CLIENTS, PER_CLIENT, post(paid))
         rows.append(("intake: paid claim (async report)", lat, wall))
+        server_overhead.clear()
         lat75, wall75 = run_clients(CLIENTS, PER_CLIENT, post(r75))
+        server75 = list(server_overhead)
         rows.append(("intake: reject 75 (outcomes first)", lat75, wall75))
         lat_stall, wall_stall = run_clients(CLIENTS, 3, post(stall))
         serial_base, sb_wall = run_clients(1, 150, outcomes_direct)
@@ -95,6 +102,10 @@ def main() -> None:
     print(
         f"overhead of intake over the outcomes call, {CLIENTS} clients: p99 {overhead:.2f} ms"
         f" (target <= 5 ms), p50 {pct(lat75, 50) - pct(base, 50):.2f} ms"
+    )
+    print(
+        f"pa-bridge's own time around the outcomes call (answer elapsed_ms minus the call's),"
+        f" {CLIENTS} clients: p50 {pct(server75, 50):.2f} ms, p99 {pct(server75, 99):.2f} ms"
     )
     print(
         f"overhead, 1 client: p99 {pct(serial_75, 99) - pct(serial_base, 99):.2f} ms,"

@@ -90,6 +90,11 @@ _SCHEMAS: dict[str, Any] = {
             "message": {"type": "string", "description": "the message to show the pharmacist"},
             "button_label": {"type": "string", "description": "empty: show no submit-PA button"},
             "message_source": {"enum": ["outcomes", "fallback", "payer"]},
+            "outcomes_elapsed_ms": {
+                "type": "number",
+                "minimum": 0,
+                "description": "time the outcomes call took (70/75/76 rejects only)",
+            },
         },
     },
     "ClaimAnswer": {
