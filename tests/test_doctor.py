@@ -1,0 +1,189 @@
+"""`pa-bridge doctor` as a subprocess against real files, certificates and sockets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import trustme
+
+from pa_bridge.store import MIGRATIONS, Database, Store
+from tests.support import RecordingService, free_port
+
+PASSWORD = "PW-do-not-print-7781"
+API_KEY = "AK-do-not-print-9923"
+
+
+def doctor(cwd: Path, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pa_bridge", "doctor"]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    return subprocess.run(
+        cmd,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")},
+    )
+
+
+def lines(r: subprocess.CompletedProcess[str], status: str) -> list[str]:
+    return [ln for ln in r.stdout.splitlines() if ln.startswith(status + " ")]
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\npath = "{tmp_path / "db" / "pa.sqlite3"}"\n' + text)
+    return cfg
+
+
+def service_section(port: int, **secrets: str) -> str:
+    body = (
+        "[service]\n"
+        f'claim_url = "http://127.0.0.1:{port}/claim"\n'
+        f'outcomes_url = "http://127.0.0.1:{port}/outcomes"\n'
+        'username = "pharmacy"\n'
+    )
+    return body + "".join(f'{k} = "{v}"\n' for k, v in secrets.items())
+
+
+def cert_files(
+    tmp_path: Path, *, days: float, not_before_days: float = -1, key_from_other: bool = False
+) -> tuple[Path, Path]:
+    ca = trustme.CA()
+    now = dt.datetime.now(dt.UTC)
+    leaf = ca.issue_cert(
+        "pa-bridge.store.example",
+        "127.0.0.1",
+        not_before=now + dt.timedelta(days=not_before_days),
+        not_after=now + dt.timedelta(days=days),
+    )
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    other = ca.issue_cert("other.example") if key_from_other else leaf
+    other.private_key_pem.write_to_path(str(key))
+    os.chmod(key, 0o600)
+    return cert, key
+
+
+def test_embedded_default_is_all_ok(tmp_path: Path) -> None:
+    r = doctor(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    checks = out[:-1]
+    assert checks and all(ln.startswith("ok ") for ln in checks), r.stdout
+    assert any("sandbox (in-process, nothing to reach)" in ln for ln in checks)
+    assert "0 FAIL, 0 warn" in out[-1]
+    # doctor changes nothing: no database, no directory
+    assert not (tmp_path / "var").exists()
+
+
+def test_missing_secret_file_fails_without_printing_secrets(tmp_path: Path) -> None:
+    with RecordingService(port := free_port()):
+        cfg = write_config(
+            tmp_path,
+            service_section(
+                port, password_file=str(tmp_path / "missing-password"), api_key=API_KEY
+            ),
+        )
+        r = doctor(tmp_path, cfg)
+    assert r.returncode == 1
+    fails = lines(r, "FAIL")
+    assert any("service.password_file" in ln and "cannot read" in ln for ln in fails), r.stdout
+    assert any(ln.startswith("FAIL  secret service.password: missing") for ln in fails)
+    assert any(
+        ln.startswith("ok    secret service.api_key: present") for ln in r.stdout.splitlines()
+    )
+    # the other checks still ran on what parses
+    assert any(
+        f"service http://127.0.0.1:{port}" in ln and "reachable" in ln for ln in lines(r, "ok")
+    )
+    assert API_KEY not in r.stdout + r.stderr
+
+
+def test_set_secrets_are_reported_present_never_printed(tmp_path: Path) -> None:
+    with RecordingService(port := free_port()):
+        cfg = write_config(
+            tmp_path,
+            service_section(port, password=PASSWORD, api_key=API_KEY)
+            + f'[callbacks]\nusername = "svc"\npassword = "{PASSWORD}"\n',
+        )
+        r = doctor(tmp_path, cfg)
+    assert r.returncode == 0, r.stdout
+    assert "secret service.password: present" in r.stdout
+    assert "secret callbacks.password: present" in r.stdout
+    assert PASSWORD not in r.stdout + r.stderr and API_KEY not in r.stdout + r.stderr
+
+
+def test_unreachable_service_fails(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    cfg = write_config(tmp_path, service_section(port, password=PASSWORD, api_key=API_KEY))
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 1
+    (line,) = lines(r, "FAIL")
+    assert f"service http://127.0.0.1:{port} (claim, outcomes)" in line
+    assert "unreachable: connection refused" in line
+    assert PASSWORD not in r.stdout + r.stderr
+
+
+def test_expiring_certificate_warns(tmp_path: Path) -> None:
+    cert, key = cert_files(tmp_path, days=10)
+    cfg = write_config(tmp_path, f'[callbacks]\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 0, r.stdout
+    (line,) = lines(r, "warn")
+    assert line.startswith("warn  tls certificate:")
+    assert "pa-bridge.store.example" in line and "127.0.0.1" in line
+    assert "in 9 day(s)" in line or "in 10 day(s)" in line
+    assert "renew" in line
+    assert "ok    tls key: matches the certificate" in r.stdout
+
+
+def test_expired_certificate_and_wrong_key_fail(tmp_path: Path) -> None:
+    cert, key = cert_files(tmp_path, days=-1, not_before_days=-30, key_from_other=True)
+    cfg = write_config(tmp_path, f'[callbacks]\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 1
+    fails = lines(r, "FAIL")
+    assert any(ln.startswith("FAIL  tls certificate:") and "EXPIRED" in ln for ln in fails)
+    assert any(ln.startswith("FAIL  tls key:") and "does not match" in ln for ln in fails)
+
+
+def test_database_checks_read_but_never_migrate(tmp_path: Path) -> None:
+    db_path = tmp_path / "db" / "pa.sqlite3"
+    with Store(db_path):
+        pass
+    cfg = write_config(tmp_path, "")
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 0, r.stdout
+    assert "ok    database schema: current" in r.stdout
+    assert "mode 0600" in r.stdout
+
+    # an older database: one migration pending, and a loose mode
+    os.remove(db_path)
+    conn = sqlite3.connect(db_path)
+    MIGRATIONS.apply(Database(conn), stop_before="m002_callbacks")
+    conn.close()
+    os.chmod(db_path, 0o644)
+    before = db_path.read_bytes()
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 0, r.stdout
+    assert "warn  database schema: 1 migration(s) pending: m002_callbacks" in r.stdout
+    assert f"chmod 600 {db_path}" in r.stdout
+    assert db_path.read_bytes() == before  # not migrated
+    assert sorted(p.name for p in db_path.parent.iterdir()) == ["pa.sqlite3"]
+
+
+def test_invalid_config_lists_every_problem(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[storage]\nretention_days = 0\n[nonsense]\nkey = "x"\n')
+    r = doctor(tmp_path, cfg)
+    assert r.returncode == 1
+    fails = lines(r, "FAIL")
+    assert any("storage.retention_days" in ln for ln in fails)
+    assert any("nonsense" in ln and "unknown key" in ln for ln in fails)
