@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -108,9 +107,6 @@ class Daemon:
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        # Requests hand their writes to the writer thread and wait for its commit;
-        # a shorter GIL switch interval lets that hand-off happen sooner.
-        sys.setswitchinterval(0.0005)
         self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
         log_event("daemon.database_ready", path=str(s.storage.path))
         # Bind the callback listener first: the sandbox needs its real address. Until

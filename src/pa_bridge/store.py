@@ -176,11 +176,26 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 class _Job:
-    __slots__ = ("fn", "future")
+    """A write function and, once run, its outcome. Only submit() jobs carry a Future
+    (a Condition and an RLock each): a write() caller reads the outcome after taking
+    the write lock, when it is already there."""
 
-    def __init__(self, fn: Callable[[Database], Any]) -> None:
+    __slots__ = ("done", "fn", "future", "ok", "value")
+
+    def __init__(self, fn: Callable[[Database], Any], *, with_future: bool) -> None:
         self.fn = fn
-        self.future: Future[Any] = Future()
+        self.future: Future[Any] | None = Future() if with_future else None
+        self.done = False
+        self.ok = False
+        self.value: Any = None
+
+    def finish(self, ok: bool, value: Any) -> None:
+        self.ok, self.value, self.done = ok, value, True
+        if self.future is not None:
+            if ok:
+                self.future.set_result(value)
+            else:
+                self.future.set_exception(value)
 
 
 class Store:
@@ -226,7 +241,8 @@ class Store:
     def submit(self, fn: Callable[[Database], T]) -> Future[T]:
         """Queue ``fn``; the future resolves after the commit (the writer thread runs it
         unless a write() caller gets there first)."""
-        job = _Job(fn)
+        job = _Job(fn, with_future=True)
+        assert job.future is not None
         if self._closed:
             job.future.set_exception(StoreUnavailable("the database is closed"))
             return job.future
@@ -236,22 +252,24 @@ class Store:
 
     def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
         """Run ``fn`` in a write transaction and return once it is committed."""
-        job = _Job(fn)
+        job = _Job(fn, with_future=False)
         if self._closed:
             raise StoreUnavailable("the database is closed")
         self._jobs.put(job)
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
-            # our job may still be taken by the holder; if not, it will fail cleanly
+            # the holder may still run our job; we report the time-out all the same
             self._wake.set()
             raise StoreUnavailable("the database did not commit in time")
         try:
-            if not job.future.done():
+            if not job.done:
                 if self._closed:
                     raise StoreUnavailable("the database is closed")
                 self._drain()
         finally:
             self._wlock.release()
-        result: T = job.future.result(timeout=0)
+        if not job.ok:
+            raise job.value
+        result: T = job.value
         return result
 
     def exclusive(self, fn: Callable[[sqlite3.Connection], T], timeout: float | None = 60.0) -> T:
@@ -318,15 +336,12 @@ class Store:
             self._seq = None
             err = StoreUnavailable(f"cannot commit: {e}")
             for job, _ok, _v in results:
-                job.future.set_exception(err)
+                job.finish(False, err)
             return
         self.last_commit_at = time.monotonic()
         self.commits += 1
         for job, ok, value in results:
-            if ok:
-                job.future.set_result(value)
-            else:
-                job.future.set_exception(value)
+            job.finish(ok, value)
 
     def _attempt(
         self, conn: sqlite3.Connection, db: Database, batch: list[_Job], *, savepoints: bool
@@ -336,7 +351,7 @@ class Store:
         except sqlite3.Error as e:
             err = StoreUnavailable(f"cannot begin a write: {e}")
             for job in batch:
-                job.future.set_exception(err)
+                job.finish(False, err)
             return None
         results: list[tuple[_Job, bool, Any]] = []
         for job in batch:

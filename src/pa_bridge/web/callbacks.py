@@ -47,6 +47,7 @@ def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
     username = settings.callbacks.username
     password = settings.secret(settings.callbacks.password) if settings.callbacks.password else None
     install_error_handlers(app)
+    counted: dict[str, Any] = {}  # labelled counters, looked up once
 
     @app.post("/callbacks/pharmacy")
     def pharmacy_callback() -> tuple[Response, int]:
@@ -72,7 +73,10 @@ def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
             return error_response(
                 503, "storage_unavailable", "the callback could not be stored; retry later"
             )
-        bridge.metrics.callbacks.labels(result.outcome).inc()
+        counter = counted.get(result.outcome)
+        if counter is None:
+            counter = counted[result.outcome] = bridge.metrics.callbacks.labels(result.outcome)
+        counter.inc()
         if result.outcome == "stored" and service.forward:
             bridge.outbox.wake()
         return jsonify({"status": result.outcome, "pa_id": result.pa_id}), 200
