@@ -165,6 +165,25 @@ class Bridge:
             [now_iso(), actor, action, object_id, detail],
         )
 
+    def _exchange_row(
+        self, id: str, kind: str, actor: str, rv: ncpdp.RequestView, raw: bytes
+    ) -> dict[str, Any]:
+        """The columns every stored exchange has, from its request."""
+        return {
+            "id": id,
+            "received_at": now_iso(self.clock()),
+            "actor": actor,
+            "kind": kind,
+            "version": rv.version,
+            "transaction_code": rv.transaction_code,
+            "bin": rv.bin,
+            "pcn": rv.pcn,
+            "group_id": rv.group_id,
+            "provider_id": rv.service_provider_id,
+            "date_of_service": rv.date_of_service,
+            "request_raw": raw,
+        }
+
     # ---- claim intake ----------------------------------------------------------
     def intake(self, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
         started = time.monotonic()
@@ -183,19 +202,8 @@ class Bridge:
         def store_exchange(db: Database) -> None:
             db.table("exchanges").insert(
                 {
-                    "id": claim_id,
-                    "received_at": now_iso(self.clock()),
-                    "actor": actor,
-                    "kind": "claim",
-                    "version": rv.version,
-                    "transaction_code": rv.transaction_code,
-                    "bin": rv.bin,
-                    "pcn": rv.pcn,
-                    "group_id": rv.group_id,
-                    "provider_id": rv.service_provider_id,
-                    "date_of_service": rv.date_of_service,
+                    **self._exchange_row(claim_id, "claim", actor, rv, req_bytes),
                     "transaction_count": len(decisions),
-                    "request_raw": req_bytes,
                     "response_raw": resp_bytes,
                     "metadata_json": json.dumps(metadata),
                     "transaction_status": first.transaction_status,
@@ -513,19 +521,8 @@ class Bridge:
         def job(db: Database) -> int:
             db.table("exchanges").insert(
                 {
-                    "id": exchange_id,
-                    "received_at": now_iso(self.clock()),
-                    "actor": actor,
-                    "kind": "reversal",
-                    "version": rv.version,
-                    "transaction_code": "B2",
-                    "bin": rv.bin,
-                    "pcn": rv.pcn,
-                    "group_id": rv.group_id,
-                    "provider_id": rv.service_provider_id,
-                    "date_of_service": rv.date_of_service,
+                    **self._exchange_row(exchange_id, "reversal", actor, rv, raw),
                     "transaction_count": len(req.groups),
-                    "request_raw": raw,
                 }
             )
             item = enqueue(
