@@ -11,7 +11,8 @@ import ncpdp
 from ncpdp import FIELDS
 from ncpdp._fields import _TABLE
 
-PRIMER = Path("/work/shared/docs/ncpdp-primer.md")
+# shared/ stands beside the repository root (in CI too)
+PRIMER = Path(__file__).resolve().parents[3] / "shared" / "docs" / "ncpdp-primer.md"
 
 # Every field the primer names, with its number (and, where the primer says, its name).
 PRIMER_FIELDS = {
