@@ -236,3 +236,54 @@ def test_callback_metrics(https_daemon: Any) -> None:
     for result in ("stored", "duplicate", "dead_letter", "unauthorized"):
         assert f'pa_bridge_callbacks_total{{result="{result}"}} 1.0' in text
     assert "pa_bridge_dead_letters 1.0" in text
+
+
+def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
+    """The dispensing system's webhook gets each change, retried until it answers 2xx."""
+    from flask import Flask, request
+
+    from pa_bridge.runtime import WsgiServer
+    from tests.support import wait_until
+
+    got: list[dict[str, Any]] = []
+    answers = iter([500])  # the first delivery fails; the queue retries
+
+    hook = Flask("dispensing-webhook")
+
+    @hook.post("/hook")
+    def receive() -> tuple[str, int]:
+        status = next(answers, 200)
+        if status == 200:
+            got.append(request.get_json())
+        return "", status
+
+    server = WsgiServer(hook, "127.0.0.1:0", name="hook")
+    server.start()
+    try:
+        d = make_daemon(
+            callbacks={"forward_url": f"{server.url}/hook"},
+            sandbox={"enabled": False},
+            service={
+                "claim_url": "http://127.0.0.1:9/claim",
+                "outcomes_url": "http://127.0.0.1:9/outcomes",
+                "username": "u",
+                "password": "p",
+                "api_key": "k",
+            },
+        )
+        url = f"{d.callback_server.url}/callbacks/pharmacy"
+        assert (
+            httpx.post(url, content=_body("WH01AA", "PA Response", "Favorable")).status_code == 200
+        )
+        wait_until(lambda: got, what="webhook delivery")
+        pa = got[0]["pa"]
+        assert (pa["pa_id"], pa["workflow_status"], pa["plan_outcome"]) == (
+            "WH01AA",
+            "PA Response",
+            "Favorable",
+        )
+        items = d.bridge.outbox.list()
+        assert items[0]["kind"] == "webhook" and items[0]["status"] == "delivered"
+        assert items[0]["attempts"] == 2
+    finally:
+        server.stop()
