@@ -70,6 +70,16 @@ def _parse(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes
     return t, bytes(t)
 
 
+def _insert_exchange(db: Database, row: dict[str, Any]) -> None:
+    """A plain prepared INSERT: the claim hot path (sqlite-utils' insert() inspects the
+    table and builds its SQL on every call)."""
+    cols = list(row)
+    db.conn.execute(
+        f"INSERT INTO exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608 - column names are ours
+        [row[c] for c in cols],
+    )
+
+
 def claim_key(req: ncpdp.Transmission, index: int) -> str:
     """What identifies a claim to the service's duplicate check."""
     v = req.as_request()
@@ -200,7 +210,8 @@ class Bridge:
         first = decisions[0]
 
         def store_exchange(db: Database) -> None:
-            db.table("exchanges").insert(
+            _insert_exchange(
+                db,
                 {
                     **self._exchange_row(claim_id, "claim", actor, rv, req_bytes),
                     "transaction_count": len(decisions),
@@ -209,7 +220,7 @@ class Bridge:
                     "transaction_status": first.transaction_status,
                     "reject_codes": ",".join(first.reject_codes),
                     "pa_eligible": int(any(d.pa_eligible for d in decisions)),
-                }
+                },
             )
             self._audit(
                 db,
@@ -228,6 +239,7 @@ class Bridge:
                         now=self.clock(),
                     )
 
+        reports_queued = any(not d.outcomes_first and d.index < len(req.groups) for d in decisions)
         stored: Future[None] = self.store.submit(store_exchange)
 
         # Outcomes calls for 70/75/76 transactions, all inside the same budget. One call
@@ -301,7 +313,8 @@ class Bridge:
             raise BridgeError(
                 503, "storage_unavailable", "the claim could not be stored; send it again", str(e)
             ) from None
-        self.outbox.wake()
+        if reports_queued:
+            self.outbox.wake()
 
         top = dict(answers[0])
         top.pop("index")
@@ -519,11 +532,12 @@ class Bridge:
         keys = [claim_key(req, i) for i in range(len(req.groups))]
 
         def job(db: Database) -> int:
-            db.table("exchanges").insert(
+            _insert_exchange(
+                db,
                 {
                     **self._exchange_row(exchange_id, "reversal", actor, rv, raw),
                     "transaction_count": len(req.groups),
-                }
+                },
             )
             item = enqueue(
                 db,

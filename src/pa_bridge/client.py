@@ -140,6 +140,9 @@ _OUTCOMES_BODY_LIMIT = 64 * 1024
 # --------------------------------------------------------------------------- errors
 
 
+_FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
 class ServiceError(Exception):
     """Base of every error of this module.
 
@@ -783,6 +786,7 @@ class PaServiceClient:
     ) -> None:
         self.claim_url = claim_url
         self.outcomes_url = outcomes_url
+        self._outcomes_url_parsed = httpx.URL(outcomes_url)
         self.dashboard_url = dashboard_url
         self.dashboard_login_url = dashboard_login_url or dashboard_url.rstrip("/") + "/login"
         self._username = username
@@ -1042,8 +1046,14 @@ class PaServiceClient:
         if remaining <= 0:
             raise _Deadline("deadline: budget spent before the call started")
         try:
+            # The URL is parsed once and the form encoded here: httpx's own request
+            # building is a large part of the CPU a claim costs.
             with self._outcomes_http.stream(
-                "POST", self.outcomes_url, data=form, timeout=httpx.Timeout(remaining)
+                "POST",
+                self._outcomes_url_parsed,
+                content=urlencode(form).encode(),
+                headers=_FORM_HEADERS,
+                timeout=httpx.Timeout(remaining),
             ) as resp:
                 if resp.status_code != 200:
                     raise _BadOutcome(f"http_status: HTTP {resp.status_code}")
