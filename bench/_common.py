@@ -79,6 +79,7 @@ class Daemon:
             **os.environ,
             "PA_BRIDGE_INTAKE__LISTEN": f"127.0.0.1:{self.intake}",
             "PA_BRIDGE_CALLBACKS__LISTEN": f"127.0.0.1:{self.callbacks}",
+            "PA_BRIDGE_SANDBOX__LISTEN": "127.0.0.1:0",
             **(env or {}),
         }
         self.log = self.dir / "daemon.log"

@@ -33,7 +33,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
             "storage": {"path": str(tmp_path / f"d{len(started)}.sqlite3")},
             "intake": {"listen": "127.0.0.1:0"},
             "callbacks": {"listen": "127.0.0.1:0"},
-            "sandbox": {"step_seconds": 0.05},
+            "sandbox": {"step_seconds": 0.05, "listen": "127.0.0.1:0", "persist": False},
             "queue": {"poll_seconds": 0.1, "backoff_base_seconds": 0.1, "backoff_max_seconds": 0.5},
         }
         for k, v in sections.items():

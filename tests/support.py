@@ -60,6 +60,7 @@ class DaemonProcess:
             **os.environ,
             "PA_BRIDGE_INTAKE__LISTEN": f"127.0.0.1:{self.intake_port}",
             "PA_BRIDGE_CALLBACKS__LISTEN": f"127.0.0.1:{self.callback_port}",
+            "PA_BRIDGE_SANDBOX__LISTEN": "127.0.0.1:0",
             **(env or {}),
         }
         self.log = cwd / f"daemon-{self.intake_port}.log"

@@ -141,3 +141,27 @@ backoff_max_seconds = 0.5
             assert all(ncpdp.parse(c["ncpdp_claim"]).transaction_code == "B2" for c in svc.claims)
         finally:
             d2.terminate()
+
+
+def test_sandbox_pa_links_still_open_after_a_restart(tmp_path: Path) -> None:
+    """The embedded sandbox keeps a fixed port and its PAs on disk."""
+    env = {
+        "PA_BRIDGE_SANDBOX__LISTEN": f"127.0.0.1:{free_port()}",
+        "PA_BRIDGE_SANDBOX__STEP_SECONDS": "0.05",
+    }
+    d = DaemonProcess(tmp_path, env=env).start()
+    try:
+        claim = httpx.post(
+            f"{d.url}/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        ).json()
+        pa = httpx.post(f"{d.url}/v1/claims/{claim['claim_id']}/pa").json()
+        assert httpx.get(pa["url"]).status_code == 200
+    finally:
+        assert d.terminate() == 0
+    d2 = DaemonProcess(tmp_path, env=env).start()
+    try:
+        r = httpx.get(f"{d2.url}/v1/pa/{pa['pa_id']}/open", follow_redirects=True)
+        assert r.status_code == 200 and pa["pa_id"] in r.text
+        assert stat.S_IMODE(os.stat(tmp_path / "var" / "sandbox.sqlite3").st_mode) == 0o600
+    finally:
+        d2.terminate()

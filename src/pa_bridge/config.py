@@ -163,7 +163,10 @@ class QueueSettings(_Section):
 class SandboxSettings(_Section):
     enabled: bool | None = None
     step_seconds: float = Field(default=1.0, ge=0)
-    listen: str = "127.0.0.1:0"
+    #: a fixed port by default, so the PA links stored earlier still open after a restart
+    listen: str = "127.0.0.1:8480"
+    #: keep the sandbox's PAs in sandbox.sqlite3 beside the database (else in memory)
+    persist: bool = True
 
     _v_listen = field_validator("listen")(_listen_ok)
 

@@ -164,7 +164,14 @@ class Daemon:
 
         s = self.settings
         host, port = parse_listen(s.sandbox.listen)
+        db_path = None
+        if s.sandbox.persist:
+            path = s.storage.path.parent / "sandbox.sqlite3"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            db_path = str(path)
         cfg = SandboxConfig(
+            db_path=db_path,
             step_seconds=s.sandbox.step_seconds,
             callback_url=callback_url,
             callback_username=s.callbacks.username,
