@@ -24,7 +24,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from pa_bridge.sandbox import BackgroundWsgiServer
+from pa_bridge.wsgi import WsgiServer
 
 
 def wait_until(
@@ -278,7 +278,7 @@ class CallbackReceiver:
                 self.received.append(request.get_json())
             return Response("ok", status=200)
 
-        self._server = BackgroundWsgiServer(app, ssl_adapter=ssl_adapter)
+        self._server = WsgiServer(app, ssl_adapter=ssl_adapter)
 
     @property
     def url(self) -> str:

@@ -138,7 +138,7 @@ class RecordingService:
                 {"Content-Type": "application/json"},
             )
 
-        self.server = WsgiServer(app, f"127.0.0.1:{port}", name="recording-service")
+        self.server = WsgiServer(app, "127.0.0.1", port, name="recording-service")
 
     def __enter__(self) -> RecordingService:
         self.server.start()

@@ -15,6 +15,14 @@ import trustme
 from pa_bridge.callbacks import is_newer, parse_callback
 
 AUTH = ("pa-service", "cb-secret")
+#: a configured but unreachable service (callbacks never call it; no sandbox)
+NO_SERVICE = {
+    "claim_url": "http://127.0.0.1:9/claim",
+    "outcomes_url": "http://127.0.0.1:9/outcomes",
+    "username": "u",
+    "password": "p",
+    "api_key": "k",
+}
 
 
 def _body(
@@ -54,13 +62,7 @@ def https_daemon(make_daemon: Any, ca: trustme.CA, tmp_path: Path) -> Any:
             "max_body_bytes": 4096,
         },
         sandbox={"enabled": False},
-        service={
-            "claim_url": "http://127.0.0.1:9/claim",
-            "outcomes_url": "http://127.0.0.1:9/outcomes",
-            "username": "u",
-            "password": "p",
-            "api_key": "k",
-        },
+        service=NO_SERVICE,
         storage={"busy_timeout_ms": 200},
     )
     ctx = ssl.create_default_context()
@@ -257,19 +259,13 @@ def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
             got.append(request.get_json())
         return "", status
 
-    server = WsgiServer(hook, "127.0.0.1:0", name="hook")
+    server = WsgiServer(hook, name="hook")
     server.start()
     try:
         d = make_daemon(
             callbacks={"forward_url": f"{server.url}/hook"},
             sandbox={"enabled": False},
-            service={
-                "claim_url": "http://127.0.0.1:9/claim",
-                "outcomes_url": "http://127.0.0.1:9/outcomes",
-                "username": "u",
-                "password": "p",
-                "api_key": "k",
-            },
+            service=NO_SERVICE,
         )
         url = f"{d.callback_server.url}/callbacks/pharmacy"
         assert (

@@ -3,7 +3,6 @@ the scheduler, and owning the database. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -13,63 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from cheroot import wsgi
 
 from .bridge import Bridge
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .store import Store
+from .wsgi import WsgiServer
 
-__all__ = ["Daemon", "WsgiServer"]
-
-
-class WsgiServer:
-    """A cheroot server on a background thread; binds in :meth:`start` so that a
-    port in use fails start-up, not later."""
-
-    def __init__(
-        self,
-        app: Any,
-        listen: str,
-        *,
-        name: str,
-        threads: int = 16,
-        ssl_adapter: Any = None,
-    ) -> None:
-        host, port = parse_listen(listen)
-        self.name = name
-        self.server = wsgi.Server((host, port), app, numthreads=threads, server_name=name)
-        self.server.shutdown_timeout = 5
-        if ssl_adapter is not None:
-            self.server.ssl_adapter = ssl_adapter
-        self._thread: threading.Thread | None = None
-        self.scheme = "https" if ssl_adapter is not None else "http"
-
-    def start(self) -> None:
-        self.server.prepare()
-        self._thread = threading.Thread(
-            target=self.server.serve, name=f"wsgi-{self.name}", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        addr = self.server.bind_addr
-        return str(addr[0]), int(addr[1])
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{port}"
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.server.stop()
-        if self._thread is not None:
-            self._thread.join(10)
+__all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
 
 
 class _LateApp:
@@ -114,7 +65,7 @@ class Daemon:
         from .web.callbacks import create_callback_app, ssl_adapter_for
 
         late = _LateApp()
-        self.callback_server = WsgiServer(
+        self.callback_server = WsgiServer.from_listen(
             late, s.callbacks.listen, name="callbacks", ssl_adapter=ssl_adapter_for(s)
         )
         self.callback_server.start()
@@ -139,7 +90,7 @@ class Daemon:
             max_body_bytes=s.intake.max_body_bytes,
             health=self._health,
         )
-        self.intake_server = WsgiServer(app, s.intake.listen, name="intake")
+        self.intake_server = WsgiServer.from_listen(app, s.intake.listen, name="intake")
         self.intake_server.start()
         self._notify("READY=1\nSTATUS=serving")
         self._start_watchdog()

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._serve import BackgroundWsgiServer
+from ..wsgi import WsgiServer
 from ._state import SandboxState
 from .app import create_sandbox_app, sandbox_state
 from .config import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME, SandboxConfig
@@ -65,7 +65,6 @@ __all__ = [
     "SANDBOX_API_KEY",
     "SANDBOX_PASSWORD",
     "SANDBOX_USERNAME",
-    "BackgroundWsgiServer",
     "SandboxConfig",
     "SandboxServer",
     "SandboxState",
@@ -83,7 +82,9 @@ class SandboxServer:
         self.config = config or SandboxConfig()
         self.app = create_sandbox_app(self.config)
         # Fault drills hold a worker each for up to 5 s: leave room for them.
-        self._server = BackgroundWsgiServer(self.app, host, port, numthreads=32)
+        self._server = WsgiServer(
+            self.app, host, port, name="sandbox", numthreads=32, shutdown_timeout=2
+        )
         self._started = False
 
     @property

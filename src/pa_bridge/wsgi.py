@@ -1,4 +1,9 @@
-"""Serve a WSGI app with cheroot on a background thread (the sandbox, test receivers)."""
+"""One way to serve a WSGI app: cheroot on a background thread.
+
+Used for the daemon's two listeners, the sandbox, and the tests' small servers. The
+socket is bound in :meth:`WsgiServer.start`, so a port in use fails there; port 0
+binds a free port and ``url`` has the real one.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,13 @@ from typing import Any
 
 import cheroot.wsgi
 
-__all__ = ["BackgroundWsgiServer"]
+from .config import parse_listen
+
+__all__ = ["WsgiServer"]
 
 
-class BackgroundWsgiServer:
-    """A cheroot server on a daemon thread. ``port=0`` binds a free port; ``url`` has
-    the real one. ``ssl_adapter``: a ``cheroot.ssl`` adapter for HTTPS."""
+class WsgiServer:
+    """``ssl_adapter``: a ``cheroot.ssl`` adapter for HTTPS."""
 
     def __init__(
         self,
@@ -20,10 +26,12 @@ class BackgroundWsgiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        numthreads: int = 10,
+        name: str = "wsgi",
+        numthreads: int = 16,
         ssl_adapter: Any = None,
-        shutdown_timeout: int = 2,
+        shutdown_timeout: int = 5,
     ) -> None:
+        self.name = name
         self._app = app
         self._host = host
         self._port = port
@@ -34,13 +42,20 @@ class BackgroundWsgiServer:
         self._thread: threading.Thread | None = None
         self._bound: tuple[str, int] | None = None
 
-    def start(self) -> BackgroundWsgiServer:
+    @classmethod
+    def from_listen(cls, app: Any, listen: str, **kw: Any) -> WsgiServer:
+        """From a ``host:port`` (``[::1]:8470``) string as in the config."""
+        host, port = parse_listen(listen)
+        return cls(app, host, port, **kw)
+
+    def start(self) -> WsgiServer:
         if self._server is not None:
             return self
         server = cheroot.wsgi.Server(
             (self._host, self._port),
             self._app,
             numthreads=self._numthreads,
+            server_name=self.name,
             shutdown_timeout=int(self._shutdown_timeout),
             timeout=10,
         )
@@ -54,27 +69,33 @@ class BackgroundWsgiServer:
         assert isinstance(addr, tuple)
         self._bound = (str(addr[0]), int(addr[1]))
         self._server = server
-        self._thread = threading.Thread(target=server.serve, name="cheroot-serve", daemon=True)
+        self._thread = threading.Thread(target=server.serve, name=f"wsgi-{self.name}", daemon=True)
         self._thread.start()
         return self
 
     @property
-    def port(self) -> int:
+    def address(self) -> tuple[str, int]:
         if self._bound is None:
             raise RuntimeError("server is not started")
-        return self._bound[1]
+        return self._bound
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self._ssl_adapter is not None else "http"
 
     @property
     def url(self) -> str:
-        if self._bound is None:
-            raise RuntimeError("server is not started")
-        host = self._bound[0]
+        host, port = self.address
         if ":" in host:
             host = f"[{host}]"
-        scheme = "https" if self._ssl_adapter is not None else "http"
-        return f"{scheme}://{host}:{self._bound[1]}"
+        return f"{self.scheme}://{host}:{port}"
 
     def stop(self) -> None:
+        """Stop taking connections and finish the requests in flight."""
         server, thread = self._server, self._thread
         self._server = self._thread = None
         if server is not None:
@@ -82,7 +103,7 @@ class BackgroundWsgiServer:
         if thread is not None:
             thread.join(timeout=self._shutdown_timeout + 5)
 
-    def __enter__(self) -> BackgroundWsgiServer:
+    def __enter__(self) -> WsgiServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
