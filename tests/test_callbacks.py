@@ -278,8 +278,12 @@ def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
             "PA Response",
             "Favorable",
         )
-        items = d.bridge.outbox.list()
-        assert items[0]["kind"] == "webhook" and items[0]["status"] == "delivered"
+        # the daemon marks the item delivered once it has read the webhook's answer
+        items = wait_until(
+            lambda: [i for i in d.bridge.outbox.list() if i["status"] == "delivered"],
+            what="queue item marked delivered",
+        )
+        assert items[0]["kind"] == "webhook"
         assert items[0]["attempts"] == 2
     finally:
         server.stop()
