@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .outbox import queue_summary
+from .store import parse_iso
 
 if TYPE_CHECKING:
     from .store import Store
@@ -20,7 +23,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1
 class _StoreCollector(Collector):
     """Queue depth, oldest queued item and dead letters, read at scrape time."""
 
-    def __init__(self, store: Store, clock: object) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.store = store
         self.clock = clock
 
@@ -33,22 +36,10 @@ class _StoreCollector(Collector):
         )
         dead = GaugeMetricFamily("pa_bridge_dead_letters", "Callback bodies kept as dead letters")
         try:
-            rows = self.store.query(
-                "SELECT status, count(*) AS n, min(next_attempt_at - 0) AS t, min(created_at) AS c"
-                " FROM outbox WHERE status != 'delivered' GROUP BY status"
-            )
-            counts = {r["status"]: r["n"] for r in rows}
+            counts, first = queue_summary(self.store)
             for status in ("pending", "failed"):
                 depth.add_metric([status], counts.get(status, 0))
-            created = [r["c"] for r in rows if r["c"]]
-            age = 0.0
-            if created:
-                import calendar
-                import time
-
-                first = min(created)
-                t = calendar.timegm(time.strptime(first[:19], "%Y-%m-%dT%H:%M:%S"))
-                age = max(0.0, float(self.clock()) - t)  # type: ignore[operator]
+            age = 0.0 if first is None else max(0.0, self.clock() - parse_iso(first))
             oldest.add_metric([], age)
             dead.add_metric([], self.store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"])
         except Exception:  # a scrape never fails because of the database
@@ -89,5 +80,5 @@ class Metrics:
             "pa_bridge_pa_submits", "Submit-PA clicks, by result", ["result"], registry=r
         )
 
-    def watch_store(self, store: Store, clock: object) -> None:
+    def watch_store(self, store: Store, clock: Callable[[], float]) -> None:
         self.registry.register(_StoreCollector(store, clock))

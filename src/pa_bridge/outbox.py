@@ -27,9 +27,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import QueueSettings
 from .logs import log_event
-from .store import Database, Store, now_iso
+from .store import Database, Store, now_iso, parse_iso
 
-__all__ = ["Outbox", "DeliveryFailed", "Deliverer"]
+__all__ = ["Outbox", "DeliveryFailed", "Deliverer", "queue_summary"]
 
 Deliverer = Callable[[dict[str, Any]], None]
 
@@ -58,6 +58,16 @@ def enqueue(
         [kind, claim_id, json.dumps(payload, separators=(",", ":")), t, now_iso(t), now_iso(t)],
     )
     return int(cur.lastrowid or 0)
+
+
+def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
+    """Undelivered items by status, and when the oldest of them was created."""
+    rows = store.query(
+        "SELECT status, count(*) AS n, min(created_at) AS oldest FROM outbox"
+        " WHERE status != 'delivered' GROUP BY status"
+    )
+    oldest = min((r["oldest"] for r in rows if r["oldest"]), default=None)
+    return {r["status"]: int(r["n"]) for r in rows}, oldest
 
 
 class Outbox:
@@ -247,11 +257,6 @@ class Outbox:
 
     def depth(self) -> tuple[int, float | None]:
         """(pending + failed items, age in seconds of the oldest one)."""
-        row = self.store.query(
-            "SELECT count(*) AS n, min(created_at) AS oldest FROM outbox WHERE status != 'delivered'"
-        )[0]
-        oldest = None
-        if row["oldest"]:
-            t = time.mktime(time.strptime(row["oldest"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-            oldest = max(0.0, self.clock() - t)
-        return int(row["n"]), oldest
+        counts, oldest = queue_summary(self.store)
+        age = None if oldest is None else max(0.0, self.clock() - parse_iso(oldest))
+        return sum(counts.values()), age

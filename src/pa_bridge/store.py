@@ -11,6 +11,7 @@ block the writer (WAL).
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import os
 import queue
@@ -25,7 +26,15 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-__all__ = ["Store", "StoreError", "StoreUnavailable", "MIGRATIONS", "Database", "now_iso"]
+__all__ = [
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "MIGRATIONS",
+    "Database",
+    "now_iso",
+    "parse_iso",
+]
 
 T = TypeVar("T")
 
@@ -36,6 +45,11 @@ def now_iso(t: float | None = None) -> str:
     """UTC ISO 8601 with milliseconds, sortable as text."""
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+def parse_iso(text: str) -> float:
+    """The inverse of :func:`now_iso`, to the second: epoch seconds (UTC)."""
+    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
 
 
 class StoreError(Exception):

@@ -10,14 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ncpdp
 
+from .bridge import Bridge
 from .store import now_iso
-
-if TYPE_CHECKING:
-    from .bridge import Bridge
 
 __all__ = ["local_day_start", "rx_lines", "claims_today", "pas_today", "worklist"]
 
@@ -70,22 +68,15 @@ def rx_lines(claim_id: str | None, raw: bytes | None) -> list[dict[str, str | No
     return [{"rx_number": r, "product_id": p} for r, p in lines]
 
 
+_CONSOLE_PA_FIELDS = (
+    "pa_id", "claim_id", "transaction_index", "workflow_status", "plan_outcome", "deleted",
+    "fax_failed", "open_url", "url", "created_at", "updated_at", "cursor",
+)  # fmt: skip
+
+
 def _pa_summary(row: dict[str, Any]) -> dict[str, Any]:
-    urls = json.loads(row["urls_json"] or "[]")
-    return {
-        "pa_id": row["id"],
-        "claim_id": row["claim_id"],
-        "transaction_index": row["transaction_index"],
-        "workflow_status": row["workflow_status"],
-        "plan_outcome": row["plan_outcome"],
-        "deleted": bool(row["deleted"]),
-        "fax_failed": bool(row["fax_failed"]),
-        "open_url": f"/v1/pa/{row['id']}/open",
-        "url": urls[0] if urls else None,
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-        "cursor": str(row["change_seq"]),
-    }
+    pa = Bridge.pa_json(row)
+    return {k: pa[k] for k in _CONSOLE_PA_FIELDS}
 
 
 def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
