@@ -66,6 +66,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     mode: str = "respond"
     seconds: float = 2.0
+    #: leave out "Connection: close" (the fake still closes after one answer, like a
+    #: server ending an idle keep-alive connection)
+    keep_alive: bool = False
 
 
 _REASONS = {
@@ -201,7 +204,8 @@ class FakeHttpServer:
         if reply.content_type:
             lines.append(f"Content-Type: {reply.content_type}")
         lines.append(f"Content-Length: {len(reply.body)}")
-        lines.append("Connection: close")
+        if not reply.keep_alive:
+            lines.append("Connection: close")
         lines.extend(f"{k}: {v}" for k, v in reply.headers.items())
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 

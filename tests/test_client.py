@@ -8,11 +8,13 @@ import logging
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
 import trustme
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ncpdp
 from pa_bridge.client import (
@@ -34,6 +36,7 @@ from pa_bridge.client import (
     UnrecognizedNdcError,
     claim_metadata,
     claim_minimum_missing,
+    form_encode,
     outcome_variables,
     patient_age,
 )
@@ -594,3 +597,43 @@ def test_concurrent_outcomes_against_a_trickle_all_fall_back() -> None:
 def test_client_repr_hides_secrets(tmp_path: Path) -> None:
     with fake_client("http://127.0.0.1:9") as c:
         assert "pw-secret-123" not in repr(c) and "key-secret-456" not in repr(c)
+
+
+# --------------------------------------------------------------------------- outcomes: wire
+
+
+@given(st.dictionaries(st.text(max_size=12), st.text(max_size=30), max_size=8))
+def test_form_encode_is_urlencode_byte_for_byte(form: dict[str, str]) -> None:
+    assert form_encode(form) == urlencode(form).encode()
+
+
+def test_outcomes_keep_one_connection_alive(client: PaServiceClient) -> None:
+    pool = client._outcomes_fast
+    assert pool is not None
+    kept = set()
+    for _ in range(3):
+        result = client.outcomes(rejected_vars(), fallback_message="o")
+        assert result.source == "outcomes", result.error
+        assert len(pool._idle) == 1
+        kept.add(id(pool._idle[0]))
+    assert len(kept) == 1
+
+
+def test_outcomes_drop_a_connection_the_server_closed() -> None:
+    with FakeHttpServer(Reply(body=JSON_OK, keep_alive=True)) as fake, fake_client(fake.url) as c:
+        for _ in range(3):
+            result = c.outcomes(rejected_vars(), fallback_message="o")
+            assert result.source == "outcomes", result.error
+            for t in fake._threads:  # the fake has closed its end of every connection
+                t.join(5)
+        assert len(fake.requests) == 3 and len(fake._threads) == 3
+
+
+def test_outcomes_through_a_proxy_setting_use_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "")
+    with fake_client("https://pa.invalid") as c:
+        assert c._outcomes_fast is None
+    monkeypatch.setenv("NO_PROXY", "pa.invalid")
+    with fake_client("https://pa.invalid") as c:
+        assert c._outcomes_fast is not None

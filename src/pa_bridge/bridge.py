@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ import ncpdp
 from .client import (
     ClaimResult,
     OutcomeResult,
+    OutcomesCall,
     PaServiceClient,
     ServiceError,
     claim_metadata,
@@ -140,13 +140,11 @@ class Bridge:
             settings.queue,
             clock=clock,
         )
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="outcomes")
         self._claim_locks: dict[str, threading.Lock] = {}
         self._claim_locks_guard = threading.Lock()
         self._webhook_http = httpx.Client(timeout=10.0)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         self._webhook_http.close()
 
     def _deliver_webhook(self, payload: dict[str, Any]) -> None:
@@ -240,33 +238,29 @@ class Bridge:
                     )
 
         reports_queued = any(not d.outcomes_first and d.index < len(req.groups) for d in decisions)
-        stored: Future[None] = self.store.submit(store_exchange)
 
-        # Outcomes calls for 70/75/76 transactions, all inside the same budget. One call
-        # (the usual case) runs right here: the client enforces the deadline itself.
-        # Several run in parallel on the pool.
-        first_calls = [d for d in decisions if d.outcomes_first and d.index < len(req.groups)]
-        outcome_futures: dict[int, Future[OutcomeResult]] = {}
-        for d in first_calls:
+        # Outcomes calls for 70/75/76 transactions, all inside the same budget, start
+        # first (on the client's workers); the exchange is committed here while they
+        # are in flight, and the answer waits for both.
+        calls: dict[int, OutcomesCall] = {}
+        for d in decisions:
+            if not (d.outcomes_first and d.index < len(req.groups)):
+                continue
             remaining_ms = (
                 max(0.0, budget_s - (time.monotonic() - started)) * 1000
                 - self.settings.outcomes.safety_margin_ms
             )
-            variables = outcome_variables(req, resp, d.index, api_key=self.client.api_key)
-            kwargs = {"budget_ms": max(1, int(remaining_ms)), "fallback_message": d.payer_message}
-            if len(first_calls) == 1:
-                done: Future[OutcomeResult] = Future()
-                try:
-                    done.set_result(self.client.outcomes(variables, **kwargs))  # type: ignore[arg-type]
-                except Exception as e:  # the client never raises; be safe anyway
-                    done.set_exception(e)
-                outcome_futures[d.index] = done
-            else:
-                outcome_futures[d.index] = self._pool.submit(
-                    self.client.outcomes,
-                    variables,
-                    **kwargs,  # type: ignore[arg-type]
-                )
+            variables = outcome_variables(
+                req, resp, d.index, api_key=self.client.api_key, views=(rv, sv)
+            )
+            calls[d.index] = self.client.start_outcomes(
+                variables, budget_ms=max(1, int(remaining_ms)), fallback_message=d.payer_message
+            )
+        try:
+            self.store.write(store_exchange, timeout=10.0)
+            stored_error: StoreUnavailable | None = None
+        except StoreUnavailable as e:
+            stored_error = e
 
         answers = []
         for d in decisions:
@@ -274,14 +268,9 @@ class Bridge:
             outcomes_ms: float | None = None
             if d.pa_eligible:
                 label = self.settings.intake.default_button_label
-            fut = outcome_futures.get(d.index)
-            if fut is not None:
-                margin = self.settings.outcomes.safety_margin_ms / 2000.0
-                remaining = max(0.0, budget_s - (time.monotonic() - started) - margin)
-                try:
-                    res = fut.result(timeout=remaining)
-                except Exception:
-                    res = None
+            call = calls.get(d.index)
+            if call is not None:
+                res: OutcomeResult | None = call.result()
                 self.metrics.outcomes_calls.labels(
                     "ok" if res is not None and res.source == "outcomes" else "fallback"
                 ).inc()
@@ -307,11 +296,12 @@ class Bridge:
                 }
             )
 
-        try:
-            stored.result(timeout=10.0)
-        except StoreUnavailable as e:
+        if stored_error is not None:
             raise BridgeError(
-                503, "storage_unavailable", "the claim could not be stored; send it again", str(e)
+                503,
+                "storage_unavailable",
+                "the claim could not be stored; send it again",
+                str(stored_error),
             ) from None
         if reports_queued:
             self.outbox.wake()
@@ -328,7 +318,7 @@ class Bridge:
         if decision == "payer":
             decision = "submit_pa" if answer["pa_eligible"] else "async"
         self.metrics.claims.labels(decision).inc()
-        if outcome_futures and answer["elapsed_ms"] > self.settings.outcomes.budget_ms:
+        if calls and answer["elapsed_ms"] > self.settings.outcomes.budget_ms:
             self.metrics.budget_misses.inc()
         saved = json.dumps(answer)
 
@@ -347,6 +337,7 @@ class Bridge:
             reject_codes=answer["reject_codes"],
             message_source=answer["message_source"],
             elapsed_ms=answer["elapsed_ms"],
+            outcomes_ms=answer.get("outcomes_elapsed_ms"),
         )
         return answer
 

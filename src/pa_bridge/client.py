@@ -30,6 +30,7 @@ content, patient data, cardholder ids, the password, the api_key or a dashboard 
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import json
 import logging
 import re
@@ -41,11 +42,14 @@ from dataclasses import dataclass
 from datetime import date
 from html.parser import HTMLParser
 from typing import Any, ClassVar, Literal
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import quote_plus, urlencode, urljoin, urlsplit
 
 import httpx
 
 import ncpdp
+
+from ._outcomes_http import Deadline as FastDeadline
+from ._outcomes_http import OutcomesHttp, TooLarge, direct_route
 
 __all__ = [
     "CLAIM_VARIABLES",
@@ -61,6 +65,7 @@ __all__ = [
     "MissingClaimDataError",
     "MissingVariablesError",
     "OutcomeResult",
+    "OutcomesCall",
     "PaServiceClient",
     "RedirectError",
     "ServiceError",
@@ -141,6 +146,18 @@ _OUTCOMES_BODY_LIMIT = 64 * 1024
 
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+_FORM_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def form_encode(form: Mapping[str, str]) -> bytes:
+    """``urlencode(form).encode()``, byte for byte, without quoting values that need
+    none (most outcome variables are codes and numbers; quoting each one costs more
+    than the rest of the call's encoding)."""
+    safe = _FORM_SAFE.fullmatch
+    return "&".join(
+        f"{k if safe(k) else quote_plus(k)}={v if safe(v) else quote_plus(v)}"
+        for k, v in form.items()
+    ).encode("ascii")
 
 
 class ServiceError(Exception):
@@ -465,6 +482,7 @@ def outcome_variables(
     api_key: str,
     patient_age: str = "",
     prescriber_fax: str = "",
+    views: tuple[ncpdp.RequestView, ncpdp.ResponseView] | None = None,
 ) -> dict[str, str]:
     """Every outcomes variable for transaction ``index``, mapped by meaning.
 
@@ -476,9 +494,9 @@ def outcome_variables(
     Several approval or rejection codes are sent comma-separated. ``patient_age`` is
     computed from 304-C4 and the date of service when not given. Every variable is
     present (the interface marks them all required); unknown values are "".
+    ``views``: the two transmissions' views when the caller already has them.
     """
-    req = request.as_request()
-    resp = response.as_response()
+    req, resp = views if views is not None else (request.as_request(), response.as_response())
     tx = req.transactions[index] if 0 <= index < len(req.transactions) else None
     rtx = resp.transactions[index] if 0 <= index < len(resp.transactions) else None
     claim_seg = request.groups[index].segment("07") if 0 <= index < len(request.groups) else None
@@ -763,6 +781,61 @@ def _parse_outcome(content_type: str, body: bytes) -> tuple[str, str]:
 # --------------------------------------------------------------------------- the client
 
 
+class OutcomesCall:
+    """An outcomes call under way (:meth:`PaServiceClient.start_outcomes`)."""
+
+    def __init__(self, fallback_message: str, budget_ms: float) -> None:
+        self.started = time.monotonic()
+        self.deadline = self.started
+        self.in_use: list[Any] = []
+        self.future: concurrent.futures.Future[tuple[str, str]] | None = None
+        self._fallback = fallback_message
+        self._budget_ms = budget_ms
+        self._result: OutcomeResult | None = None
+
+    def fail(self, exc: BaseException) -> OutcomeResult:
+        error = str(exc) if isinstance(exc, _Deadline | _BadOutcome) else _outcome_error(exc)
+        elapsed = (time.monotonic() - self.started) * 1000
+        log.warning("outcomes fallback after %.0f ms: %s", elapsed, error)
+        self._result = OutcomeResult(
+            message=self._fallback,
+            button_label="",
+            source="fallback",
+            error=error,
+            elapsed_ms=elapsed,
+        )
+        return self._result
+
+    def result(self) -> OutcomeResult:
+        """The answer, or the fallback by the deadline; never raises."""
+        if self._result is not None:
+            return self._result
+        future = self.future
+        try:
+            if future is None:
+                raise _BadOutcome("error: the call did not start")
+            try:
+                label, message = future.result(timeout=max(0.0, self.deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                if not future.cancel():  # a worker is reading: unblock it now
+                    OutcomesHttp.abort(self.in_use)
+                raise _Deadline(
+                    f"deadline: no complete answer within {self._budget_ms:.0f} ms"
+                ) from None
+            elapsed = (time.monotonic() - self.started) * 1000
+            log.debug("outcomes answered in %.0f ms", elapsed)  # claim.accepted says it
+            self._result = OutcomeResult(
+                message=message or self._fallback,
+                button_label=label,
+                source="outcomes",
+                error=None,
+                elapsed_ms=elapsed,
+            )
+            return self._result
+        except Exception as exc:  # the contract is: never raise
+            return self.fail(exc)
+
+
 class PaServiceClient:
     """Client of the PA service's pharmacy interfaces; one pooled httpx client each.
 
@@ -804,6 +877,15 @@ class PaServiceClient:
             timeout=1.5, limits=httpx.Limits(max_connections=outcomes_workers * 2), **common
         )
         self._dashboard_http = httpx.Client(timeout=timeout_s, **common)
+        # The outcomes call's fast path (see _outcomes_http); httpx when a proxy applies.
+        self._outcomes_fast: OutcomesHttp | None = None
+        if direct_route(outcomes_url):
+            fast_ctx = ctx if isinstance(ctx, ssl.SSLContext) else httpx.create_ssl_context(ctx)
+            self._outcomes_fast = OutcomesHttp(
+                outcomes_url,
+                ssl_context=fast_ctx if outcomes_url.startswith("https") else None,
+                headers={**_FORM_HEADERS, "User-Agent": "pa-bridge"},
+            )
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=outcomes_workers, thread_name_prefix="pa-outcomes"
         )
@@ -826,6 +908,8 @@ class PaServiceClient:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._claim_http.close()
         self._outcomes_http.close()
+        if self._outcomes_fast is not None:
+            self._outcomes_fast.close()
         self._dashboard_http.close()
 
     def __enter__(self) -> PaServiceClient:
@@ -1001,57 +1085,71 @@ class PaServiceClient:
         ``source="fallback"`` and ``error`` saying why. An ``api_key`` missing from
         ``variables`` is filled in with this client's.
         """
-        started = time.monotonic()
+        return self.start_outcomes(
+            variables, budget_ms=budget_ms, fallback_message=fallback_message
+        ).result()
+
+    def start_outcomes(
+        self,
+        variables: Mapping[str, str],
+        *,
+        budget_ms: float = 1500,
+        fallback_message: str,
+    ) -> OutcomesCall:
+        """Start the call of :meth:`outcomes` on a worker and return at once; the
+        caller does other work (stores the claim) and then takes ``.result()``, which
+        waits until the same deadline at most and never raises."""
+        call = OutcomesCall(fallback_message, budget_ms)
         try:
             budget_s = max(0.0, float(budget_ms) / 1000.0)
             # Return a little before the budget so that waking up and building the
             # result stay inside it.
             margin = min(0.02, budget_s * 0.05)
-            deadline = started + budget_s - margin
+            call.deadline = call.started + budget_s - margin
             form = {k: str(v) for k, v in variables.items()}
             form.setdefault("api_key", self._api_key)
             if self._closed:
                 raise _BadOutcome("closed: client is closed")
-            future = self._pool.submit(self._outcomes_call, form, deadline)
-            try:
-                label, message = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise _Deadline(f"deadline: no complete answer within {budget_ms:.0f} ms") from None
-            result = OutcomeResult(
-                message=message or fallback_message,
-                button_label=label,
-                source="outcomes",
-                error=None,
-                elapsed_ms=(time.monotonic() - started) * 1000,
-            )
-            log.info("outcomes answered in %.0f ms", result.elapsed_ms)
-            return result
+            call.future = self._pool.submit(self._outcomes_call, form, call.deadline, call.in_use)
         except Exception as exc:  # the contract is: never raise
-            error = str(exc) if isinstance(exc, _Deadline | _BadOutcome) else _outcome_error(exc)
-            elapsed = (time.monotonic() - started) * 1000
-            log.warning("outcomes fallback after %.0f ms: %s", elapsed, error)
-            return OutcomeResult(
-                message=fallback_message,
-                button_label="",
-                source="fallback",
-                error=error,
-                elapsed_ms=elapsed,
-            )
+            call.fail(exc)
+        return call
 
-    def _outcomes_call(self, form: dict[str, str], deadline: float) -> tuple[str, str]:
-        """Runs on a worker: every httpx timeout is the remaining budget, and the
-        deadline is checked between chunks, so an abandoned worker stops soon too."""
+    def _outcomes_call(
+        self, form: dict[str, str], deadline: float, in_use: list[Any]
+    ) -> tuple[str, str]:
+        """Runs on a worker: every timeout is the remaining budget, and the deadline is
+        checked between chunks, so an abandoned worker stops soon too."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _Deadline("deadline: budget spent before the call started")
+        if self._outcomes_fast is not None:
+            try:
+                status, content_type, body = self._outcomes_fast.post(
+                    form_encode(form), deadline, limit=_OUTCOMES_BODY_LIMIT, started=in_use
+                )
+            except FastDeadline as exc:
+                raise _Deadline(f"deadline: {exc}") from None
+            except TooLarge:
+                raise _BadOutcome("bad_body: answer too large") from None
+            except TimeoutError:
+                if time.monotonic() >= deadline - 0.005:
+                    raise _Deadline("deadline: no complete answer in time") from None
+                raise _BadOutcome("timeout: ReadTimeout") from None
+            except (OSError, http.client.HTTPException) as exc:
+                if time.monotonic() >= deadline:
+                    raise _Deadline("deadline: no complete answer in time") from None
+                raise _BadOutcome(_outcome_error(exc)) from None
+            if status != 200:
+                raise _BadOutcome(f"http_status: HTTP {status}")
+            return _parse_outcome(content_type, body)
         try:
             # The URL is parsed once and the form encoded here: httpx's own request
             # building is a large part of the CPU a claim costs.
             with self._outcomes_http.stream(
                 "POST",
                 self._outcomes_url_parsed,
-                content=urlencode(form).encode(),
+                content=form_encode(form),
                 headers=_FORM_HEADERS,
                 timeout=httpx.Timeout(remaining),
             ) as resp:
@@ -1114,7 +1212,7 @@ class PaServiceClient:
 def _outcome_error(exc: BaseException) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return f"timeout: {type(exc).__name__}"
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, httpx.TransportError | OSError | http.client.HTTPException):
         if _is_tls_failure(exc):
             return "tls: TLS failure"
         return f"unreachable: {type(exc).__name__}"
