@@ -3,8 +3,9 @@
 Cases: paid claims (answered at once, report queued), 75-rejects with the sandbox's
 outcomes answering at once, and 75-rejects while the outcomes interface stalls (BIN
 999998). The sandbox runs as its own process, as the real service would be remote.
-Baseline in the same run: the outcomes call itself, made directly to the same
-sandbox by the same client code at the same concurrency. Overhead = intake p99 minus
+Baseline in the same run: the outcomes call itself, POSTed directly to the same
+sandbox by the same client code (one httpx.Client per bench thread, as for intake) at
+the same concurrency, so the bench client's own cost is the same on both sides. Overhead = intake p99 minus
 outcomes p99. Targets: p99 overhead <= 5 ms; zero answers over 1550 ms when stalling.
 
 The baseline and the 75-reject case run in alternating rounds and the overhead is the
@@ -24,10 +25,11 @@ import httpx
 
 import ncpdp
 from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients
-from pa_bridge.client import PaServiceClient, outcome_variables
+from pa_bridge.client import form_encode, outcome_variables
 from pa_bridge.sandbox import SANDBOX_API_KEY
 from tests import builders as b
 
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 CLIENTS = 8
 PER_CLIENT = 60
 ROUNDS = 3
@@ -50,21 +52,17 @@ def main() -> None:
     }
     with Sandbox() as sb, Daemon(config=sb.service_config()) as d:
         sandbox = sb.url
-        direct = PaServiceClient(
-            claim_url=f"{sandbox}/pharmacy/claim.json",
-            outcomes_url=f"{sandbox}/outcomes.json",
-            dashboard_url=f"{sandbox}/dashboard",
-            username="",
-            password="",
-            api_key=SANDBOX_API_KEY,
-        )
-        variables = outcome_variables(
-            ncpdp.parse(req), ncpdp.parse(b.response_bytes([b.REJECT_75])), api_key=SANDBOX_API_KEY
+        form = form_encode(
+            outcome_variables(
+                ncpdp.parse(req),
+                ncpdp.parse(b.response_bytes([b.REJECT_75])),
+                api_key=SANDBOX_API_KEY,
+            )
         )
 
         def outcomes_direct(c: httpx.Client, i: int) -> None:
-            res = direct.outcomes(variables, budget_ms=1500, fallback_message="x")
-            assert res.source == "outcomes", res.error
+            r = c.post(f"{sandbox}/outcomes.json", content=form, headers=FORM)
+            assert r.status_code == 200 and r.content, r.text
 
         server_overhead: list[float] = []
 
@@ -106,7 +104,6 @@ def main() -> None:
         serial_75, s75_wall = run_clients(1, 150, post(r75))
         rows.append(("1 client: intake reject 75", serial_75, s75_wall))
         rows.append(("intake: reject 75, outcomes stalls", lat_stall, wall_stall))
-        direct.close()
 
     print(f"{'case':<38} {'n':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for name, values, secs in rows:
