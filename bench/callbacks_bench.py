@@ -3,8 +3,12 @@ the ceiling: a bare Flask endpoint on the same WSGI server (cheroot, same thread
 count) measured in the same run. Every callback is distinct (its own delivery id), so
 each one is a real commit with synchronous=FULL. Target: >= 0.85x of the ceiling.
 
-The two are measured in alternating rounds (ceiling, ours, ceiling, ours, ...) and
-the ratio reported is the median of the per-round ratios: on a shared machine the
+Beside them, the floor of the design: the bare endpoint, except that each request
+waits for a second thread to release it in a batch (group commit with no SQL and no
+fsync). What the commit path itself costs is the gap between the floor and ours.
+
+The three are measured in alternating rounds (ceiling, floor, ours, ceiling, ...) and
+the ratios reported are the medians of the per-round ratios: on a shared machine the
 absolute rate drifts by 20% within a minute, and alternating keeps each ratio's two
 halves seconds apart. Context switches per request (all threads of each server
 process) are printed beside them: they are where the daemon's extra CPU goes.
@@ -48,6 +52,41 @@ BARE_APP = textwrap.dedent(
     @app.post("/callbacks/pharmacy")
     def cb():
         request.get_data()
+        return jsonify({"status": "stored"}), 200
+    @app.get("/healthz")
+    def h():
+        return "ok"
+    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
+    """
+)
+
+# The floor of any commit-before-acknowledge design with a writer thread: the bare
+# endpoint, except that each request waits until a second thread, which gathers every
+# waiting request in one batch like a group commit, has released it. No SQL, no fsync.
+WAIT_APP = textwrap.dedent(
+    """
+    import queue, sys, threading
+    from cheroot import wsgi
+    from flask import Flask, jsonify, request
+    waiting = queue.SimpleQueue()
+    def committer():
+        while True:
+            batch = [waiting.get()]
+            while True:
+                try:
+                    batch.append(waiting.get_nowait())
+                except queue.Empty:
+                    break
+            for done in batch:
+                done.set()
+    threading.Thread(target=committer, daemon=True).start()
+    app = Flask("wait")
+    @app.post("/callbacks/pharmacy")
+    def cb():
+        request.get_data()
+        done = threading.Event()
+        waiting.put(done)
+        done.wait()
         return jsonify({"status": "stored"}), 200
     @app.get("/healthz")
     def h():
@@ -137,16 +176,20 @@ def main() -> None:
     script = Path(tempfile.mkdtemp()) / "cb.lua"
     script.write_text(WRK_SCRIPT)
     load = (lambda u: _wrk(u, script)) if have_wrk else _python_load
-    port = free_port()
+    port, wait_port = free_port(), free_port()
     bare = subprocess.Popen([sys.executable, "-c", BARE_APP, str(port)], stderr=subprocess.DEVNULL)
+    wait = subprocess.Popen(
+        [sys.executable, "-c", WAIT_APP, str(wait_port)], stderr=subprocess.DEVNULL
+    )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        for p in (port, wait_port):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    httpx.get(f"http://127.0.0.1:{p}/healthz", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
         # A real service configured (unreachable; callbacks never call it): the daemon
         # as deployed, without the in-process sandbox.
         env = {
@@ -161,9 +204,10 @@ def main() -> None:
             assert d.proc is not None
             cases = {
                 "ceiling": (f"http://127.0.0.1:{port}/callbacks/pharmacy", bare.pid),
+                "floor": (f"http://127.0.0.1:{wait_port}/callbacks/pharmacy", wait.pid),
                 "ours": (f"http://127.0.0.1:{d.callbacks}/callbacks/pharmacy", d.proc.pid),
             }
-            for url, _pid in cases.values():  # warm-up both
+            for url, _pid in cases.values():  # warm-up all three
                 load(url)
             runs: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in cases}
             switches: dict[str, list[float]] = {k: [] for k in cases}
@@ -180,13 +224,15 @@ def main() -> None:
             finally:
                 conn.close()
     finally:
-        bare.terminate()
-        bare.wait(10)
+        for proc in (bare, wait):
+            proc.terminate()
+            proc.wait(10)
     print(
         f"{'case':<44} {'acks/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-200':>8} {'ctx sw/req':>11}"
     )
     for name, label in (
         ("ceiling", "bare Flask endpoint on cheroot (ceiling)"),
+        ("floor", "bare + wait for a batching thread (no SQL)"),
         ("ours", "pa-bridge /callbacks/pharmacy (FULL fsync)"),
     ):
         rs = runs[name]
@@ -196,10 +242,15 @@ def main() -> None:
             f" {sum(r[3] for r in rs):>8} {statistics.median(switches[name]):>11.1f}"
         )
     ratios = [o[0] / c[0] for o, c in zip(runs["ours"], runs["ceiling"], strict=True)]
+    floor = [f[0] / c[0] for f, c in zip(runs["floor"], runs["ceiling"], strict=True)]
     print(f"medians of {ROUNDS} alternating rounds of {SECONDS} s each")
     print(
         f"ratio: {statistics.median(ratios):.2f}x of the ceiling (target >= 0.85x);"
         f" per round: {' '.join(f'{r:.2f}' for r in ratios)}; rows committed in total: {stored}"
+    )
+    print(
+        f"floor: waiting for a batching thread alone, with no SQL, is {statistics.median(floor):.2f}x"
+        f" of the ceiling; per round: {' '.join(f'{r:.2f}' for r in floor)}"
     )
 
 
