@@ -3,7 +3,7 @@
 Every 70/75/76 claim waits on one outcomes call, so its CPU cost is a claim's cost.
 Measured on the project's 2-vCPU machine against the sandbox, one small form POST
 costs about 0.28 ms of CPU through ``http.client`` and 0.97 ms through
-``httpx.Client.post`` (see docs/decisions/0008-outcomes-http-client.md). The claim
+``httpx.Client.post`` (see docs/decisions/0007-outcomes-http-path.md). The claim
 and dashboard interfaces, which are rare and not latency bound, stay on httpx.
 
 This module only moves bytes: the caller (``PaServiceClient.outcomes``) owns the
@@ -79,7 +79,7 @@ class OutcomesHttp:
                 conn = self._idle.pop()
             sock = conn.sock
             # An idle connection the server closed (or wrote to) is readable: drop it.
-            if sock is not None and not select.select([sock], [], [], 0)[0]:
+            if sock is not None and not _readable(sock):
                 return conn
             _close(conn, sock)
 
@@ -160,6 +160,13 @@ def _close(conn: http.client.HTTPConnection, sock: socket.socket | None) -> None
     conn.close()
     if sock is not None and sock.fileno() != -1:
         os.close(sock.detach())
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Readable now (poll, not select: descriptors above 1023 are fine)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:
