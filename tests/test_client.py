@@ -637,3 +637,14 @@ def test_outcomes_through_a_proxy_setting_use_httpx(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("NO_PROXY", "pa.invalid")
     with fake_client("https://pa.invalid") as c:
         assert c._outcomes_fast is not None
+
+
+def test_outcomes_go_through_the_proxy_when_one_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fake plays the proxy: httpx sends it the absolute URL and it answers.
+    with FakeHttpServer(Reply(body=JSON_OK)) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "")
+        with fake_client("http://pa.invalid") as c:
+            result = c.outcomes(rejected_vars(), fallback_message="o")
+    assert result.source == "outcomes", result.error
+    assert proxy.requests[0].path == "http://pa.invalid/outcomes"

@@ -1,6 +1,9 @@
-"""The httpx client of the PA service's pharmacy interfaces.
+"""The client of the PA service's pharmacy interfaces.
 
-Three interfaces, one pooled :class:`httpx.Client` each:
+Three interfaces, each with its own pool of connections (httpx for the claim
+interface and the dashboard; kept-alive ``http.client`` connections for the outcomes
+call, which is on every 70/75/76 claim's path: see ``_outcomes_http`` and
+docs/decisions/0007-outcomes-http-path.md):
 
 * the pharmacy **claim interface** (:meth:`PaServiceClient.submit_claim`): B1 starts a
   PA, B2 deletes it. Both are **safe to retry**: the service answers a duplicate B1 or
@@ -18,9 +21,10 @@ Every failure is one of our own :class:`ServiceError` subclasses, with a stable
 Outcomes deadline. httpx timeouts are per phase (connect, each read, each write, pool
 acquisition) and DNS resolution has none: a server that trickles one byte every 100 ms
 never trips a 1.5 s read timeout. So the call runs on a small worker pool and the
-caller waits on the future for at most the remaining budget; the worker streams the
-body with every httpx timeout set to the remaining budget and checks a monotonic
-deadline between chunks, so an abandoned worker also stops soon after the deadline.
+caller waits on the future for at most the remaining budget; the worker reads the body
+with every timeout set to the remaining budget and checks a monotonic deadline between
+chunks, and a caller that gives up shuts the worker's socket, so an abandoned worker
+stops at once.
 See docs/decisions/0002-outcomes-deadline.md.
 
 Logging: status codes, PA ids, elapsed times and error codes only. Never claim
