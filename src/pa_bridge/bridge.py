@@ -20,7 +20,6 @@ import ncpdp
 
 from .client import (
     ClaimResult,
-    OutcomeResult,
     OutcomesCall,
     PaServiceClient,
     ServiceError,
@@ -270,14 +269,13 @@ class Bridge:
                 label = self.settings.intake.default_button_label
             call = calls.get(d.index)
             if call is not None:
-                res: OutcomeResult | None = call.result()
+                res = call.result()  # never raises: the answer or the fallback
                 self.metrics.outcomes_calls.labels(
-                    "ok" if res is not None and res.source == "outcomes" else "fallback"
+                    "ok" if res.source == "outcomes" else "fallback"
                 ).inc()
-                if res is not None:
-                    outcomes_ms = round(res.elapsed_ms, 1)
-                    self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
-                if res is not None and res.source == "outcomes":
+                outcomes_ms = round(res.elapsed_ms, 1)
+                self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
+                if res.source == "outcomes":
                     message = res.message or d.payer_message
                     label = res.button_label or label
                     source = "outcomes"

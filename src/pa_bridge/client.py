@@ -841,7 +841,7 @@ class OutcomesCall:
 
 
 class PaServiceClient:
-    """Client of the PA service's pharmacy interfaces; one pooled httpx client each.
+    """Client of the PA service's pharmacy interfaces (see the module docstring).
 
     Thread-safe. ``verify``: True (system CAs), False, or a CA bundle file/directory.
     ``dashboard_login_url`` defaults to ``dashboard_url + "/login"``.
@@ -1128,37 +1128,47 @@ class PaServiceClient:
         if remaining <= 0:
             raise _Deadline("deadline: budget spent before the call started")
         if self._outcomes_fast is not None:
-            try:
-                status, content_type, body = self._outcomes_fast.post(
-                    form_encode(form), deadline, limit=_OUTCOMES_BODY_LIMIT, started=in_use
-                )
-            except FastDeadline as exc:
-                raise _Deadline(f"deadline: {exc}") from None
-            except TooLarge:
-                raise _BadOutcome("bad_body: answer too large") from None
-            except TimeoutError:
-                if time.monotonic() >= deadline - 0.005:
-                    raise _Deadline("deadline: no complete answer in time") from None
-                raise _BadOutcome("timeout: ReadTimeout") from None
-            except (OSError, http.client.HTTPException) as exc:
-                if time.monotonic() >= deadline:
-                    raise _Deadline("deadline: no complete answer in time") from None
-                raise _BadOutcome(_outcome_error(exc)) from None
-            if status != 200:
-                raise _BadOutcome(f"http_status: HTTP {status}")
-            return _parse_outcome(content_type, body)
+            status, content_type, body = self._post_outcomes_fast(form, deadline, in_use)
+        else:
+            status, content_type, body = self._post_outcomes_httpx(form, deadline)
+        if status != 200:
+            raise _BadOutcome(f"http_status: HTTP {status}")
+        return _parse_outcome(content_type, body)
+
+    def _post_outcomes_fast(
+        self, form: dict[str, str], deadline: float, in_use: list[Any]
+    ) -> tuple[int, str, bytes]:
+        assert self._outcomes_fast is not None
         try:
-            # The URL is parsed once and the form encoded here: httpx's own request
-            # building is a large part of the CPU a claim costs.
+            return self._outcomes_fast.post(
+                form_encode(form), deadline, limit=_OUTCOMES_BODY_LIMIT, started=in_use
+            )
+        except FastDeadline as exc:
+            raise _Deadline(f"deadline: {exc}") from None
+        except TooLarge:
+            raise _BadOutcome("bad_body: answer too large") from None
+        except TimeoutError:
+            if time.monotonic() >= deadline - 0.005:
+                raise _Deadline("deadline: no complete answer in time") from None
+            raise _BadOutcome("timeout: ReadTimeout") from None
+        except (OSError, http.client.HTTPException) as exc:
+            if time.monotonic() >= deadline:
+                raise _Deadline("deadline: no complete answer in time") from None
+            raise _BadOutcome(_outcome_error(exc)) from None
+
+    def _post_outcomes_httpx(self, form: dict[str, str], deadline: float) -> tuple[int, str, bytes]:
+        """The same through httpx (when a proxy applies): every httpx timeout is the
+        remaining budget; the body is streamed and the deadline checked between chunks."""
+        try:
             with self._outcomes_http.stream(
                 "POST",
                 self._outcomes_url_parsed,
                 content=form_encode(form),
                 headers=_FORM_HEADERS,
-                timeout=httpx.Timeout(remaining),
+                timeout=httpx.Timeout(max(0.001, deadline - time.monotonic())),
             ) as resp:
                 if resp.status_code != 200:
-                    raise _BadOutcome(f"http_status: HTTP {resp.status_code}")
+                    return resp.status_code, "", b""
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in resp.iter_bytes():
@@ -1168,10 +1178,9 @@ class PaServiceClient:
                         raise _BadOutcome("bad_body: answer too large")
                     if time.monotonic() > deadline:
                         raise _Deadline("deadline: answer still arriving at the deadline")
-                content_type = resp.headers.get("content-type", "")
+                return 200, resp.headers.get("content-type", ""), b"".join(chunks)
         except httpx.TransportError as exc:
             raise _BadOutcome(_outcome_error(exc)) from None
-        return _parse_outcome(content_type, b"".join(chunks))
 
     # -- dashboard
 
