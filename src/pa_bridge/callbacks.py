@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,31 +164,62 @@ class CallbackService:
 
     def receive(self, body: bytes, content_type: str | None) -> CallbackResult:
         """Commit the callback (or the dead letter); raises StoreUnavailable if it cannot."""
-        try:
-            cb = parse_callback(body)
-        except CallbackShapeError as e:
-            return self._dead_letter(body, content_type, str(e))
-        result: CallbackResult = self.store.write(
-            lambda db: self._apply(db, cb, body), timeout=self.commit_timeout_s
-        )
-        log_event(
-            "callback.received",
-            pa_id=result.pa_id,
-            result=result.outcome,
-            workflow_status=cb.workflow_status,
-        )
+        (result,) = self.receive_many([(body, content_type)])
+        if isinstance(result, BaseException):
+            raise result
         return result
 
-    def _dead_letter(self, body: bytes, content_type: str | None, reason: str) -> CallbackResult:
-        def job(db: Database) -> None:
+    def receive_many(
+        self, items: list[tuple[bytes, str | None]]
+    ) -> list[CallbackResult | BaseException]:
+        """Commit every callback (or dead letter) in ``items`` together, one commit for
+        the lot. Per item: its result, or the exception that kept it from being
+        committed (StoreUnavailable when the database cannot take it)."""
+        jobs: list[Callable[[Database], CallbackResult]] = []
+        parsed: list[ParsedCallback | str] = []
+        for body, content_type in items:
+            try:
+                cb = parse_callback(body)
+            except CallbackShapeError as e:
+                jobs.append(self._dead_letter_job(body, content_type, str(e)))
+                parsed.append(str(e))
+                continue
+            jobs.append(lambda db, cb=cb, body=body: self._apply(db, cb, body))
+            parsed.append(cb)
+        outcomes = self.store.write_all(jobs, timeout=self.commit_timeout_s)
+        results: list[CallbackResult | BaseException] = []
+        for (ok, value), cb_or_reason, (body, _) in zip(outcomes, parsed, items, strict=True):
+            results.append(value)
+            if not ok:
+                continue
+            if isinstance(cb_or_reason, str):
+                log_event(
+                    "callback.dead_letter",
+                    level=logging.WARNING,
+                    reason=cb_or_reason,
+                    size=len(body),
+                )
+            else:
+                log_event(
+                    "callback.received",
+                    pa_id=value.pa_id,
+                    result=value.outcome,
+                    workflow_status=cb_or_reason.workflow_status,
+                )
+        return results
+
+    @staticmethod
+    def _dead_letter_job(
+        body: bytes, content_type: str | None, reason: str
+    ) -> Callable[[Database], CallbackResult]:
+        def job(db: Database) -> CallbackResult:
             db.execute(
                 "INSERT INTO dead_letters (received_at, reason, content_type, body) VALUES (?, ?, ?, ?)",
                 [now_iso(), reason, (content_type or "")[:200], body],
             )
+            return CallbackResult("dead_letter")
 
-        self.store.write(job, timeout=self.commit_timeout_s)
-        log_event("callback.dead_letter", level=logging.WARNING, reason=reason, size=len(body))
-        return CallbackResult("dead_letter")
+        return job
 
     def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
         conn = db.conn  # the hot path: plain sqlite3 calls, few statements

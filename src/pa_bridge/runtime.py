@@ -1,5 +1,6 @@
-"""The daemon: one process serving the intake API and the callback receiver, running
-the scheduler, and owning the database. Started by ``pa-bridge serve``."""
+"""The daemon: the process serving the intake API, running the scheduler, owning the
+database, and committing what its callback listener (a child process, decision 0008)
+hands over. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
@@ -14,31 +15,15 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .bridge import Bridge
+from .callback_front import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
+from .metrics import Metrics
 from .store import Store
 from .wsgi import WsgiServer
 
 __all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
-
-
-class _LateApp:
-    """A WSGI app whose real app is set after the socket is bound."""
-
-    def __init__(self) -> None:
-        self.app: Any = None
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        if self.app is None:
-            start_response(
-                "503 Service Unavailable",
-                [("Content-Type", "application/json"), ("Retry-After", "1")],
-            )
-            return [
-                b'{"error":{"code":"starting","message":"pa-bridge is starting","detail":null}}'
-            ]
-        return self.app(environ, start_response)
 
 
 class Daemon:
@@ -51,7 +36,7 @@ class Daemon:
         self.bridge: Bridge | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
-        self.callback_server: WsgiServer | None = None
+        self.callback_server: CallbackFront | None = None
         self._stopped = threading.Event()
         self._stopping = False
 
@@ -60,21 +45,19 @@ class Daemon:
         s = self.settings
         self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
         log_event("daemon.database_ready", path=str(s.storage.path))
-        # Bind the callback listener first: the sandbox needs its real address. Until
-        # the bridge exists it answers 503, which the service (or sandbox) retries.
-        from .web.callbacks import create_callback_app, ssl_adapter_for
+        # Start the callback listener first: the sandbox needs its real address. It
+        # commits with the store alone; forwarding waits for the bridge's queue.
+        from .web.callbacks import CallbackReceiver
 
-        late = _LateApp()
-        self.callback_server = WsgiServer.from_listen(
-            late, s.callbacks.listen, name="callbacks", ssl_adapter=ssl_adapter_for(s)
-        )
-        self.callback_server.start()
+        metrics = Metrics()
+        receiver = CallbackReceiver(self.store, metrics, forward=bool(s.callbacks.forward_url))
+        self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
         self.client = self._make_client()
-        self.bridge = Bridge(s, self.store, self.client, clock=self.clock)
-        late.app = create_callback_app(self.bridge, s)
+        self.bridge = Bridge(s, self.store, self.client, clock=self.clock, metrics=metrics)
+        receiver.on_stored = self.bridge.outbox.wake
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
@@ -102,7 +85,7 @@ class Daemon:
         )
 
     @staticmethod
-    def _callback_url(server: WsgiServer) -> str:
+    def _callback_url(server: WsgiServer | CallbackFront) -> str:
         host, port = server.address
         if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard listen is reached on loopback
             host = "127.0.0.1"
@@ -212,7 +195,11 @@ class Daemon:
 
     def _health(self) -> dict[str, Any]:
         sched = self.scheduler is not None and self.scheduler.running
-        return {"scheduler": sched, "writer": self.store is not None and self.store.writer_alive}
+        return {
+            "scheduler": sched,
+            "writer": self.store is not None and self.store.writer_alive,
+            "callbacks": self.callback_server is not None and self.callback_server.alive,
+        }
 
     # ---- stop -------------------------------------------------------------------
     def stop(self) -> None:

@@ -266,25 +266,35 @@ class Store:
 
     def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
         """Run ``fn`` in a write transaction and return once it is committed."""
-        job = _Job(fn, with_future=False)
+        ((ok, value),) = self.write_all([fn], timeout=timeout)
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
+    def write_all(
+        self, fns: list[Callable[[Database], Any]], timeout: float | None = 10.0
+    ) -> list[tuple[bool, Any]]:
+        """Run every function in ``fns`` (in one commit when they fit in one batch) and
+        return once committed: ``(True, value)`` or ``(False, exception)`` per
+        function, in order. A function that raises undoes only its own part."""
         if self._closed:
-            raise StoreUnavailable("the database is closed")
-        self._jobs.put(job)
+            return [(False, StoreUnavailable("the database is closed"))] * len(fns)
+        jobs = [_Job(fn, with_future=False) for fn in fns]
+        for job in jobs:
+            self._jobs.put(job)
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
-            # the holder may still run our job; we report the time-out all the same
+            # the holder may still run our jobs; we report the time-out all the same
             self._wake.set()
-            raise StoreUnavailable("the database did not commit in time")
+            return [(False, StoreUnavailable("the database did not commit in time"))] * len(fns)
         try:
-            if not job.done:
+            if not all(job.done for job in jobs):
                 if self._closed:
-                    raise StoreUnavailable("the database is closed")
+                    return [(False, StoreUnavailable("the database is closed"))] * len(fns)
                 self._drain()
         finally:
             self._wlock.release()
-        if not job.ok:
-            raise job.value
-        result: T = job.value
-        return result
+        return [(job.ok, job.value) for job in jobs]
 
     def exclusive(self, fn: Callable[[sqlite3.Connection], T], timeout: float | None = 60.0) -> T:
         """Run ``fn`` on the write connection outside any transaction while no other

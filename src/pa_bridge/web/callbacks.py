@@ -1,4 +1,4 @@
-"""The callback receiver: its own listener, facing the PA service.
+"""The callback receiver: its own listener (in its own process), facing the PA service.
 
 200 only after the callback is committed; 503 when it cannot be, so the service
 retries; 401 (nothing stored) on missing or wrong credentials; 413 on oversized
@@ -9,22 +9,32 @@ acknowledged.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from cheroot.ssl.builtin import BuiltinSSLAdapter
-from flask import Flask, Response, current_app, jsonify, request
+from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from ..bridge import Bridge
+from ..callback_front import (
+    KIND_CALLBACK,
+    KIND_TOO_LARGE,
+    KIND_UNAUTHORIZED,
+    FrontChannel,
+    Message,
+    unavailable_reply,
+)
 from ..callbacks import CallbackService
 from ..config import Settings
 from ..logs import log_event
-from ..store import StoreUnavailable
+from ..metrics import Metrics
+from ..store import Store, StoreUnavailable
 from .errors import error_response, install_error_handlers
 
-__all__ = ["create_callback_app", "ssl_adapter_for"]
+__all__ = ["CallbackReceiver", "create_front_app", "ssl_adapter_for"]
 
 
 def _authorized(username: str | None, password: str | None) -> bool:
@@ -38,22 +48,19 @@ def _authorized(username: str | None, password: str | None) -> bool:
     return ok_user and ok_pass
 
 
-def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
+def create_front_app(settings: Settings, channel: FrontChannel) -> Flask:
+    """The Flask app of the callback listener's own process (decision 0008): it checks
+    credentials and size, hands the body to the daemon and answers with its reply."""
     app = Flask("pa_bridge.callbacks", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.callbacks.max_body_bytes
-    app.extensions["pa_bridge_callbacks"] = CallbackService(
-        bridge.store, forward=bool(settings.callbacks.forward_url)
-    )
     username = settings.callbacks.username
     password = settings.secret(settings.callbacks.password) if settings.callbacks.password else None
     install_error_handlers(app)
-    counted: dict[str, Any] = {}  # labelled counters, looked up once
 
     @app.post("/callbacks/pharmacy")
-    def pharmacy_callback() -> tuple[Response, int]:
+    def pharmacy_callback() -> Response | tuple[Response, int]:
         if not _authorized(username, password):
-            bridge.metrics.callbacks.labels("unauthorized").inc()
-            log_event("callback.unauthorized", level=logging.WARNING, remote=request.remote_addr)
+            channel.ask(KIND_UNAUTHORIZED, request.remote_addr or "", b"")
             resp, status = error_response(
                 401, "unauthorized", "callback credentials are missing or wrong"
             )
@@ -62,30 +69,66 @@ def create_callback_app(bridge: Bridge, settings: Settings) -> Flask:
         try:
             body = request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH
         except RequestEntityTooLarge:
-            bridge.metrics.callbacks.labels("too_large").inc()
+            channel.ask(KIND_TOO_LARGE, "", b"")
             raise
-        service: CallbackService = current_app.extensions["pa_bridge_callbacks"]
-        try:
-            result = service.receive(body, request.content_type)
-        except StoreUnavailable as e:
-            bridge.metrics.callbacks.labels("unavailable").inc()
-            log_event("callback.not_committed", level=logging.ERROR, error=str(e))
-            return error_response(
-                503, "storage_unavailable", "the callback could not be stored; retry later"
-            )
-        counter = counted.get(result.outcome)
-        if counter is None:
-            counter = counted[result.outcome] = bridge.metrics.callbacks.labels(result.outcome)
-        counter.inc()
-        if result.outcome == "stored" and service.forward:
-            bridge.outbox.wake()
-        return jsonify({"status": result.outcome, "pa_id": result.pa_id}), 200
+        status, payload = channel.ask(KIND_CALLBACK, request.content_type or "", body)
+        return Response(payload, status, mimetype="application/json")
 
     @app.get("/healthz")
     def healthz() -> Response:
         return jsonify({"status": "ok"})
 
     return app
+
+
+class CallbackReceiver:
+    """The daemon's side of the callback listener: commits what the listener's process
+    hands over, many callbacks per commit, and says what to answer to each."""
+
+    def __init__(self, store: Store, metrics: Metrics, *, forward: bool) -> None:
+        self.service = CallbackService(store, forward=forward)
+        self.metrics = metrics
+        #: called after stored callbacks when forwarding (the outbox's wake-up)
+        self.on_stored: Callable[[], None] | None = None
+        self._counters: dict[str, Any] = {}
+
+    def _count(self, outcome: str) -> None:
+        counter = self._counters.get(outcome)
+        if counter is None:
+            counter = self._counters[outcome] = self.metrics.callbacks.labels(outcome)
+        counter.inc()
+
+    def handle(self, batch: list[Message]) -> list[tuple[int, bytes]]:
+        replies: list[tuple[int, bytes] | None] = [None] * len(batch)
+        items: list[tuple[bytes, str | None]] = []
+        where: list[int] = []
+        for i, msg in enumerate(batch):
+            if msg.kind == KIND_CALLBACK:
+                items.append((msg.body, msg.text or None))
+                where.append(i)
+                continue
+            if msg.kind == KIND_UNAUTHORIZED:
+                self._count("unauthorized")
+                log_event("callback.unauthorized", level=logging.WARNING, remote=msg.text)
+            elif msg.kind == KIND_TOO_LARGE:
+                self._count("too_large")
+            replies[i] = (204, b"")
+        stored = False
+        for i, result in zip(where, self.service.receive_many(items) if items else [], strict=True):
+            if isinstance(result, StoreUnavailable):
+                self._count("unavailable")
+                log_event("callback.not_committed", level=logging.ERROR, error=str(result))
+                replies[i] = unavailable_reply("the callback could not be stored; retry later")
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                self._count(result.outcome)
+                stored = stored or result.outcome == "stored"
+                answer = {"status": result.outcome, "pa_id": result.pa_id}
+                replies[i] = (200, json.dumps(answer).encode())
+        if stored and self.service.forward and self.on_stored is not None:
+            self.on_stored()
+        return [r if r is not None else (500, b"{}") for r in replies]
 
 
 def ssl_adapter_for(settings: Settings) -> Any:

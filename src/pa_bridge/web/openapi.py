@@ -228,6 +228,10 @@ _SCHEMAS: dict[str, Any] = {
             "queue_oldest_age_s": {"type": ["number", "null"]},
             "scheduler": {"type": "boolean"},
             "writer": {"type": "boolean"},
+            "callbacks": {
+                "type": "boolean",
+                "description": "the callback listener's process is running",
+            },
         },
         "additionalProperties": True,
     },

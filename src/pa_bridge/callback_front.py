@@ -1,0 +1,380 @@
+"""The callback listener in a process of its own (decision 0008).
+
+The daemon's own process keeps the single writer (decision 0004). The HTTP side of
+``POST /callbacks/pharmacy`` (TLS, HTTP parsing, credentials, size limit, Flask) runs
+in a child process, so that it does not share the daemon's GIL with the SQL. Each
+request thread of the child hands the body to the daemon over a Unix socket in a
+private directory (one connection per thread) and answers with whatever the daemon
+replies, which the daemon sends only after the commit. One thread of the daemon reads
+every body that is waiting, commits them together (group commit) and replies to each.
+
+The child dies with the daemon: it watches its stdin (a pipe from the daemon) for end
+of file and asks the kernel for SIGKILL when its parent goes (Linux). The daemon
+restarts a child that exits on its own, on the same address.
+
+Frames, both ways length-prefixed: to the daemon ``!BHI`` (kind, text length, body
+length), the text, the body; back ``!HI`` (HTTP status, payload length), the payload
+(the JSON answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .config import Settings
+from .logs import log_event
+
+__all__ = [
+    "CallbackFront",
+    "CallbackFrontError",
+    "FrontChannel",
+    "Message",
+    "KIND_CALLBACK",
+    "KIND_UNAUTHORIZED",
+    "KIND_TOO_LARGE",
+    "unavailable_reply",
+]
+
+KIND_CALLBACK = 1  #: text: the content type; body: the callback as received
+KIND_UNAUTHORIZED = 2  #: text: the remote address; nothing is stored, only counted
+KIND_TOO_LARGE = 3  #: nothing is stored, only counted
+
+_ASK = struct.Struct("!BHI")
+_REPLY = struct.Struct("!HI")
+
+
+class Message(NamedTuple):
+    kind: int
+    text: str
+    body: bytes
+
+
+class CallbackFrontError(Exception):
+    """The callback listener could not start (the message names the key)."""
+
+
+def unavailable_reply(message: str) -> tuple[int, bytes]:
+    body = {"error": {"code": "storage_unavailable", "message": message, "detail": None}}
+    return 503, json.dumps(body).encode()
+
+
+def _recv_at_least(sock: socket.socket, n: int, first: bytes = b"") -> bytes:
+    """At least ``n`` bytes. Each side sends one frame and then waits for the other,
+    so nothing past the current frame can arrive."""
+    buf = bytearray(first)
+    while len(buf) < n:
+        chunk = sock.recv(max(65536, n - len(buf)))
+        if not chunk:
+            raise ConnectionError("closed mid-frame")
+        buf += chunk
+    return bytes(buf)
+
+
+# ---- the daemon's side ---------------------------------------------------------------
+class CallbackFront:
+    """Starts, watches and stops the child; reads what its threads hand over and replies.
+
+    ``handle`` gets every message waiting at once and returns one ``(status, payload)``
+    per message, in order, after the commit. It runs on one thread of the daemon.
+    Exposes the same ``address``/``port``/``scheme``/``url`` as :class:`WsgiServer`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        handle: Callable[[list[Message]], list[tuple[int, bytes]]],
+        *,
+        restart_delay_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self._handle = handle
+        self._restart_delay_s = restart_delay_s
+        self._dir: str | None = None
+        self._listener: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._bound: tuple[str, int] | None = None
+        self._scheme = "http"
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.restarts = 0
+
+    # -- lifecycle --
+    def start(self) -> CallbackFront:
+        self._dir = tempfile.mkdtemp(prefix="pa-bridge-")  # 0700: only our user connects
+        path = os.path.join(self._dir, "callbacks.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(128)
+        self._listener = listener
+        serve = threading.Thread(target=self._serve, name="callbacks-commit", daemon=True)
+        serve.start()
+        self._threads.append(serve)
+        try:
+            self._spawn(self.settings.callbacks.listen)
+        except BaseException:
+            self.stop()
+            raise
+        watch = threading.Thread(target=self._watch, name="callbacks-watch", daemon=True)
+        watch.start()
+        self._threads.append(watch)
+        return self
+
+    def _spawn(self, listen: str) -> None:
+        assert self._dir is not None
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pa_bridge.callback_front"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        # settings (with their secrets) go through the pipe, never argv or environment;
+        # the pipe then stays open: its end of file tells the child the daemon is gone
+        proc.stdin.write(pickle.dumps((self.settings, listen, self._dir)))
+        proc.stdin.flush()
+        line = proc.stdout.readline().decode("utf-8", "replace").strip()
+        if not line.startswith("ready "):
+            proc.wait()
+            raise CallbackFrontError(line.removeprefix("error ") or "the callback listener exited")
+        _, host, port, scheme = line.split(" ")
+        self._bound, self._scheme, self._proc = (host, int(port)), scheme, proc
+
+    def _watch(self) -> None:
+        """Restart the child on the same address if it exits while we run."""
+        while not self._stopping.is_set():
+            proc = self._proc
+            if proc is None:
+                return
+            code = proc.wait()
+            if self._stopping.is_set():
+                return
+            log_event("callbacks.listener_exited", level=logging.ERROR, returncode=code)
+            while not self._stopping.wait(self._restart_delay_s):
+                host, port = self.address
+                try:
+                    self._spawn(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+                except (CallbackFrontError, OSError) as e:
+                    log_event("callbacks.listener_restart_failed", level=logging.ERROR, error=str(e))
+                    continue
+                self.restarts += 1
+                log_event("callbacks.listener_restarted", pid=self._proc.pid if self._proc else None)
+                break
+
+    def stop(self) -> None:
+        """Stop the child (it finishes the requests in flight), then our threads."""
+        self._stopping.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._bound is None:
+            raise RuntimeError("the callback listener is not started")
+        return self._bound
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    @property
+    def scheme(self) -> str:
+        return self._scheme
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self._scheme}://{host}:{port}"
+
+    # -- the commit thread --
+    def _serve(self) -> None:
+        """Read every message waiting, hand them to ``handle`` at once, reply to each."""
+        assert self._listener is not None
+        listener = self._listener
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ)
+        try:
+            while not self._stopping.is_set() or len(sel.get_map()) > 1:
+                batch: list[Message] = []
+                conns: list[socket.socket] = []
+                for key, _ in sel.select(timeout=0.2):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    if sock is listener:
+                        with contextlib.suppress(OSError):
+                            conn, _ = listener.accept()
+                            conn.settimeout(5.0)
+                            sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    msg = self._read(sock)
+                    if msg is None:
+                        sel.unregister(sock)
+                        sock.close()
+                        continue
+                    batch.append(msg)
+                    conns.append(sock)
+                if not batch:
+                    continue
+                try:
+                    replies = self._handle(batch)
+                except Exception as e:  # a bug: answer 500 to each, keep serving
+                    log_event("callbacks.handler_error", level=logging.ERROR, error=type(e).__name__)
+                    body = {"error": {"code": "internal_error", "message": "pa-bridge hit an unexpected error; it was logged", "detail": None}}  # fmt: skip
+                    replies = [(500, json.dumps(body).encode())] * len(batch)
+                for sock, (status, payload) in zip(conns, replies, strict=True):
+                    try:
+                        sock.sendall(_REPLY.pack(status, len(payload)) + payload)
+                    except OSError:
+                        sel.unregister(sock)
+                        sock.close()
+        finally:
+            for key in list(sel.get_map().values()):
+                with contextlib.suppress(OSError):
+                    key.fileobj.close()  # type: ignore[union-attr]
+            sel.close()
+
+    @staticmethod
+    def _read(sock: socket.socket) -> Message | None:
+        try:
+            data = sock.recv(65536)
+            if not data:
+                return None
+            data = _recv_at_least(sock, _ASK.size, data)
+            kind, tlen, blen = _ASK.unpack_from(data)
+            total = _ASK.size + tlen + blen
+            data = _recv_at_least(sock, total, data)
+        except (OSError, ConnectionError):
+            return None
+        text = data[_ASK.size : _ASK.size + tlen].decode("utf-8", "replace")
+        return Message(kind, text, data[_ASK.size + tlen : total])
+
+
+# ---- the child's side ----------------------------------------------------------------
+class FrontChannel:
+    """A request thread's connection to the daemon (one per thread, made on first use)."""
+
+    def __init__(self, directory: str, timeout_s: float) -> None:
+        self.path = os.path.join(directory, "callbacks.sock")
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+
+    def ask(self, kind: int, text: str, body: bytes) -> tuple[int, bytes]:
+        """The daemon's (status, payload); a 503 answer if the daemon cannot be reached."""
+        sock: socket.socket | None = getattr(self._local, "sock", None)
+        try:
+            if sock is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout_s)
+                sock.connect(self.path)
+                self._local.sock = sock
+            raw = text.encode("utf-8")[:65535]
+            sock.sendall(_ASK.pack(kind, len(raw), len(body)) + raw + body)
+            data = _recv_at_least(sock, _REPLY.size)
+            status, n = _REPLY.unpack_from(data)
+            data = _recv_at_least(sock, _REPLY.size + n, data)
+            return status, data[_REPLY.size : _REPLY.size + n]
+        except (OSError, ConnectionError):
+            if sock is not None:
+                sock.close()
+            self._local.sock = None
+            return unavailable_reply("the callback could not be stored; retry later")
+
+
+def _die_with_parent() -> None:
+    """Ask Linux for SIGKILL when the daemon goes (a no-op elsewhere)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def main() -> None:
+    """``python -m pa_bridge.callback_front``: started by :class:`CallbackFront` only."""
+    parent = os.getppid()
+    _die_with_parent()
+    settings, listen, directory = pickle.load(sys.stdin.buffer)  # noqa: S301 - our parent's pipe
+    if os.getppid() != parent:  # the daemon went before the kernel could be asked
+        os._exit(0)
+    from .logs import configure_logging
+    from .web.callbacks import create_front_app, ssl_adapter_for
+    from .wsgi import WsgiServer
+
+    configure_logging(settings.logging.level)
+    channel = FrontChannel(directory, timeout_s=30.0)
+    app = create_front_app(settings, channel)
+    try:
+        server = WsgiServer.from_listen(
+            app, listen, name="callbacks", ssl_adapter=ssl_adapter_for(settings)
+        ).start()
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"error callbacks.listen {listen}: {reason}", flush=True)
+        sys.exit(1)
+    host, port = server.address
+    print(f"ready {host} {port} {server.scheme}", flush=True)
+
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop.set()
+
+    def parent_gone() -> None:
+        sys.stdin.buffer.read()  # returns at end of file: the daemon is gone
+        os._exit(0)  # nobody is left to commit; answer nothing more
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
+    threading.Thread(target=parent_gone, name="parent-watch", daemon=True).start()
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+    logging.shutdown()
+    os._exit(0)  # the stdin watcher holds stdin's lock; interpreter shutdown would wait on it
+
+
+if __name__ == "__main__":
+    main()
