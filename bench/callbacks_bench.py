@@ -136,6 +136,7 @@ HANDOFF_APP = textwrap.dedent(
                 ready.append(key.fileobj)
             for conn in ready:
                 conn.sendall(b"1")
+        os._exit(0)
     while not os.path.exists(path):
         pass
     local = threading.local()
@@ -204,7 +205,8 @@ def _wrk(url: str, script: Path) -> tuple[float, float, float, int]:
 
 
 def _context_switches(pid: int) -> int:
-    """Voluntary and involuntary context switches of every thread of ``pid``."""
+    """Voluntary and involuntary context switches of every thread of ``pid`` and of its
+    child processes (the daemon's callback listener is one)."""
     total = 0
     for status in Path(f"/proc/{pid}/task").glob("*/status"):
         try:
@@ -212,6 +214,12 @@ def _context_switches(pid: int) -> int:
         except OSError:  # a thread that ended meanwhile
             continue
         total += sum(int(m) for m in re.findall(r"ctxt_switches:\s+(\d+)", text))
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids = children.read_text().split()
+        except OSError:
+            continue
+        total += sum(_context_switches(int(k)) for k in kids)
     return total
 
 
