@@ -345,5 +345,6 @@ def main() -> None:
             f" per round: {per_round(name)}"
         )
 
+
 if __name__ == "__main__":
     main()

@@ -65,7 +65,7 @@ class Message(NamedTuple):
     body: bytes
 
 
-class CallbackFrontError(Exception):
+class CallbackFrontError(OSError):
     """The callback listener could not start (the message names the key)."""
 
 
@@ -84,6 +84,13 @@ def _recv_at_least(sock: socket.socket, n: int, first: bytes = b"") -> bytes:
             raise ConnectionError("closed mid-frame")
         buf += chunk
     return bytes(buf)
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 # ---- the daemon's side ---------------------------------------------------------------
@@ -151,6 +158,7 @@ class CallbackFront:
         line = proc.stdout.readline().decode("utf-8", "replace").strip()
         if not line.startswith("ready "):
             proc.wait()
+            _close_pipes(proc)
             raise CallbackFrontError(line.removeprefix("error ") or "the callback listener exited")
         _, host, port, scheme = line.split(" ")
         self._bound, self._scheme, self._proc = (host, int(port)), scheme, proc
@@ -164,16 +172,21 @@ class CallbackFront:
             code = proc.wait()
             if self._stopping.is_set():
                 return
+            _close_pipes(proc)
             log_event("callbacks.listener_exited", level=logging.ERROR, returncode=code)
             while not self._stopping.wait(self._restart_delay_s):
                 host, port = self.address
                 try:
                     self._spawn(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
                 except (CallbackFrontError, OSError) as e:
-                    log_event("callbacks.listener_restart_failed", level=logging.ERROR, error=str(e))
+                    log_event(
+                        "callbacks.listener_restart_failed", level=logging.ERROR, error=str(e)
+                    )
                     continue
                 self.restarts += 1
-                log_event("callbacks.listener_restarted", pid=self._proc.pid if self._proc else None)
+                log_event(
+                    "callbacks.listener_restarted", pid=self._proc.pid if self._proc else None
+                )
                 break
 
     def stop(self) -> None:
@@ -188,10 +201,7 @@ class CallbackFront:
                 proc.kill()
                 proc.wait()
         if proc is not None:
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
+            _close_pipes(proc)
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
@@ -262,7 +272,9 @@ class CallbackFront:
                 try:
                     replies = self._handle(batch)
                 except Exception as e:  # a bug: answer 500 to each, keep serving
-                    log_event("callbacks.handler_error", level=logging.ERROR, error=type(e).__name__)
+                    log_event(
+                        "callbacks.handler_error", level=logging.ERROR, error=type(e).__name__
+                    )
                     body = {"error": {"code": "internal_error", "message": "pa-bridge hit an unexpected error; it was logged", "detail": None}}  # fmt: skip
                     replies = [(500, json.dumps(body).encode())] * len(batch)
                 for sock, (status, payload) in zip(conns, replies, strict=True):

@@ -184,7 +184,7 @@ class CallbackService:
                 jobs.append(self._dead_letter_job(body, content_type, str(e)))
                 parsed.append(str(e))
                 continue
-            jobs.append(lambda db, cb=cb, body=body: self._apply(db, cb, body))
+            jobs.append(self._apply_job(cb, body))
             parsed.append(cb)
         outcomes = self.store.write_all(jobs, timeout=self.commit_timeout_s)
         results: list[CallbackResult | BaseException] = []
@@ -207,6 +207,9 @@ class CallbackService:
                     workflow_status=cb_or_reason.workflow_status,
                 )
         return results
+
+    def _apply_job(self, cb: ParsedCallback, body: bytes) -> Callable[[Database], CallbackResult]:
+        return lambda db: self._apply(db, cb, body)
 
     @staticmethod
     def _dead_letter_job(
