@@ -15,8 +15,12 @@ minute, and a difference of two runs made a minute apart says more about the dri
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,15 +28,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 import ncpdp
-from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients
+from bench._common import Daemon, Sandbox, free_port, machine_facts, pct, run_clients
 from pa_bridge.client import form_encode, outcome_variables
 from pa_bridge.sandbox import SANDBOX_API_KEY
 from tests import builders as b
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+JSON = {"Content-Type": "application/json"}
 CLIENTS = 8
 PER_CLIENT = 60
 ROUNDS = 3
+
+# The floor of any intake on this stack: a bare Flask endpoint on cheroot that reads
+# the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
+# http.client connection (as pa-bridge does) and answers. No parsing, no storage.
+RELAY_APP = textwrap.dedent(
+    """
+    import http.client, sys, threading, urllib.parse
+    from cheroot import wsgi
+    from flask import Flask, jsonify, request
+    target = urllib.parse.urlsplit(sys.argv[2])
+    form = sys.argv[3].encode()
+    local = threading.local()
+    app = Flask("relay")
+    @app.post("/v1/claims")
+    def claims():
+        request.get_data()
+        for attempt in (1, 2):
+            c = getattr(local, "c", None)
+            if c is None:
+                c = local.c = http.client.HTTPConnection(target.hostname, target.port, timeout=1.5)
+            try:
+                c.request("POST", "/outcomes.json", body=form,
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+                answer = c.getresponse().read()
+                break
+            except (OSError, http.client.HTTPException):
+                c.close()
+                local.c = None
+        return jsonify({"message": answer[:50].decode("latin-1")}), 200
+    @app.get("/healthz")
+    def h():
+        return "ok"
+    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
+    """
+)
 
 
 def main() -> None:
@@ -66,35 +106,67 @@ def main() -> None:
 
         server_overhead: list[float] = []
 
-        def post(body: dict[str, str]) -> object:
+        def post(body: dict[str, str], url: str | None = None) -> object:
+            # encoded once, as the baseline's form is: the client's own work per
+            # request is then a POST of bytes and a read on both sides
+            content = json.dumps(body).encode()
+            target = url or f"{d.url}/v1/claims"
+
             def call(c: httpx.Client, i: int) -> None:
-                r = c.post(f"{d.url}/v1/claims", json=body)
+                r = c.post(target, content=content, headers=JSON)
                 assert r.status_code == 200, r.text
-                a = r.json()
+                a = json.loads(r.content)
                 if a.get("outcomes_elapsed_ms") is not None:
                     server_overhead.append(a["elapsed_ms"] - a["outcomes_elapsed_ms"])
 
             return call
 
+        relay_port = free_port()
+        relay = subprocess.Popen(
+            [sys.executable, "-c", RELAY_APP, str(relay_port), sandbox, form.decode()],
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{relay_port}/healthz", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        relay_call = post(r75, f"http://127.0.0.1:{relay_port}/v1/claims")
+
         run_clients(CLIENTS, 10, post(paid))  # warm-up
         run_clients(CLIENTS, 10, outcomes_direct)
+        run_clients(CLIENTS, 10, relay_call)
         rows = []
         base: list[float] = []
         lat75: list[float] = []
         server75: list[float] = []
         base_wall = wall75 = 0.0
         round_overheads: list[float] = []
+        relay_overheads: list[tuple[float, float]] = []
+        relay_lat: list[float] = []
+        relay_wall = 0.0
         for _ in range(ROUNDS):
             b_lat, b_wall = run_clients(CLIENTS, PER_CLIENT, outcomes_direct)
             server_overhead.clear()
             i_lat, i_wall = run_clients(CLIENTS, PER_CLIENT, post(r75))
             server75 += server_overhead
             round_overheads.append(pct(i_lat, 99) - pct(b_lat, 99))
+            r_lat, r_wall = run_clients(CLIENTS, PER_CLIENT, relay_call)
+            relay_overheads.append(
+                (pct(r_lat, 99) - pct(b_lat, 99), pct(r_lat, 50) - pct(b_lat, 50))
+            )
+            relay_lat += r_lat
+            relay_wall += r_wall
             base += b_lat
             lat75 += i_lat
             base_wall += b_wall
             wall75 += i_wall
+        relay.terminate()
+        relay.wait(10)
         rows.append(("outcomes call itself (baseline)", base, base_wall))
+        rows.append(("floor: bare Flask relay, no work", relay_lat, relay_wall))
         lat, wall = run_clients(CLIENTS, PER_CLIENT, post(paid))
         rows.append(("intake: paid claim (async report)", lat, wall))
         rows.append(("intake: reject 75 (outcomes first)", lat75, wall75))
@@ -118,6 +190,13 @@ def main() -> None:
         f" (target <= 5 ms; median of {ROUNDS} alternating rounds:"
         f" {' '.join(f'{x:.1f}' for x in round_overheads)}),"
         f" p50 {pct(lat75, 50) - pct(base, 50):.2f} ms"
+    )
+    relay_p99 = statistics.median(o[0] for o in relay_overheads)
+    print(
+        f"floor: overhead of a bare Flask relay (reads the claim, forwards a fixed form, parses"
+        f" and stores nothing), {CLIENTS} clients: p99 {relay_p99:.2f} ms"
+        f" (rounds: {' '.join(f'{o[0]:.1f}' for o in relay_overheads)}),"
+        f" p50 {statistics.median(o[1] for o in relay_overheads):.2f} ms"
     )
     print(
         f"pa-bridge's own time around the outcomes call (answer elapsed_ms minus the call's),"
