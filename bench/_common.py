@@ -45,6 +45,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_healthy(port: int, timeout: float = 20.0) -> None:
+    """Wait until ``GET /healthz`` on a loopback port answers at all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
 def run_clients(
     n_clients: int, per_client: int, call: Callable[[httpx.Client, int], Any]
 ) -> tuple[list[float], float]:

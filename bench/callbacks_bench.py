@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
-from bench._common import Daemon, free_port, machine_facts, pct, run_clients
+from bench._common import Daemon, free_port, machine_facts, pct, run_clients, wait_healthy
 
 SENDERS = 16
 ROUNDS = 5
@@ -261,13 +261,7 @@ def main() -> None:
     }
     try:
         for p in ports.values():
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                try:
-                    httpx.get(f"http://127.0.0.1:{p}/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            wait_healthy(p)
         # A real service configured (unreachable; callbacks never call it): the daemon
         # as deployed, without the in-process sandbox.
         env = {

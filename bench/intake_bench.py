@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,7 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 import ncpdp
-from bench._common import Daemon, Sandbox, free_port, machine_facts, pct, run_clients
+from bench._common import (
+    Daemon,
+    Sandbox,
+    free_port,
+    machine_facts,
+    pct,
+    run_clients,
+    wait_healthy,
+)
 from pa_bridge.client import form_encode, outcome_variables
 from pa_bridge.sandbox import SANDBOX_API_KEY
 from tests import builders as b
@@ -126,13 +133,7 @@ def main() -> None:
             [sys.executable, "-c", RELAY_APP, str(relay_port), sandbox, form.decode()],
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{relay_port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_healthy(relay_port)
         relay_call = post(r75, f"http://127.0.0.1:{relay_port}/v1/claims")
 
         run_clients(CLIENTS, 10, post(paid))  # warm-up

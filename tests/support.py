@@ -22,6 +22,16 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: a configured but unreachable PA service (callbacks never call it; no sandbox)
+NO_SERVICE = {
+    "claim_url": "http://127.0.0.1:9/claim",
+    "outcomes_url": "http://127.0.0.1:9/outcomes",
+    "username": "u",
+    "password": "p",
+    "api_key": "k",
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,15 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import DaemonProcess, wait_until
-
-NO_SERVICE = {
-    "claim_url": "http://127.0.0.1:9/claim",
-    "outcomes_url": "http://127.0.0.1:9/outcomes",
-    "username": "u",
-    "password": "p",
-    "api_key": "k",
-}
+from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 
 def _callback(pa_id: str, delivery: str) -> bytes:

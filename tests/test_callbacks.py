@@ -13,16 +13,9 @@ import pytest
 import trustme
 
 from pa_bridge.callbacks import is_newer, parse_callback
+from tests.support import NO_SERVICE
 
 AUTH = ("pa-service", "cb-secret")
-#: a configured but unreachable service (callbacks never call it; no sandbox)
-NO_SERVICE = {
-    "claim_url": "http://127.0.0.1:9/claim",
-    "outcomes_url": "http://127.0.0.1:9/outcomes",
-    "username": "u",
-    "password": "p",
-    "api_key": "k",
-}
 
 
 def _body(

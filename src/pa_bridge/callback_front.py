@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 from .config import Settings
 from .logs import log_event
+from .wsgi import Listening
 
 __all__ = [
     "CallbackFront",
@@ -94,12 +95,12 @@ def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
 
 
 # ---- the daemon's side ---------------------------------------------------------------
-class CallbackFront:
+class CallbackFront(Listening):
     """Starts, watches and stops the child; reads what its threads hand over and replies.
 
     ``handle`` gets every message waiting at once and returns one ``(status, payload)``
     per message, in order, after the commit. It runs on one thread of the daemon.
-    Exposes the same ``address``/``port``/``scheme``/``url`` as :class:`WsgiServer`.
+    Its ``address``/``port``/``scheme``/``url`` are those of :class:`WsgiServer`.
     """
 
     def __init__(
@@ -220,25 +221,8 @@ class CallbackFront:
         return self._proc.pid if self._proc is not None else None
 
     @property
-    def address(self) -> tuple[str, int]:
-        if self._bound is None:
-            raise RuntimeError("the callback listener is not started")
-        return self._bound
-
-    @property
-    def port(self) -> int:
-        return self.address[1]
-
-    @property
     def scheme(self) -> str:
         return self._scheme
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self._scheme}://{host}:{port}"
 
     # -- the commit thread --
     def _serve(self) -> None:

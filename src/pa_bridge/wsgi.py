@@ -14,10 +14,37 @@ import cheroot.wsgi
 
 from .config import parse_listen
 
-__all__ = ["WsgiServer"]
+__all__ = ["Listening", "WsgiServer"]
 
 
-class WsgiServer:
+class Listening:
+    """The bound address of a listener, once started: ``address``, ``port``, ``url``."""
+
+    _bound: tuple[str, int] | None = None
+
+    @property
+    def scheme(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._bound is None:
+            raise RuntimeError("the listener is not started")
+        return self._bound
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{port}"
+
+
+class WsgiServer(Listening):
     """``ssl_adapter``: a ``cheroot.ssl`` adapter for HTTPS."""
 
     def __init__(
@@ -74,25 +101,8 @@ class WsgiServer:
         return self
 
     @property
-    def address(self) -> tuple[str, int]:
-        if self._bound is None:
-            raise RuntimeError("server is not started")
-        return self._bound
-
-    @property
-    def port(self) -> int:
-        return self.address[1]
-
-    @property
     def scheme(self) -> str:
         return "https" if self._ssl_adapter is not None else "http"
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{port}"
 
     def stop(self) -> None:
         """Stop taking connections and finish the requests in flight."""
