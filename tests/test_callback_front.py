@@ -112,3 +112,29 @@ def test_a_callback_address_in_use_stops_the_start_with_the_key_named(tmp_path: 
     assert done.returncode == 1
     assert f"callbacks.listen 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed(
+    tmp_path: Path,
+) -> None:
+    from pa_bridge.callback_front import KIND_CALLBACK, Message
+    from pa_bridge.metrics import Metrics
+    from pa_bridge.store import Store
+    from pa_bridge.web.callbacks import CallbackReceiver
+
+    with Store(tmp_path / "db.sqlite3") as store:
+        # a damaged schema makes applying a callback fail with an error that is not
+        # the database being unavailable; a dead letter does not touch that table
+        store.write(lambda db: db.execute("DROP TABLE pa_history"))
+        receiver = CallbackReceiver(store, Metrics(), forward=False)
+        replies = receiver.handle(
+            [
+                Message(KIND_CALLBACK, "application/json", _callback("PF4", "d-1")),
+                Message(KIND_CALLBACK, "text/plain", b"not json"),
+            ]
+        )
+        assert [status for status, _ in replies] == [500, 200]
+        assert json.loads(replies[0][1])["error"]["code"] == "internal_error"
+        assert json.loads(replies[1][1]) == {"status": "dead_letter", "pa_id": None}
+        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
+        assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0

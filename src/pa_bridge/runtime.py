@@ -21,7 +21,7 @@ from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
 from .store import Store
-from .wsgi import WsgiServer
+from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
 
@@ -85,7 +85,7 @@ class Daemon:
         )
 
     @staticmethod
-    def _callback_url(server: WsgiServer | CallbackFront) -> str:
+    def _callback_url(server: Listening) -> str:
         host, port = server.address
         if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard listen is reached on loopback
             host = "127.0.0.1"
