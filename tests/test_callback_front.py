@@ -138,3 +138,20 @@ def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed
         assert json.loads(replies[1][1]) == {"status": "dead_letter", "pa_id": None}
         assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
         assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0
+
+
+def test_sigterm_to_every_process_stops_both_in_order(tmp_path: Path) -> None:
+    """systemd's stop sends SIGTERM to the daemon and its listener at once: the
+    listener waits for the daemon to stop it, nothing is restarted or logged as lost."""
+    d = DaemonProcess(tmp_path).start()
+    assert d.proc is not None
+    kids = _children(d.proc.pid)
+    assert kids
+    for pid in kids:
+        os.kill(pid, signal.SIGTERM)
+    assert d.terminate() == 0
+    wait_until(lambda: not any(_alive(k) for k in kids), timeout=10, what="the listener to go")
+    events = [json.loads(line).get("event") for line in d.log_lines() if line.startswith("{")]
+    assert "daemon.stopped" in events
+    assert "callbacks.listener_exited" not in events
+    assert "callbacks.listener_restarted" not in events

@@ -8,9 +8,11 @@ private directory (one connection per thread) and answers with whatever the daem
 replies, which the daemon sends only after the commit. One thread of the daemon reads
 every body that is waiting, commits them together (group commit) and replies to each.
 
-The child dies with the daemon: it watches its stdin (a pipe from the daemon) for end
-of file and asks the kernel for SIGKILL when its parent goes (Linux). The daemon
-restarts a child that exits on its own, on the same address.
+The child stops when its stdin (a pipe from the daemon) reaches end of file: the
+daemon closes it to stop the child, which then finishes the requests in flight; the
+child ignores SIGTERM and SIGINT. It also asks the kernel for SIGKILL when the daemon
+goes (Linux), so a killed daemon leaves no listener behind. The daemon restarts a
+child that exits on its own, on the same address.
 
 Frames, both ways length-prefixed: to the daemon ``!BHI`` (kind, text length, body
 length), the text, the body; back ``!HI`` (HTTP status, payload length), the payload
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .config import Settings
 from .logs import log_event
@@ -195,7 +197,11 @@ class CallbackFront(Listening):
         self._stopping.set()
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.terminate()
+            # end of file on its stdin is how the child is told to stop (it ignores
+            # SIGTERM, which systemd sends to every process of the unit at once)
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -330,6 +336,10 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     """``python -m pa_bridge.callback_front``: started by :class:`CallbackFront` only."""
+    # the daemon decides when we stop: SIGTERM (systemd sends it to every process of
+    # the unit) and SIGINT (a terminal's ^C reaches the whole group) are ignored
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     _die_with_parent()
     settings, listen, directory = pickle.load(sys.stdin.buffer)  # noqa: S301 - our parent's pipe
@@ -355,21 +365,16 @@ def main() -> None:
 
     stop = threading.Event()
 
-    def on_term(signum: int, frame: Any) -> None:
+    def parent_gone() -> None:
+        sys.stdin.buffer.read()  # returns at end of file: the daemon asks us to stop, or is gone
         stop.set()
 
-    def parent_gone() -> None:
-        sys.stdin.buffer.read()  # returns at end of file: the daemon is gone
-        os._exit(0)  # nobody is left to commit; answer nothing more
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
     threading.Thread(target=parent_gone, name="parent-watch", daemon=True).start()
     while not stop.wait(0.5):
         pass
     server.stop()
     logging.shutdown()
-    os._exit(0)  # the stdin watcher holds stdin's lock; interpreter shutdown would wait on it
+    os._exit(0)  # at once: nothing is left to flush, and no thread needs joining
 
 
 if __name__ == "__main__":
