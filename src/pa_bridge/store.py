@@ -216,7 +216,12 @@ class Store:
     """The database: migrations at open, one writer thread, per-thread readers."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_batch: int = 256, busy_timeout_ms: int = 5000
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_batch: int = 256,
+        busy_timeout_ms: int = 5000,
+        checkpoint_seconds: float = 1.0,
     ) -> None:
         self.path = Path(path)
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
@@ -228,6 +233,9 @@ class Store:
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
             self._wconn.execute("PRAGMA synchronous = FULL")
             self._wconn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            # Checkpoints run on their own thread (see _checkpoint_loop), not inside
+            # the commit that happens to cross the WAL's size threshold.
+            self._wconn.execute("PRAGMA wal_autocheckpoint = 0")
             self._wdb = Database(self._wconn)
             MIGRATIONS.apply(self._wdb)
         finally:
@@ -242,10 +250,17 @@ class Store:
         self.last_commit_at = time.monotonic()
         self.commits = 0
         self._closed = False
+        self._closing = threading.Event()
         self._wlock = threading.Lock()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
+        self.checkpoints = 0
+        self._checkpoint_seconds = checkpoint_seconds
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
 
     # ---- writing -------------------------------------------------------------
     # Flat combining: whoever holds the write lock commits every job waiting in the
@@ -395,6 +410,28 @@ class Store:
                 results.append((job, False, e))
         return results
 
+    def _checkpoint_loop(self) -> None:
+        """Copy committed pages from the WAL into the database file every
+        ``checkpoint_seconds`` when something was committed meanwhile. PASSIVE: it never
+        blocks the writer or readers, and the writer reuses the WAL from its start once
+        a checkpoint has caught up, so the WAL stays bounded. Durability does not
+        depend on it: a commit is on disk once its WAL frames are (FULL)."""
+        try:
+            conn = _connect(self.path)
+        except sqlite3.Error:  # the writer reports what is wrong with the file
+            return
+        try:
+            done_at = self.commits
+            while not self._closing.wait(self._checkpoint_seconds):
+                if self.commits == done_at:
+                    continue
+                done_at = self.commits
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoints += 1
+        finally:
+            conn.close()
+
     def next_seq(self, db: Database) -> int:
         """The next change_seq of the PA feed; call only inside a write job."""
         if self._seq is None:
@@ -444,6 +481,8 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
+        self._checkpointer.join(timeout)
         self._wake.set()
         self._thread.join(timeout)
         with self._readers_lock:
