@@ -155,3 +155,21 @@ def test_sigterm_to_every_process_stops_both_in_order(tmp_path: Path) -> None:
     assert "daemon.stopped" in events
     assert "callbacks.listener_exited" not in events
     assert "callbacks.listener_restarted" not in events
+
+
+def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path) -> None:
+    import pytest
+
+    from pa_bridge.callback_front import CallbackFront, CallbackFrontError
+    from pa_bridge.config import load_settings
+
+    settings = load_settings(
+        storage={"path": str(tmp_path / "db.sqlite3")},
+        callbacks={"listen": "127.0.0.1:0"},
+        sandbox={"enabled": False},
+        service=NO_SERVICE,
+    )
+    front = CallbackFront(settings, lambda batch: [], start_timeout_s=0.001)
+    with pytest.raises(CallbackFrontError, match="did not start within"):
+        front.start()
+    assert not front.alive

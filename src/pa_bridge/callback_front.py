@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import pickle
+import select
 import selectors
 import shutil
 import signal
@@ -111,10 +112,12 @@ class CallbackFront(Listening):
         handle: Callable[[list[Message]], list[tuple[int, bytes]]],
         *,
         restart_delay_s: float = 1.0,
+        start_timeout_s: float = 60.0,
     ) -> None:
         self.settings = settings
         self._handle = handle
         self._restart_delay_s = restart_delay_s
+        self._start_timeout_s = start_timeout_s
         self._dir: str | None = None
         self._listener: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -158,6 +161,14 @@ class CallbackFront(Listening):
         # the pipe then stays open: its end of file tells the child the daemon is gone
         proc.stdin.write(pickle.dumps((self.settings, listen, self._dir)))
         proc.stdin.flush()
+        if not select.select([proc.stdout], [], [], self._start_timeout_s)[0]:
+            proc.kill()
+            proc.wait()
+            _close_pipes(proc)
+            raise CallbackFrontError(
+                f"callbacks.listen {listen}: the listener did not start within"
+                f" {self._start_timeout_s:g} s"
+            )
         line = proc.stdout.readline().decode("utf-8", "replace").strip()
         if not line.startswith("ready "):
             proc.wait()
@@ -220,7 +231,9 @@ class CallbackFront(Listening):
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        """The child runs and the thread that commits for it too."""
+        serving = bool(self._threads) and self._threads[0].is_alive()
+        return serving and self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
