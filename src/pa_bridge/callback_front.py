@@ -97,6 +97,24 @@ def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
                 pipe.close()
 
 
+def _stop_child(proc: subprocess.Popen[bytes] | None) -> None:
+    """End of file on its stdin is how the child is told to stop: it finishes the
+    requests in flight and exits. (It ignores SIGTERM, which systemd sends to every
+    process of the unit at once.)"""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    _close_pipes(proc)
+
+
 # ---- the daemon's side ---------------------------------------------------------------
 class CallbackFront(Listening):
     """Starts, watches and stops the child; reads what its threads hand over and replies.
@@ -158,7 +176,7 @@ class CallbackFront(Listening):
         )
         assert proc.stdin is not None and proc.stdout is not None
         # settings (with their secrets) go through the pipe, never argv or environment;
-        # the pipe then stays open: its end of file tells the child the daemon is gone
+        # the pipe then stays open: its end of file tells the child to stop
         proc.stdin.write(pickle.dumps((self.settings, listen, self._dir)))
         proc.stdin.flush()
         if not select.select([proc.stdout], [], [], self._start_timeout_s)[0]:
@@ -206,24 +224,15 @@ class CallbackFront(Listening):
     def stop(self) -> None:
         """Stop the child (it finishes the requests in flight), then our threads."""
         self._stopping.set()
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            # end of file on its stdin is how the child is told to stop (it ignores
-            # SIGTERM, which systemd sends to every process of the unit at once)
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc is not None:
-            _close_pipes(proc)
+        _stop_child(self._proc)
+        for t in self._threads[1:]:  # the watcher ends once the child is gone
+            if t is not threading.current_thread():
+                t.join(timeout=self._start_timeout_s + 5)
+        _stop_child(self._proc)  # one that a restart under way started meanwhile
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
-        for t in self._threads:
+        for t in self._threads[:1]:  # the commit thread ends once the child's sockets close
             if t is not threading.current_thread():
                 t.join(timeout=5)
         if self._dir is not None:
