@@ -52,6 +52,7 @@ __all__ = [
     "KIND_CALLBACK",
     "KIND_UNAUTHORIZED",
     "KIND_TOO_LARGE",
+    "internal_error_reply",
     "unavailable_reply",
 ]
 
@@ -73,9 +74,19 @@ class CallbackFrontError(OSError):
     """The callback listener could not start (the message names the key)."""
 
 
-def unavailable_reply(message: str) -> tuple[int, bytes]:
-    body = {"error": {"code": "storage_unavailable", "message": message, "detail": None}}
-    return 503, json.dumps(body).encode()
+def _error_reply(status: int, code: str, message: str) -> tuple[int, bytes]:
+    body = {"error": {"code": code, "message": message, "detail": None}}
+    return status, json.dumps(body).encode()
+
+
+def unavailable_reply() -> tuple[int, bytes]:
+    """503: the callback was not committed; the service retries."""
+    return _error_reply(503, "storage_unavailable", "the callback could not be stored; retry later")
+
+
+def internal_error_reply() -> tuple[int, bytes]:
+    """500: a bug, logged by whoever met it."""
+    return _error_reply(500, "internal_error", "pa-bridge hit an unexpected error; it was logged")
 
 
 def _recv_at_least(sock: socket.socket, n: int, first: bytes = b"") -> bytes:
@@ -287,8 +298,7 @@ class CallbackFront(Listening):
                     log_event(
                         "callbacks.handler_error", level=logging.ERROR, error=type(e).__name__
                     )
-                    body = {"error": {"code": "internal_error", "message": "pa-bridge hit an unexpected error; it was logged", "detail": None}}  # fmt: skip
-                    replies = [(500, json.dumps(body).encode())] * len(batch)
+                    replies = [internal_error_reply()] * len(batch)
                 for sock, (status, payload) in zip(conns, replies, strict=True):
                     try:
                         sock.sendall(_REPLY.pack(status, len(payload)) + payload)
@@ -345,7 +355,7 @@ class FrontChannel:
             if sock is not None:
                 sock.close()
             self._local.sock = None
-            return unavailable_reply("the callback could not be stored; retry later")
+            return unavailable_reply()
 
 
 def _die_with_parent() -> None:

@@ -162,13 +162,6 @@ class CallbackService:
         self.forward = forward
         self.commit_timeout_s = commit_timeout_s
 
-    def receive(self, body: bytes, content_type: str | None) -> CallbackResult:
-        """Commit the callback (or the dead letter); raises StoreUnavailable if it cannot."""
-        (result,) = self.receive_many([(body, content_type)])
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
     def receive_many(
         self, items: list[tuple[bytes, str | None]]
     ) -> list[CallbackResult | BaseException]:

@@ -249,7 +249,6 @@ class Store:
         self._readers_lock = threading.Lock()
         self.last_commit_at = time.monotonic()
         self.commits = 0
-        self._closed = False
         self._closing = threading.Event()
         self._wlock = threading.Lock()
         self._wake = threading.Event()
@@ -261,6 +260,10 @@ class Store:
             target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
         )
         self._checkpointer.start()
+
+    @property
+    def _closed(self) -> bool:
+        return self._closing.is_set()
 
     # ---- writing -------------------------------------------------------------
     # Flat combining: whoever holds the write lock commits every job waiting in the
@@ -293,19 +296,23 @@ class Store:
         """Run every function in ``fns`` (in one commit when they fit in one batch) and
         return once committed: ``(True, value)`` or ``(False, exception)`` per
         function, in order. A function that raises undoes only its own part."""
+
+        def refused(why: str) -> list[tuple[bool, Any]]:
+            return [(False, StoreUnavailable(why))] * len(fns)
+
         if self._closed:
-            return [(False, StoreUnavailable("the database is closed"))] * len(fns)
+            return refused("the database is closed")
         jobs = [_Job(fn, with_future=False) for fn in fns]
         for job in jobs:
             self._jobs.put(job)
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             # the holder may still run our jobs; we report the time-out all the same
             self._wake.set()
-            return [(False, StoreUnavailable("the database did not commit in time"))] * len(fns)
+            return refused("the database did not commit in time")
         try:
             if not all(job.done for job in jobs):
                 if self._closed:
-                    return [(False, StoreUnavailable("the database is closed"))] * len(fns)
+                    return refused("the database is closed")
                 self._drain()
         finally:
             self._wlock.release()
@@ -480,7 +487,6 @@ class Store:
         """Finish queued writes, checkpoint, close every connection."""
         if self._closed:
             return
-        self._closed = True
         self._closing.set()
         self._checkpointer.join(timeout)
         self._wake.set()

@@ -25,6 +25,7 @@ from ..callback_front import (
     KIND_UNAUTHORIZED,
     FrontChannel,
     Message,
+    internal_error_reply,
     unavailable_reply,
 )
 from ..callbacks import CallbackService
@@ -81,17 +82,6 @@ def create_front_app(settings: Settings, channel: FrontChannel) -> Flask:
     return app
 
 
-_INTERNAL_ERROR = json.dumps(
-    {
-        "error": {
-            "code": "internal_error",
-            "message": "pa-bridge hit an unexpected error; it was logged",
-            "detail": None,
-        }
-    }
-).encode()
-
-
 class CallbackReceiver:
     """The daemon's side of the callback listener: commits what the listener's process
     hands over, many callbacks per commit, and says what to answer to each."""
@@ -129,10 +119,10 @@ class CallbackReceiver:
             if isinstance(result, StoreUnavailable):
                 self._count("unavailable")
                 log_event("callback.not_committed", level=logging.ERROR, error=str(result))
-                replies[i] = unavailable_reply("the callback could not be stored; retry later")
+                replies[i] = unavailable_reply()
             elif isinstance(result, BaseException):  # a bug: this callback alone gets a 500
                 log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
-                replies[i] = (500, _INTERNAL_ERROR)
+                replies[i] = internal_error_reply()
             else:
                 self._count(result.outcome)
                 stored = stored or result.outcome == "stored"
@@ -140,7 +130,7 @@ class CallbackReceiver:
                 replies[i] = (200, json.dumps(answer).encode())
         if stored and self.service.forward and self.on_stored is not None:
             self.on_stored()
-        return [r if r is not None else (500, _INTERNAL_ERROR) for r in replies]
+        return [r if r is not None else internal_error_reply() for r in replies]
 
 
 def ssl_adapter_for(settings: Settings) -> Any:
