@@ -1,6 +1,6 @@
 """Acknowledged callbacks per second and latency with 16 concurrent senders, next to
-the ceiling: a bare Flask endpoint on the same WSGI server (cheroot, same thread
-count) measured in the same run. Every callback is distinct (its own delivery id), so
+the ceiling: a bare Flask endpoint on the same WSGI server (cheroot, with as many
+threads as pa-bridge's callback listener) measured in the same run. Every callback is distinct (its own delivery id), so
 each one is a real commit with synchronous=FULL. Target: >= 0.85x of the ceiling.
 
 Beside them, the floor of the design: the bare endpoint, except that each request
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from bench._common import Daemon, free_port, machine_facts, pct, run_clients, wait_healthy
+from pa_bridge.callback_front import THREADS
 
 SENDERS = 16
 ROUNDS = 5
@@ -56,7 +57,7 @@ BARE_APP = textwrap.dedent(
     @app.get("/healthz")
     def h():
         return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
+    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
     """
 )
 
@@ -91,7 +92,7 @@ WAIT_APP = textwrap.dedent(
     @app.get("/healthz")
     def h():
         return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
+    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
     """
 )
 
@@ -154,7 +155,7 @@ HANDOFF_APP = textwrap.dedent(
     @app.get("/healthz")
     def h():
         return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
+    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
     """
 )
 
@@ -241,7 +242,7 @@ def _python_load(url: str) -> tuple[float, float, float, int]:
 def main() -> None:
     have_wrk = shutil.which("wrk") is not None
     print(
-        f"callbacks_bench: {machine_facts()}; {SENDERS} concurrent senders; load from {'wrk' if have_wrk else 'python threads'}"
+        f"callbacks_bench: {machine_facts()}; {SENDERS} concurrent senders; {THREADS} server threads everywhere; load from {'wrk' if have_wrk else 'python threads'}"
     )
     script = Path(tempfile.mkdtemp()) / "cb.lua"
     script.write_text(WRK_SCRIPT)
@@ -255,7 +256,7 @@ def main() -> None:
     ports = {name: free_port() for name in apps}
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-c", code, str(ports[name])], stderr=subprocess.DEVNULL
+            [sys.executable, "-c", code, str(ports[name]), str(THREADS)], stderr=subprocess.DEVNULL
         )
         for name, code in apps.items()
     }

@@ -47,6 +47,7 @@ from .wsgi import Listening
 __all__ = [
     "CallbackFront",
     "CallbackFrontError",
+    "THREADS",
     "FrontChannel",
     "Message",
     "KIND_CALLBACK",
@@ -59,6 +60,13 @@ __all__ = [
 KIND_CALLBACK = 1  #: text: the content type; body: the callback as received
 KIND_UNAUTHORIZED = 2  #: text: the remote address; nothing is stored, only counted
 KIND_TOO_LARGE = 3  #: nothing is stored, only counted
+
+#: The child's request threads. Each waits for the daemon's commit, and the daemon
+#: answers a whole batch at once, so the waiting threads wake together and contend for
+#: the child's GIL. Eight keep up to eight callbacks in each commit and leave fewer
+#: threads to contend: measured in session 5, 8 threads gave 0.92-0.97x of the bare
+#: endpoint where 16 gave 0.78-0.84x (and the bare endpoint itself gains 2% from 8).
+THREADS = 8
 
 _ASK = struct.Struct("!BHI")
 _REPLY = struct.Struct("!HI")
@@ -386,7 +394,11 @@ def main() -> None:
     app = create_front_app(settings, channel)
     try:
         server = WsgiServer.from_listen(
-            app, listen, name="callbacks", ssl_adapter=ssl_adapter_for(settings)
+            app,
+            listen,
+            name="callbacks",
+            numthreads=THREADS,
+            ssl_adapter=ssl_adapter_for(settings),
         ).start()
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
