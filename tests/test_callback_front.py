@@ -9,11 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from pa_bridge.callback_front import THREADS
 from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 
@@ -51,6 +53,30 @@ def test_listener_runs_in_a_child_process_and_commits_in_the_daemon(make_daemon:
     assert d.store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 1
     health = httpx.get(f"{d.intake_server.url}/healthz").json()
     assert health["callbacks"] is True and health["status"] == "ok"
+
+
+def test_more_concurrent_callbacks_than_listener_threads_all_commit(make_daemon: Any) -> None:
+    # the child has THREADS request threads; three times as many senders at once must
+    # all be answered 200 after their commit: the rest wait their turn, none is refused
+    d = make_daemon(sandbox={"enabled": False}, service=NO_SERVICE)
+    url = f"{d.callback_server.url}/callbacks/pharmacy"
+    senders, each = 3 * THREADS, 5
+    statuses: list[int] = []
+    start = threading.Barrier(senders)
+
+    def send(k: int) -> None:
+        with httpx.Client(timeout=30) as c:
+            start.wait()
+            for n in range(each):
+                statuses.append(c.post(url, content=_callback(f"PT{k}", f"t-{k}-{n}")).status_code)
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert statuses == [200] * (senders * each)
+    assert d.store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == senders * each
 
 
 def test_a_listener_that_dies_is_restarted_on_the_same_address(make_daemon: Any) -> None:
