@@ -8,6 +8,10 @@ sandbox by the same client code (one httpx.Client per bench thread, as for intak
 the same concurrency, so the bench client's own cost is the same on both sides. Overhead = intake p99 minus
 outcomes p99. Targets: p99 overhead <= 5 ms; zero answers over 1550 ms when stalling.
 
+Beside the closed loop (each client sends its next claim as soon as it has an answer,
+which on this 2-CPU machine saturates it), an open loop below saturation: each client
+sends 10 claims a second, and latency counts from when each claim was due.
+
 The baseline and the 75-reject case run in alternating rounds and the overhead is the
 median of the per-round differences: on a shared machine the rates drift within a
 minute, and a difference of two runs made a minute apart says more about the drift.
@@ -34,6 +38,7 @@ from bench._common import (
     machine_facts,
     pct,
     run_clients,
+    run_paced,
     wait_healthy,
 )
 from pa_bridge.client import form_encode, outcome_variables
@@ -45,6 +50,8 @@ JSON = {"Content-Type": "application/json"}
 CLIENTS = 8
 PER_CLIENT = 60
 ROUNDS = 3
+PACED_PER_CLIENT_S = 10  # open loop: each client sends 10 claims a second, 80/s in all
+PACED_SECONDS = 4
 
 # The floor of any intake on this stack: a bare Flask endpoint on cheroot that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
@@ -171,6 +178,25 @@ def main() -> None:
         lat, wall = run_clients(CLIENTS, PER_CLIENT, post(paid))
         rows.append(("intake: paid claim (async report)", lat, wall))
         rows.append(("intake: reject 75 (outcomes first)", lat75, wall75))
+        # open loop below saturation: what pa-bridge adds when claims are not queued
+        # behind one another on this 2-CPU machine shared with the client and sandbox
+        paced_base: list[float] = []
+        paced_75: list[float] = []
+        paced_rounds: list[tuple[float, float]] = []
+        n_paced = PACED_PER_CLIENT_S * PACED_SECONDS
+        for _ in range(ROUNDS):
+            pb = run_paced(CLIENTS, n_paced, 1 / PACED_PER_CLIENT_S, outcomes_direct)
+            pi = run_paced(CLIENTS, n_paced, 1 / PACED_PER_CLIENT_S, post(r75))
+            paced_rounds.append((pct(pi, 99) - pct(pb, 99), pct(pi, 50) - pct(pb, 50)))
+            paced_base += pb
+            paced_75 += pi
+        paced_secs = ROUNDS * PACED_SECONDS
+        rows.append(
+            (f"paced {CLIENTS * PACED_PER_CLIENT_S}/s: outcomes call", paced_base, paced_secs)
+        )
+        rows.append(
+            (f"paced {CLIENTS * PACED_PER_CLIENT_S}/s: intake reject 75", paced_75, paced_secs)
+        )
         lat_stall, wall_stall = run_clients(CLIENTS, 3, post(stall))
         serial_base, sb_wall = run_clients(1, 150, outcomes_direct)
         rows.append(("1 client: outcomes call itself", serial_base, sb_wall))
@@ -206,6 +232,13 @@ def main() -> None:
     print(
         f"overhead, 1 client: p99 {pct(serial_75, 99) - pct(serial_base, 99):.2f} ms,"
         f" p50 {pct(serial_75, 50) - pct(serial_base, 50):.2f} ms"
+    )
+    print(
+        f"overhead in an open loop, {CLIENTS} clients sending {PACED_PER_CLIENT_S} claims/s each"
+        f" (latency from when each was due): p99 {statistics.median(o[0] for o in paced_rounds):.2f} ms"
+        f" (rounds: {' '.join(f'{o[0]:.1f}' for o in paced_rounds)}),"
+        f" p50 {statistics.median(o[1] for o in paced_rounds):.2f} ms"
+        f" (rounds: {' '.join(f'{o[1]:.1f}' for o in paced_rounds)})"
     )
     print(f"answers over 1550 ms while outcomes stalls: {over} of {len(lat_stall)} (target 0)")
 
