@@ -1,7 +1,8 @@
 """Acknowledged callbacks per second and latency with 16 concurrent senders, next to
 the ceiling: a bare Flask endpoint on the same WSGI server (cheroot, with as many
-threads as pa-bridge's callback listener) measured in the same run. Every callback is distinct (its own delivery id), so
-each one is a real commit with synchronous=FULL. Target: >= 0.85x of the ceiling.
+threads as pa-bridge's callback listener) measured in the same run. Every callback is
+distinct (its own delivery id), so each one is a real commit with synchronous=FULL.
+Target: >= 0.85x of the ceiling.
 
 Beside them, the floor of the design: the bare endpoint, except that each request
 waits for a second thread to release it in a batch (group commit with no SQL and no
