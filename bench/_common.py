@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,22 @@ def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
     return s[k]
+
+
+def floor_app(body: str, threads: int) -> str:
+    """The source of a small Flask app for ``python -c``: ``body`` (indented as in a
+    triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it on
+    cheroot with ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``."""
+    return textwrap.dedent(body) + textwrap.dedent(
+        f"""
+        import sys as _sys
+        from cheroot import wsgi as _wsgi
+        @app.get("/healthz")
+        def _healthz():
+            return "ok"
+        _wsgi.Server(("127.0.0.1", int(_sys.argv[1])), app, numthreads={threads}).safe_start()
+        """
+    )
 
 
 def free_port() -> int:

@@ -38,37 +38,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
-from bench._common import Daemon, free_port, machine_facts, pct, run_clients, wait_healthy
+from bench._common import (
+    Daemon,
+    floor_app,
+    free_port,
+    machine_facts,
+    pct,
+    run_clients,
+    wait_healthy,
+)
 from pa_bridge.callback_front import THREADS
 
 SENDERS = 16
 ROUNDS = 5
 SECONDS = 4
 
-BARE_APP = textwrap.dedent(
+BARE_APP = floor_app(
     """
     import sys
-    from cheroot import wsgi
     from flask import Flask, jsonify, request
     app = Flask("bare")
     @app.post("/callbacks/pharmacy")
     def cb():
         request.get_data()
         return jsonify({"status": "stored"}), 200
-    @app.get("/healthz")
-    def h():
-        return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
-    """
+    """,
+    THREADS,
 )
 
 # The floor of any commit-before-acknowledge design with a writer thread: the bare
 # endpoint, except that each request waits until a second thread, which gathers every
 # waiting request in one batch like a group commit, has released it. No SQL, no fsync.
-WAIT_APP = textwrap.dedent(
+WAIT_APP = floor_app(
     """
     import queue, sys, threading
-    from cheroot import wsgi
     from flask import Flask, jsonify, request
     waiting = queue.SimpleQueue()
     def committer():
@@ -90,11 +93,8 @@ WAIT_APP = textwrap.dedent(
         waiting.put(done)
         done.wait()
         return jsonify({"status": "stored"}), 200
-    @app.get("/healthz")
-    def h():
-        return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
-    """
+    """,
+    THREADS,
 )
 
 # The floor of the same design with the work every callback needs before its commit:
@@ -108,10 +108,9 @@ PARSE_WAIT_APP = WAIT_APP.replace(
 # hands each body to another process over a Unix socket (one per request thread) and
 # waits for its one-byte answer; that process answers every body it has read in one
 # go, like a group commit, with no SQL and no fsync.
-HANDOFF_APP = textwrap.dedent(
+HANDOFF_APP = floor_app(
     """
     import os, selectors, socket, struct, sys, tempfile, threading
-    from cheroot import wsgi
     from flask import Flask, jsonify, request
     path = os.path.join(tempfile.mkdtemp(), "writer.sock")
     if os.fork() == 0:  # the writer process
@@ -153,11 +152,8 @@ HANDOFF_APP = textwrap.dedent(
         s.sendall(struct.pack("!I", len(body)) + body)
         s.recv(1)
         return jsonify({"status": "stored"}), 200
-    @app.get("/healthz")
-    def h():
-        return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=int(sys.argv[2])).safe_start()
-    """
+    """,
+    THREADS,
 )
 
 WRK_SCRIPT = textwrap.dedent(
@@ -257,7 +253,7 @@ def main() -> None:
     ports = {name: free_port() for name in apps}
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-c", code, str(ports[name]), str(THREADS)], stderr=subprocess.DEVNULL
+            [sys.executable, "-c", code, str(ports[name])], stderr=subprocess.DEVNULL
         )
         for name, code in apps.items()
     }

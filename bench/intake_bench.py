@@ -23,7 +23,6 @@ import json
 import statistics
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,6 +33,7 @@ import ncpdp
 from bench._common import (
     Daemon,
     Sandbox,
+    floor_app,
     free_port,
     machine_facts,
     pct,
@@ -56,10 +56,9 @@ PACED_SECONDS = 4
 # The floor of any intake on this stack: a bare Flask endpoint on cheroot that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
 # http.client connection (as pa-bridge does) and answers. No parsing, no storage.
-RELAY_APP = textwrap.dedent(
+RELAY_APP = floor_app(
     """
     import http.client, sys, threading, urllib.parse
-    from cheroot import wsgi
     from flask import Flask, jsonify, request
     target = urllib.parse.urlsplit(sys.argv[2])
     form = sys.argv[3].encode()
@@ -81,11 +80,8 @@ RELAY_APP = textwrap.dedent(
                 c.close()
                 local.c = None
         return jsonify({"message": answer[:50].decode("latin-1")}), 200
-    @app.get("/healthz")
-    def h():
-        return "ok"
-    wsgi.Server(("127.0.0.1", int(sys.argv[1])), app, numthreads=16).safe_start()
-    """
+    """,
+    16,
 )
 
 
