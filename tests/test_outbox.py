@@ -39,7 +39,9 @@ def test_item_is_retried_with_backoff_until_delivered(store: Store) -> None:
     item = store.write(lambda db: enqueue(db, "thing", {"n": 1}, now=clock()))
     assert ob.drain_once() == 1
     row = ob.list()[0]
-    assert (row["status"], row["attempts"], row["last_error"]) == ("pending", 1, "down")
+    # listed as failed (its last attempt did) and retrying at the backoff's time
+    assert (row["status"], row["attempts"], row["last_error"]) == ("failed", 1, "down")
+    assert row["retrying"] and row["next_attempt_at"] > row["created_at"]
     assert ob.drain_once() == 0  # not due yet: backoff
     clock.t += 10
     assert ob.drain_once() == 1
@@ -63,7 +65,9 @@ def test_permanent_failure_stays_visible_and_can_be_redriven(store: Store) -> No
     ob = _outbox(store, deliver, clock)
     item = store.write(lambda db: enqueue(db, "thing", {}, now=clock()))
     ob.drain_once()
-    assert ob.list("failed")[0]["last_error"] == "refused for good"
+    failed = ob.list("failed")[0]
+    assert failed["last_error"] == "refused for good"
+    assert not failed["retrying"] and failed["next_attempt_at"] is None
     clock.t += 10_000
     assert ob.drain_once() == 0  # failed items are not retried by themselves
     assert ob.depth()[0] == 1
@@ -84,4 +88,5 @@ def test_unexpected_exception_keeps_item_pending(store: Store) -> None:
     store.write(lambda db: enqueue(db, "thing", {}, now=clock()))
     ob.drain_once()
     row = ob.list()[0]
-    assert row["status"] == "pending" and row["last_error"] == "unexpected RuntimeError"
+    assert row["status"] == "failed" and row["last_error"] == "unexpected RuntimeError"
+    assert row["retrying"]  # kept and tried again, never given up on for a bug

@@ -6,7 +6,12 @@ same snapshot (WAL: the daemon's writes go on meanwhile and are simply not in th
 copy) and the copy never restarts. The copy is written to ``FILE.partial`` (mode
 0600), switched to a single self-contained file (``journal_mode=DELETE``), checked
 with ``PRAGMA integrity_check``, and only then put in place. Migrations are never
-run on the live database.
+run on the live database. The copy carries the mark ``backup.taken_at`` (see
+restore.py): the daemon that first serves it as a restore holds its queued work.
+
+The live database is only ever opened through SQLite here: opening and closing a
+descriptor of it ourselves would drop the daemon's POSIX locks if this ran in the
+daemon's process (see store.create_private).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .restore import mark_backup
+from .store import now_iso
 
 __all__ = ["BackupError", "BackupResult", "backup_database"]
 
@@ -96,6 +104,9 @@ def backup_database(
 
                 source.backup(target, pages=pages, progress=step)
                 total = int(target.execute("PRAGMA page_count").fetchone()[0])
+                # the restore mark: a daemon serving this copy holds its queued work
+                # and moves the feed's cursor on (decision 0009, restore.py)
+                mark_backup(target, now_iso())
                 target.execute("PRAGMA journal_mode = DELETE").fetchone()
                 rows = target.execute("PRAGMA integrity_check").fetchall()
             finally:

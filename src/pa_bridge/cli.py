@@ -6,7 +6,7 @@ import click
 
 from . import __version__
 from .cli_claim import claim
-from .cli_daemon import backup, doctor, queue, serve
+from .cli_daemon import backup, doctor, queue, restore, serve
 from .sandbox.cli import sandbox
 
 
@@ -22,3 +22,4 @@ main.add_command(claim)
 main.add_command(queue)
 main.add_command(doctor)
 main.add_command(backup)
+main.add_command(restore)

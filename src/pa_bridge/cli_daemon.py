@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .config import ConfigError, Settings, load_settings
 
-__all__ = ["serve", "queue", "doctor", "backup"]
+__all__ = ["serve", "queue", "doctor", "backup", "restore"]
 
 config_option = click.option(
     "--config",
@@ -40,68 +41,142 @@ def serve(config_path: str | None) -> None:
 
     settings = _settings(config_path)
     configure_logging(settings.logging.level)
+    from .restore import RestoreError
+    from .store import StoreError
+
     daemon = Daemon(settings)
     try:
         daemon.run_forever()
+    except (RestoreError, StoreError) as e:
+        click.echo(f"error: cannot start: {e}", err=True)
+        daemon.stop()
+        sys.exit(1)
     except OSError as e:
         click.echo(f"error: cannot start: {e.strerror or e}", err=True)
         daemon.stop()
         sys.exit(1)
 
 
-def _outbox(config_path: str | None) -> Any:
-    from .outbox import Outbox
-    from .store import Store
+def _storage_path(config_path: str | None) -> Path:
+    """The database's path from ``[storage]`` alone: these commands need nothing else
+    (not the service's secrets, which only systemd's credentials directory holds)."""
+    from .config import load_storage_settings
 
-    settings = _settings(config_path)
-    store = Store(settings.storage.path)
-    return store, Outbox(store, {}, settings.queue)
+    try:
+        return load_storage_settings(config_path).path
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+
+
+def _open_queue(config_path: str | None, *, write: bool) -> Any:
+    from .store import Database, StoreError, connect_existing
+
+    path = _storage_path(config_path)
+    try:
+        return Database(connect_existing(path, write=write))
+    except StoreError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
 
 
 @click.group()
 def queue() -> None:
-    """Inspect and re-drive the durable outbound queue."""
+    """Inspect and re-drive the durable outbound queue (safe while the daemon serves)."""
 
 
 @queue.command("list")
 @config_option
-@click.option("--status", type=click.Choice(["pending", "failed", "delivered"]), default=None)
+@click.option(
+    "--status",
+    type=click.Choice(["pending", "failed", "held", "dropped", "delivered"]),
+    default=None,
+    help="pending: not tried yet; failed: the last attempt failed; held: held after a "
+    "restore; dropped; delivered.",
+)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def queue_list(config_path: str | None, status: str | None, as_json: bool) -> None:
-    """List queued items (newest first) with their attempts and last error."""
-    store, outbox = _outbox(config_path)
+def queue_list(config_path: str | None, status: str | None, limit: int, as_json: bool) -> None:
+    """List queue items (newest first): attempts, next attempt, last error. Times are
+    UTC, ISO 8601."""
+    from .outbox import list_items
+
+    db = _open_queue(config_path, write=False)
     try:
-        items = outbox.list(status)
+        items = list_items(db, status, limit)
     finally:
-        store.close()
+        db.conn.close()
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
     if not items:
-        click.echo("the queue is empty")
+        click.echo(f"no {status} items" if status else "the queue is empty")
         return
-    click.echo(f"{'ID':>6}  {'KIND':<15} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} LAST ERROR")
+    click.echo(
+        f"{'ID':>6}  {'KIND':<15} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} "
+        f"{'NEXT ATTEMPT':<24} LAST ERROR"
+    )
     for it in items:
+        if it["next_attempt_at"]:
+            nxt = it["next_attempt_at"]
+        elif it["status"] in ("failed", "held"):
+            nxt = "by hand (queue retry)"
+        else:
+            nxt = "-"
         click.echo(
             f"{it['id']:>6}  {it['kind']:<15} {it['status']:<10} {it['attempts']:>5}  "
-            f"{it['created_at']:<24} {it['last_error'] or ''}"
+            f"{it['created_at']:<24} {nxt:<24} {it['last_error'] or ''}"
         )
+
+
+def _queue_write(config_path: str | None, fn: Any) -> bool:
+    import sqlite3
+
+    db = _open_queue(config_path, write=True)
+    try:
+        db.conn.execute("BEGIN IMMEDIATE")
+        ok = bool(fn(db))
+        db.conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        click.echo(f"error: the database did not take the change: {e}", err=True)
+        sys.exit(1)
+    finally:
+        db.conn.close()
+    return ok
 
 
 @queue.command("retry")
 @config_option
 @click.argument("item_id", type=int)
 def queue_retry(config_path: str | None, item_id: int) -> None:
-    """Make item ID due now (the running daemon delivers it on its next pass)."""
-    store, outbox = _outbox(config_path)
-    try:
-        ok = outbox.retry(item_id)
-    finally:
-        store.close()
-    if not ok:
+    """Make item ID due now (failed and held ones too); the running daemon delivers
+    it within its poll interval."""
+    import time
+
+    from .outbox import retry_item
+
+    if not _queue_write(config_path, lambda db: retry_item(db, item_id, time.time())):
         click.echo(f"error: no undelivered queue item {item_id}", err=True)
         sys.exit(1)
     click.echo(f"queue item {item_id} is due now")
+
+
+@queue.command("drop")
+@config_option
+@click.argument("item_id", type=int)
+def queue_drop(config_path: str | None, item_id: int) -> None:
+    """Never deliver item ID (for a held item that was already delivered before the
+    restore). The item stays listed as dropped."""
+    import time
+
+    from .outbox import drop_item
+
+    why = "dropped by store IT (pa-bridge queue drop)"
+    if not _queue_write(config_path, lambda db: drop_item(db, item_id, time.time(), why)):
+        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        sys.exit(1)
+    click.echo(f"queue item {item_id} is dropped")
 
 
 @click.command()
@@ -130,8 +205,7 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     the daemon runs; checks the copy with PRAGMA integrity_check."""
     from .backup import BackupError, backup_database
 
-    settings = _settings(config_path)
-    src = settings.storage.path
+    src = _storage_path(config_path)
     shown = {"last": -1}
 
     def progress(done: int, total: int) -> None:
@@ -148,3 +222,38 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     click.echo(f"backup: {result.path}")
     click.echo(f"size: {result.size} bytes ({result.pages} pages)")
     click.echo(f"integrity_check: {result.integrity}")
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@config_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def restore(file: str, config_path: str | None, yes: bool) -> None:
+    """Put the backup FILE back as the database, with the daemon stopped. The current
+    database is moved aside (nothing is deleted). The daemon that serves the restored
+    copy holds its undelivered queue items for review and moves the PA feed's cursor
+    past every one handed out before."""
+    from .restore import RestoreError, database_in_use, restore_database
+
+    dest = _storage_path(config_path)
+    if database_in_use(dest):
+        click.echo(
+            f"error: a pa-bridge daemon serves {dest}; stop it first "
+            "(systemctl stop pa-bridge), then restore",
+            err=True,
+        )
+        sys.exit(1)
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"replace {dest} with {file}?", abort=True)
+    try:
+        result = restore_database(file, dest, progress=lambda m: click.echo(m, err=True))
+    except RestoreError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(f"restored: {result.path} from the backup taken at {result.backup_taken_at}")
+    if result.moved_aside is not None:
+        click.echo(f"previous database: {result.moved_aside}")
+    click.echo(
+        f"held for review when the daemon starts: {result.queued} queue item(s); "
+        "list them with `pa-bridge queue list --status held`"
+    )

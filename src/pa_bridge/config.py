@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "Settings",
     "load_settings",
+    "load_storage_settings",
     "parse_listen",
     "is_loopback",
 ]
@@ -96,6 +97,9 @@ class ServiceSettings(_Section):
     timeout_seconds: float = Field(default=15.0, gt=0)
     #: CA bundle path for the service's TLS, or true for the system store.
     verify: bool | str = True
+    #: how often the daemon reaches for the service to tell /healthz and /metrics
+    #: whether it answers and takes our credentials (0: never; traffic still tells)
+    probe_seconds: float = Field(default=300.0, ge=0)
 
     def configured(self) -> bool:
         return any(
@@ -171,8 +175,19 @@ class SandboxSettings(_Section):
     _v_listen = field_validator("listen")(_listen_ok)
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 class LoggingSettings(_Section):
     level: str = "INFO"
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, v: str) -> str:
+        up = v.strip().upper()
+        if up not in _LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(_LOG_LEVELS)} (got {v!r})")
+        return up
 
 
 class Settings(BaseSettings):
@@ -224,17 +239,42 @@ def _read_secret_file(path: Path) -> str:
     return p.read_text(encoding="utf-8").strip()
 
 
-def _resolve_secret_files(s: Settings, problems: list[str]) -> None:
+def _from_env(section: str, key: str) -> bool:
+    """Whether ``PA_BRIDGE_<SECTION>__<KEY>`` is set (case-insensitive, as the
+    settings read it) to something other than the empty string."""
+    want = f"PA_BRIDGE_{section}__{key}".upper()
+    return any(k.upper() == want and v != "" for k, v in os.environ.items())
+
+
+def _resolve_secret_files(
+    s: Settings, problems: list[str], file_data: dict[str, Any] | None = None
+) -> None:
+    """Fill each secret from its ``_file``. The environment wins over the file: a
+    secret given by environment variable replaces the file's ``key`` or ``key_file``,
+    and an environment ``key_file`` replaces the file's ``key``. Both ``key`` and
+    ``key_file`` from the same place is a mistake, named."""
     pairs: list[tuple[BaseModel, str, str]] = [
         (s.service, "password", "service"),
         (s.service, "api_key", "service"),
         (s.callbacks, "password", "callbacks"),
     ]
+    file_data = file_data or {}
     for section, key, name in pairs:
         path = getattr(section, f"{key}_file")
         if path is None:
             continue
-        if getattr(section, key) is not None:
+        value_env, path_env = _from_env(name, key), _from_env(name, f"{key}_file")
+        in_file = file_data.get(name, {}) if isinstance(file_data.get(name), dict) else {}
+        value_file = in_file.get(key) not in (None, "")
+        if value_env:
+            if path_env:
+                problems.append(
+                    f"{name}.{key}_file: give either PA_BRIDGE_{name.upper()}__{key.upper()}"
+                    f" or PA_BRIDGE_{name.upper()}__{key.upper()}_FILE, not both"
+                )
+            setattr(section, f"{key}_file", None)  # the environment's value wins
+            continue
+        if getattr(section, key) is not None and not (path_env and value_file):
             problems.append(f"{name}.{key}_file: give either {key} or {key}_file, not both")
             continue
         try:
@@ -283,18 +323,53 @@ def _format_validation(e: ValidationError) -> list[str]:
     return out
 
 
+class _StorageOnly(BaseSettings):
+    """The ``[storage]`` section alone, for commands that need only the database."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PA_BRIDGE_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+
+
+def load_storage_settings(path: str | os.PathLike[str] | None = None) -> StorageSettings:
+    """Only ``[storage]`` (file, then environment), for ``backup``, ``restore`` and
+    ``queue``: they need the database's path, not the service's secrets, so they run
+    as the service user outside systemd (no ``$CREDENTIALS_DIRECTORY``) and with a
+    config whose other sections are for another version."""
+    data = _read_toml(path) if path is not None else {}
+    try:
+        return _StorageOnly(storage=data.get("storage", {})).storage
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e)) from None
+
+
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Read the TOML file (if any), apply the environment, validate; raise
     :class:`ConfigError` listing every problem."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as e:
-            raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    data: dict[str, Any] = _read_toml(path) if path is not None else {}
     for section, values in overrides.items():
         data.setdefault(section, {}).update(values)
     try:
@@ -302,7 +377,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
     problems: list[str] = []
-    _resolve_secret_files(settings, problems)
+    _resolve_secret_files(settings, problems, data)
     _check(settings, problems)
     if problems:
         raise ConfigError(problems)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import SecretStr, ValidationError
@@ -255,6 +256,12 @@ def _check_schema(path: Path) -> list[Check]:
                         "SELECT name FROM _sqlite_migrations WHERE migration_set = 'pa_bridge'"
                     )
                 ]
+            restored_from = None
+            if "meta" in tables:
+                row = conn.execute(
+                    "SELECT value FROM meta WHERE key = 'backup.taken_at'"
+                ).fetchone()
+                restored_from = None if row is None else str(row[0])
             failed = 0
             if "outbox" in tables:
                 failed = int(
@@ -299,6 +306,15 @@ def _check_schema(path: Path) -> list[Check]:
                 "queue",
                 f"{failed} item(s) failed for good",
                 "see `pa-bridge queue list --status failed`; re-drive with `pa-bridge queue retry ID`",
+            )
+        )
+    if restored_from is not None:
+        out.append(
+            warn(
+                "database restore",
+                f"this is a backup copy taken at {restored_from}, not yet served",
+                "the daemon that serves it holds its queued items for review: "
+                "`pa-bridge queue list --status held` after it starts",
             )
         )
     return out
@@ -538,6 +554,126 @@ def check_service(s: Settings) -> list[Check]:
                 continue
             ms = (time.monotonic() - started) * 1000
             out.append(ok(name, f"reachable (HTTP {r.status_code}, {ms:.0f} ms)"))
+        reached = {
+            o
+            for o, _ in origins.items()
+            if not any(c.name.startswith(f"service {o} ") and c.status == "FAIL" for c in out)
+        }
+        out += _check_endpoints(s, http, reached)
+    return out
+
+
+def _origin_of(url: str) -> str:
+    u = httpx.URL(url)
+    return str(
+        u.copy_with(path="/", query=None, fragment=None, username=None, password=None)
+    ).rstrip("/")
+
+
+def _answered(what: str, key: str, r: httpx.Response) -> Check | None:
+    """The common verdicts on an endpoint's answer; None when the caller decides."""
+    if 300 <= r.status_code < 400:
+        return fail(
+            what,
+            f"service.{key} redirects (HTTP {r.status_code})",
+            f"set service.{key} to the address it redirects to (https, exact path)",
+        )
+    if r.status_code in (401, 403):
+        return fail(
+            what,
+            f"the service refused the credentials (HTTP {r.status_code})",
+            "check service.username, service.password and service.api_key with the"
+            " service's account manager",
+        )
+    if r.status_code >= 500:
+        return warn(what, f"the service answered HTTP {r.status_code}", "try again later")
+    return None
+
+
+def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list[Check]:
+    """Each configured endpoint itself, not just its host: the claim interface with
+    our credentials and no claim (nothing is created: 403 means refused credentials;
+    a 404 that names the missing claim means they were taken; any other 404 is a wrong
+    address), the dashboard login (proves the username and password), and the
+    outcomes URL (its base answers with a page)."""
+    out: list[Check] = []
+    svc = s.service
+    user, password, api_key = svc.username or "", s.secret(svc.password), s.secret(svc.api_key)
+    if svc.claim_url and _origin_of(svc.claim_url) in reached:
+        what = "service claim interface"
+        try:
+            r = http.post(
+                svc.claim_url,
+                data={"username": user, "password": password, "api_key": api_key},
+            )
+        except httpx.HTTPError as e:
+            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.claim_url"))
+        else:
+            verdict = _answered(what, "claim_url", r)
+            body = r.text[:4000].lower() if r.status_code == 404 else ""
+            if verdict is not None:
+                out.append(verdict)
+            elif r.status_code == 404 and "ncpdp_claim" in body:
+                out.append(ok(what, "credentials accepted (it asks for the claim, as it should)"))
+            elif r.status_code == 404:
+                out.append(
+                    fail(
+                        what,
+                        "HTTP 404: nothing answers at service.claim_url",
+                        "check the path of service.claim_url (…/cmmimport/)",
+                    )
+                )
+            elif 200 <= r.status_code < 300 or r.status_code in (400, 422):
+                out.append(
+                    ok(what, f"credentials not refused (HTTP {r.status_code} to an empty claim)")
+                )
+            else:
+                out.append(
+                    warn(
+                        what,
+                        f"unexpected HTTP {r.status_code} to an empty claim",
+                        "check service.claim_url",
+                    )
+                )
+    if svc.dashboard_url and _origin_of(svc.dashboard_url) in reached:
+        what = "service dashboard login"
+        login = svc.dashboard_url.rstrip("/") + "/login"
+        try:
+            r = http.post(login, data={"username": user, "plaintext_password": password})
+        except httpx.HTTPError as e:
+            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.dashboard_url"))
+        else:
+            verdict = _answered(what, "dashboard_url", r)
+            if verdict is not None:
+                out.append(verdict)
+            elif r.status_code == 404:
+                out.append(
+                    fail(what, f"HTTP 404 at {urlsplit(login).path}", "check service.dashboard_url")
+                )
+            elif 200 <= r.status_code < 300 and r.text.strip():
+                out.append(ok(what, "credentials accepted (a login token came back)"))
+            else:
+                out.append(
+                    warn(
+                        what, f"HTTP {r.status_code} without a token", "check service.dashboard_url"
+                    )
+                )
+    if svc.outcomes_url and _origin_of(svc.outcomes_url) in reached:
+        what = "service outcomes interface"
+        try:
+            r = http.get(svc.outcomes_url)
+        except httpx.HTTPError as e:
+            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.outcomes_url"))
+        else:
+            verdict = _answered(what, "outcomes_url", r)
+            if verdict is not None:
+                out.append(verdict)
+            elif r.status_code == 404:
+                out.append(
+                    fail(what, "HTTP 404 at service.outcomes_url", "check service.outcomes_url")
+                )
+            else:
+                out.append(ok(what, f"answers (HTTP {r.status_code})"))
     return out
 
 

@@ -49,11 +49,16 @@ def redact(fields: dict[str, Any]) -> dict[str, Any]:
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         t = record.created
+        event = getattr(record, "event", None)
         doc: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z",
             "level": record.levelname.lower(),
-            "event": getattr(record, "event", record.getMessage()),
+            # a stable identifier to filter on (journalctl ... | jq 'select(.event == ..)');
+            # a library's or module's free text goes in "message", never in "event"
+            "event": event if event is not None else f"log.{record.name}",
         }
+        if event is None:
+            doc["message"] = record.getMessage()
         fields = getattr(record, "fields", None)
         if fields:
             doc.update(redact(fields))

@@ -6,13 +6,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .outbox import queue_summary
 from .store import parse_iso
 
 if TYPE_CHECKING:
+    from .service_health import ServiceHealth
     from .store import Store
 
 __all__ = ["Metrics"]
@@ -37,7 +38,7 @@ class _StoreCollector(Collector):
         dead = GaugeMetricFamily("pa_bridge_dead_letters", "Callback bodies kept as dead letters")
         try:
             counts, first = queue_summary(self.store)
-            for status in ("pending", "failed"):
+            for status in ("pending", "failed", "held"):
                 depth.add_metric([status], counts.get(status, 0))
             age = 0.0 if first is None else max(0.0, self.clock() - parse_iso(first))
             oldest.add_metric([], age)
@@ -47,6 +48,64 @@ class _StoreCollector(Collector):
         yield depth
         yield oldest
         yield dead
+
+
+class _ServiceCollector(Collector):
+    """The service's state and the deliveries, from :class:`ServiceHealth`."""
+
+    def __init__(self, health: ServiceHealth) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        h = self.health
+        with h._lock:
+            reachable, creds, last_ok = h.reachable, h.credentials, h.last_success_at
+            failures = dict(h.failures)
+            delivered = dict(h.delivered)
+            last_delivery = dict(h.last_delivery_at)
+        up = GaugeMetricFamily(
+            "pa_bridge_service_up",
+            "1 when the PA service answered the last time it was reached for, 0 when it did"
+            " not (absent until it is first reached for)",
+        )
+        if reachable is not None:
+            up.add_metric([], 1.0 if reachable else 0.0)
+        yield up
+        refused = GaugeMetricFamily(
+            "pa_bridge_service_credentials_refused",
+            "1 when the PA service refused the pharmacy's credentials the last time",
+        )
+        refused.add_metric([], 1.0 if creds == "refused" else 0.0)
+        yield refused
+        last = GaugeMetricFamily(
+            "pa_bridge_service_last_success_timestamp_seconds",
+            "When the PA service last answered a call with success (Unix time)",
+        )
+        if last_ok is not None:
+            last.add_metric([], last_ok)
+        yield last
+        fails = CounterMetricFamily(
+            "pa_bridge_delivery_failures",
+            "Failed delivery attempts of queued items, by kind and reason",
+            labels=["kind", "reason"],
+        )
+        for (kind, reason), n in sorted(failures.items()):
+            fails.add_metric([kind, reason], n)
+        yield fails
+        done = CounterMetricFamily(
+            "pa_bridge_deliveries", "Queued items delivered, by kind", labels=["kind"]
+        )
+        for kind, n in sorted(delivered.items()):
+            done.add_metric([kind], n)
+        yield done
+        when = GaugeMetricFamily(
+            "pa_bridge_delivery_last_success_timestamp_seconds",
+            "When a queued item of each kind was last delivered (Unix time)",
+            labels=["kind"],
+        )
+        for kind, t in sorted(last_delivery.items()):
+            when.add_metric([kind], t)
+        yield when
 
 
 class Metrics:
@@ -82,3 +141,6 @@ class Metrics:
 
     def watch_store(self, store: Store, clock: Callable[[], float]) -> None:
         self.registry.register(_StoreCollector(store, clock))
+
+    def watch_service(self, health: ServiceHealth) -> None:
+        self.registry.register(_ServiceCollector(health))

@@ -29,7 +29,17 @@ from .config import QueueSettings
 from .logs import log_event
 from .store import Database, Store, now_iso, parse_iso
 
-__all__ = ["Outbox", "DeliveryFailed", "Deliverer", "queue_summary"]
+__all__ = [
+    "QUEUE_STATUSES",
+    "Deliverer",
+    "DeliveryFailed",
+    "Outbox",
+    "drop_item",
+    "hold_undelivered",
+    "list_items",
+    "queue_summary",
+    "retry_item",
+]
 
 Deliverer = Callable[[dict[str, Any]], None]
 
@@ -37,9 +47,24 @@ Deliverer = Callable[[dict[str, Any]], None]
 class DeliveryFailed(Exception):
     """Raised by a deliverer; ``retryable`` False marks the item failed for good."""
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, reason: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
+        #: a stable word for metrics and health (``unreachable``, ``credentials``, ...)
+        self.reason = reason
+
+
+def _reason(e: DeliveryFailed) -> str:
+    """The failure's kind: its own ``reason``, else the ``code`` of the service error
+    it was raised from (``raise DeliveryFailed(...) from None`` keeps the context)."""
+    if e.reason:
+        return e.reason
+    code = getattr(e.__context__, "code", None)
+    return code if isinstance(code, str) and code else "refused" if not e.retryable else "error"
+
+
+#: told of every delivery attempt: (kind, delivered?, failure reason or None)
+Observer = Callable[[str, bool, str | None], None]
 
 
 def enqueue(
@@ -64,10 +89,92 @@ def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
     rows = store.query(
         "SELECT status, count(*) AS n, min(created_at) AS oldest FROM outbox"
-        " WHERE status != 'delivered' GROUP BY status"
+        " WHERE status NOT IN ('delivered', 'dropped') GROUP BY status"
     )
     oldest = min((r["oldest"] for r in rows if r["oldest"]), default=None)
     return {r["status"]: int(r["n"]) for r in rows}, oldest
+
+
+#: what ``queue list --status`` takes. ``pending``: not tried yet; ``failed``: the last
+#: attempt failed (retried automatically at ``next_attempt_at``, or, when the service
+#: refused it for good, only by ``queue retry``); ``held``: put on hold when a backup
+#: was restored (it may have been delivered after the backup was taken: check, then
+#: ``queue retry`` or ``queue drop``); ``dropped``: dropped by store IT; ``delivered``.
+QUEUE_STATUSES = ("pending", "failed", "held", "dropped", "delivered")
+
+_STATUS_WHERE = {
+    "pending": "status = 'pending' AND last_error IS NULL",
+    "failed": "(status = 'failed' OR (status = 'pending' AND last_error IS NOT NULL))",
+    "held": "status = 'held'",
+    "dropped": "status = 'dropped'",
+    "delivered": "status = 'delivered'",
+}
+
+
+def _iso_or_none(t: Any) -> str | None:
+    return None if t is None else now_iso(float(t))
+
+
+def list_items(db: Database, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """Queue items, newest first, for store IT: one time format (UTC ISO 8601) for
+    every time, ``status`` as ``queue list`` shows it (see :data:`QUEUE_STATUSES`),
+    ``retrying`` whether the daemon will try it again by itself, ``next_attempt_at``
+    when (None when it will not)."""
+    sql = (
+        "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
+        " created_at, updated_at, delivered_at FROM outbox"
+    )
+    params: list[Any] = []
+    if status:
+        if status not in _STATUS_WHERE:
+            raise ValueError(f"unknown queue status {status!r}")
+        sql += f" WHERE {_STATUS_WHERE[status]}"
+    sql += " ORDER BY id DESC LIMIT ?"
+    params.append(limit)
+    cur = db.execute(sql, params)
+    cols = [c[0] for c in cur.description]
+    out = []
+    for row in cur.fetchall():
+        it = dict(zip(cols, row, strict=True))
+        stored = it["status"]
+        retrying = stored == "pending"
+        if stored == "pending" and it["last_error"] is not None:
+            it["status"] = "failed"
+        it["retrying"] = retrying
+        it["next_attempt_at"] = _iso_or_none(it["next_attempt_at"]) if retrying else None
+        out.append(it)
+    return out
+
+
+def retry_item(db: Database, item_id: int, now: float) -> bool:
+    """Make an undelivered item due now (held, failed or dropped ones too); call in a
+    write transaction. False when there is no such undelivered item."""
+    cur = db.execute(
+        "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
+        " WHERE id = ? AND status != 'delivered'",
+        [now, now_iso(now), item_id],
+    )
+    return cur.rowcount > 0
+
+
+def drop_item(db: Database, item_id: int, now: float, why: str) -> bool:
+    """Never deliver an undelivered item (kept, with ``why`` as its last error)."""
+    cur = db.execute(
+        "UPDATE outbox SET status = 'dropped', last_error = ?, updated_at = ?"
+        " WHERE id = ? AND status != 'delivered'",
+        [why, now_iso(now), item_id],
+    )
+    return cur.rowcount > 0
+
+
+def hold_undelivered(db: Database, why: str, now: float) -> int:
+    """Put every undelivered item on hold (after a restore); the count."""
+    cur = db.execute(
+        "UPDATE outbox SET status = 'held', last_error = ?, updated_at = ?"
+        " WHERE status IN ('pending', 'failed')",
+        [why, now_iso(now)],
+    )
+    return int(cur.rowcount)
 
 
 class Outbox:
@@ -90,6 +197,7 @@ class Outbox:
         self._again = False
         self._wake_scheduled = False
         self.last_drain_at = time.monotonic()
+        self.observer: Observer | None = None
 
     # ---- scheduling ----------------------------------------------------------
     def start(self, scheduler: BackgroundScheduler) -> None:
@@ -164,17 +272,21 @@ class Outbox:
                 return True
             deliverer = self.deliverers.get(item["kind"])
             error: str | None = None
+            reason: str | None = None
             retryable = True
             if deliverer is None:
                 error, retryable = f"no deliverer for kind {item['kind']!r}", False
+                reason = "no_deliverer"
             else:
                 try:
                     deliverer(json.loads(item["payload_json"]))
                 except DeliveryFailed as e:
-                    error, retryable = str(e), e.retryable
+                    error, retryable, reason = str(e), e.retryable, _reason(e)
                 except Exception as e:  # unexpected: keep it, retry later
-                    error = f"unexpected {type(e).__name__}"
+                    error, reason = f"unexpected {type(e).__name__}", "unexpected"
             self._record(item, error, retryable)
+            if self.observer is not None:
+                self.observer(str(item["kind"]), error is None, reason)
             return error is None
         finally:
             with self._lock:
@@ -227,30 +339,11 @@ class Outbox:
 
     # ---- store IT ------------------------------------------------------------
     def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        sql = (
-            "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
-            " created_at, updated_at, delivered_at FROM outbox"
-        )
-        params: list[Any] = []
-        if status:
-            sql += " WHERE status = ?"
-            params.append(status)
-        sql += " ORDER BY id DESC LIMIT ?"
-        params.append(limit)
-        return self.store.query(sql, params)
+        return list_items(self.store.reader(), status, limit)
 
     def retry(self, item_id: int) -> bool:
         now = self.clock()
-
-        def job(db: Database) -> bool:
-            cur = db.execute(
-                "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
-                " WHERE id = ? AND status != 'delivered'",
-                [now, now_iso(now), item_id],
-            )
-            return cur.rowcount > 0
-
-        ok = self.store.write(job)
+        ok = self.store.write(lambda db: retry_item(db, item_id, now))
         if ok:
             self.wake()
         return ok

@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -20,7 +21,10 @@ from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .store import Store
+from .outbox import queue_summary
+from .restore import adopt_restored, lock_database_dir
+from .service_health import ServiceHealth
+from .store import Store, create_private
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
@@ -39,12 +43,17 @@ class Daemon:
         self.callback_server: CallbackFront | None = None
         self._stopped = threading.Event()
         self._stopping = False
+        self.service_health = ServiceHealth(clock)
+        self._lock_fd: int | None = None
+        self._db_problem: str | None = None
 
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
+        self._lock_database()
         self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
         log_event("daemon.database_ready", path=str(s.storage.path))
+        self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
         # commits with the store alone; forwarding waits for the bridge's queue.
         from .web.callbacks import CallbackReceiver
@@ -58,12 +67,22 @@ class Daemon:
         self.client = self._make_client()
         self.bridge = Bridge(s, self.store, self.client, clock=self.clock, metrics=metrics)
         receiver.on_stored = self.bridge.outbox.wake
+        self.bridge.outbox.observer = self.service_health.delivery
+        metrics.watch_service(self.service_health)
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
         self.bridge.outbox.start(self.scheduler)
         self._extra_jobs(self.scheduler)
+        if s.service.probe_seconds > 0:
+            self.scheduler.add_job(
+                self.probe_service,
+                "interval",
+                seconds=s.service.probe_seconds,
+                id="service-probe",
+                next_run_time=datetime.now(UTC) + timedelta(seconds=2),
+            )
         self.scheduler.start()
         from .web.intake import create_intake_app
 
@@ -101,8 +120,7 @@ class Daemon:
         db_path = None
         if s.sandbox.persist:
             path = s.storage.path.parent / "sandbox.sqlite3"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            create_private(path)  # never an open/close of a file SQLite may hold
             db_path = str(path)
         cfg = SandboxConfig(
             db_path=db_path,
@@ -194,12 +212,95 @@ class Daemon:
                 log_event("daemon.watchdog_withheld", level=logging.ERROR)
 
     def _health(self) -> dict[str, Any]:
+        """Merged into ``/healthz`` after the bridge's own checks: booleans decide
+        readiness (503 when one is false); ``degraded`` lists what works but needs
+        store IT (answered 200, status ``degraded``)."""
         sched = self.scheduler is not None and self.scheduler.running
-        return {
+        problem = self.store.problem() if self.store is not None else "not started"
+        if problem != self._db_problem:
+            if problem is not None:
+                log_event("database.unhealthy", level=logging.ERROR, error=problem)
+            elif self._db_problem is not None:
+                log_event("database.recovered")
+            self._db_problem = problem
+        out: dict[str, Any] = {
+            "database": problem is None,
+            "database_error": problem,
             "scheduler": sched,
             "writer": self.store is not None and self.store.writer_alive,
             "callbacks": self.callback_server is not None and self.callback_server.alive,
         }
+        out.update(self.service_health.snapshot())
+        degraded = self.service_health.degraded_reasons()
+        if problem is None and self.bridge is not None:
+            counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
+            out["queue"] = {k: counts.get(k, 0) for k in ("pending", "failed", "held")}
+            if counts.get("held"):
+                degraded.append("queue_held_after_restore")
+            if counts.get("failed"):
+                degraded.append("queue_failed")
+        out["degraded"] = degraded
+        return out
+
+    def probe_service(self) -> None:
+        """Reach for the service once and tell :attr:`service_health` what happened."""
+        client = self.client
+        if client is None:
+            return
+        from .client import ServiceError
+
+        if client.dashboard_url:
+            try:
+                client.dashboard_login()
+            except ServiceError as e:
+                self.service_health.service_failed("probe.dashboard_login", e.code)
+            except Exception as e:  # never let the probe stop the scheduler
+                self.service_health.service_failed("probe.dashboard_login", type(e).__name__)
+            else:
+                self.service_health.service_answered("probe.dashboard_login")
+            return
+        import httpx
+
+        s = self.settings.service
+        try:
+            r = httpx.get(
+                client.outcomes_url,
+                timeout=min(10.0, s.timeout_seconds),
+                verify=s.verify,
+                follow_redirects=False,
+            )
+        except httpx.TimeoutException:
+            self.service_health.service_failed("probe.outcomes", "timeout")
+        except httpx.HTTPError:
+            self.service_health.service_failed("probe.outcomes", "unreachable")
+        else:
+            if r.status_code >= 500:
+                self.service_health.service_failed("probe.outcomes", "http_error")
+            else:  # the page for exploration, or a 4xx: something answered
+                self.service_health.service_answered("probe.outcomes", credentials_checked=False)
+
+    # ---- one daemon per database, and restores ----------------------------------
+    def _lock_database(self) -> None:
+        """Hold ``<db>.lock`` (flock, not a POSIX lock: it cannot disturb SQLite's) for
+        the daemon's life, so a second daemon and ``pa-bridge restore`` see it runs."""
+        path = self.settings.storage.path
+        create_private(path)
+        self._lock_fd = lock_database_dir(path)
+
+    def _after_restore(self) -> None:
+        """A database that is a ``pa-bridge backup`` copy is being served for the first
+        time: hold its undelivered queue items (they may have been delivered after the
+        backup was taken), move the PA feed's cursor past anything handed out before,
+        and record it (decision 0009)."""
+        assert self.store is not None
+        note = self.store.write(lambda db: adopt_restored(db, self.clock()))
+        if note is not None:
+            log_event(
+                "database.restored",
+                level=logging.WARNING,
+                backup_taken_at=note["backup_taken_at"],
+                held=note["held"],
+            )
 
     # ---- stop -------------------------------------------------------------------
     def stop(self) -> None:
@@ -222,6 +323,9 @@ class Daemon:
             self.sandbox.stop()
         if self.store is not None:
             self.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the .lock file: SQLite never opens it
+            self._lock_fd = None
         log_event("daemon.stopped")
         self._stopped.set()
 

@@ -30,6 +30,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "StoreMissing",
+    "create_private",
+    "connect_existing",
     "MIGRATIONS",
     "Database",
     "now_iso",
@@ -58,6 +61,39 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     """The write could not be committed (disk full, read-only, locked, writer stopped)."""
+
+
+class StoreMissing(StoreError):
+    """The database a command was pointed at does not exist (it is never created)."""
+
+
+def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
+    """A connection to an existing pa-bridge database, for the commands store IT runs
+    beside the daemon (``queue``, ``restore``): never creates the file, never migrates,
+    read-only unless ``write``. Raises :class:`StoreMissing` or :class:`StoreError`
+    with a message that says what to check."""
+    p = Path(path)
+    if not p.exists():
+        raise StoreMissing(
+            f"no database at {p} (check storage.path in the config; has the daemon run?)"
+        )
+    if not p.is_file():
+        raise StoreError(f"{p} is not a file (check storage.path)")
+    try:
+        conn = sqlite3.connect(
+            f"file:{p}?mode=rw", uri=True, isolation_level=None, timeout=10.0,
+            check_same_thread=False,
+        )  # fmt: skip
+        conn.execute("PRAGMA busy_timeout = 10000")
+        if not write:
+            conn.execute("PRAGMA query_only = ON")
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open {p}: {e}") from None
+    if "outbox" not in names or "_sqlite_migrations" not in names:
+        conn.close()
+        raise StoreError(f"{p} is not a pa-bridge database (no outbox table)")
+    return conn
 
 
 @MIGRATIONS()
@@ -170,11 +206,26 @@ def m002_callbacks(db: Database) -> None:
     db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
 
 
-def _secure_file(path: Path) -> None:
-    """Create the database file 0600 before SQLite does, and tighten existing ones."""
+def create_private(path: Path) -> None:
+    """Create a missing database file with mode 0600 before SQLite opens it.
+
+    Never open (and so never close) a descriptor of a file SQLite may already have
+    open in this process: closing ANY descriptor of a file drops every POSIX lock the
+    process holds on it (SQLite's "How To Corrupt An SQLite Database File", section
+    2.2). Another process (``pa-bridge backup``, a ``sqlite3`` shell) then believes it
+    is the last connection when it closes and deletes the WAL under the daemon. So the
+    file is created with ``O_EXCL`` only when it does not exist (no connection can
+    hold a lock on a file that did not exist), and modes are set by path, which opens
+    nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    os.close(fd)
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    _tighten_modes(path)
+
+
+def _tighten_modes(path: Path) -> None:
+    """chmod 0600 the database, its -wal and -shm, by path (no descriptor opened)."""
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         with contextlib.suppress(FileNotFoundError, PermissionError):
             os.chmod(p, 0o600)
@@ -187,6 +238,22 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         conn.execute("PRAGMA query_only = ON")
     return conn
+
+
+#: SQLite result codes (by name, extended codes included) that mean the database
+#: itself is failing rather than the statement
+_FAILING_DATABASE = (
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+    "SQLITE_CANTOPEN",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_READONLY",
+    "SQLITE_PROTOCOL",
+    "SQLITE_NOMEM",
+)
 
 
 class _Job:
@@ -226,7 +293,7 @@ class Store:
         self.path = Path(path)
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
-            _secure_file(self.path)
+            create_private(self.path)
             self._wconn = _connect(self.path)
             mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -240,7 +307,11 @@ class Store:
             MIGRATIONS.apply(self._wdb)
         finally:
             os.umask(old_umask)
-        _secure_file(self.path)
+        _tighten_modes(self.path)
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
+        #: the last write failure (message, monotonic time); cleared by a good commit
+        self.last_error: tuple[str, float] | None = None
         self._max_batch = max_batch
         self._seq: int | None = None
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -381,10 +452,12 @@ class Store:
                 conn.execute("ROLLBACK")
             self._seq = None
             err = StoreUnavailable(f"cannot commit: {e}")
+            self.last_error = (str(err), time.monotonic())
             for job, _ok, _v in results:
                 job.finish(False, err)
             return
         self.last_commit_at = time.monotonic()
+        self.last_error = None
         self.commits += 1
         for job, ok, value in results:
             job.finish(ok, value)
@@ -396,6 +469,7 @@ class Store:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             err = StoreUnavailable(f"cannot begin a write: {e}")
+            self.last_error = (str(err), time.monotonic())
             for job in batch:
                 job.finish(False, err)
             return None
@@ -408,14 +482,30 @@ class Store:
                 if savepoints:
                     conn.execute("RELEASE SAVEPOINT job")
                 results.append((job, True, value))
-            except BaseException as e:
+            except BaseException as exc:
+                failure = self._as_unavailable(exc)
                 if not savepoints:
-                    return [(job, False, e)]  # caller rolls back and retries with savepoints
+                    return [(job, False, failure)]  # caller rolls back, retries with savepoints
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK TO SAVEPOINT job")
                     conn.execute("RELEASE SAVEPOINT job")
-                results.append((job, False, e))
+                results.append((job, False, failure))
         return results
+
+    def _as_unavailable(self, e: BaseException) -> BaseException:
+        """A job that failed because the database did (I/O error, full disk, corrupt or
+        read-only file, lock) fails with :class:`StoreUnavailable` naming SQLite's
+        message, and the store remembers it for health; a job's own errors (a
+        constraint, a missing table, a bug) pass as they are."""
+        if not isinstance(e, sqlite3.Error):
+            return e
+        name = str(getattr(e, "sqlite_errorname", "") or "")
+        if not name.startswith(_FAILING_DATABASE):
+            return e
+        err = StoreUnavailable(f"cannot write: {e} ({name})")
+        err.__cause__ = e
+        self.last_error = (str(err), time.monotonic())
+        return err
 
     def _checkpoint_loop(self) -> None:
         """Copy committed pages from the WAL into the database file every
@@ -440,17 +530,60 @@ class Store:
             conn.close()
 
     def next_seq(self, db: Database) -> int:
-        """The next change_seq of the PA feed; call only inside a write job."""
+        """The next change_seq of the PA feed; call only inside a write job.
+
+        A time in microseconds that never goes backwards: the larger of the last
+        sequence + 1, the clock, and the floor a restore set (``feed.seq_floor``). So a
+        database restored from a backup hands out cursors after every one handed out
+        before the restore, and a client holding a later cursor misses nothing new
+        (decision 0009). Fits in 53 bits (JSON-safe) until the year 2255."""
         if self._seq is None:
-            self._seq = int(
-                db.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()[0]
-            )
-        self._seq += 1
+            row = db.execute(
+                "SELECT coalesce(max(change_seq), 0),"
+                " coalesce((SELECT CAST(value AS INTEGER) FROM meta"
+                " WHERE key = 'feed.seq_floor'), 0) FROM pas"
+            ).fetchone()
+            self._seq = max(int(row[0]), int(row[1]))
+        self._seq = max(self._seq + 1, int(time.time() * 1_000_000))
         return self._seq
 
     @property
     def writer_alive(self) -> bool:
         return self._thread.is_alive()
+
+    def problem(self, timeout: float = 2.0) -> str | None:
+        """None when the database takes writes and reads, else what is wrong, in words
+        fit for a log line and the health answer (no data in it). Probes with a real
+        one-row write (a commit of nothing proves nothing about the disk)."""
+        if self._closed:
+            return "the database is closed"
+        if not self.writer_alive:
+            return "the database writer thread has stopped"
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return f"{self.path} was removed while the daemon has it open"
+        if (st.st_dev, st.st_ino) != self._identity:
+            return f"{self.path} was replaced while the daemon has it open"
+        if not os.path.exists(f"{self.path}-wal"):
+            return f"{self.path}-wal was removed while the daemon has it open"
+        at = now_iso()
+        try:
+            self.write(
+                lambda db: db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('health.probe_at', ?)", [at]
+                ),
+                timeout=timeout,
+            )
+        except StoreError as e:
+            return str(e)
+        except sqlite3.Error as e:
+            return f"cannot write: {e}"
+        try:
+            self.query("SELECT value FROM meta WHERE key = 'health.probe_at'")
+        except sqlite3.Error as e:
+            return f"cannot read: {e}"
+        return None
 
     # ---- reading -------------------------------------------------------------
     def reader(self) -> Database:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 from flask import Flask, Response, jsonify
@@ -10,6 +11,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..bridge import BridgeError
 from ..logs import log_event
+from ..store import StoreError
 
 __all__ = ["error_response", "install_error_handlers"]
 
@@ -37,6 +39,21 @@ def install_error_handlers(app: Flask) -> None:
             415: "unsupported_media_type",
         }.get(status, "http_error")
         return error_response(status, code, e.description or e.name)
+
+    @app.errorhandler(StoreError)
+    @app.errorhandler(sqlite3.Error)
+    def _database(e: Exception) -> tuple[Response, int]:
+        # SQLite's and the store's messages name the problem ("disk I/O error",
+        # "database is locked") and never carry row values
+        log_event(
+            "database.error", level=logging.ERROR, error=str(e)[:300], error_type=type(e).__name__
+        )
+        return error_response(
+            503,
+            "database_unavailable",
+            "pa-bridge cannot use its database right now; nothing was stored. Send it again "
+            "in a moment; store IT: see /healthz and the log",
+        )
 
     @app.errorhandler(Exception)
     def _unexpected(e: Exception) -> tuple[Response, int]:

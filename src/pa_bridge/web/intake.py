@@ -115,7 +115,8 @@ def healthz() -> tuple[Response, int]:
     if extra is not None:
         checks.update(extra())
     ready = all(v for k, v in checks.items() if isinstance(v, bool))
-    checks["status"] = "ok" if ready else "unavailable"
+    degraded = checks.get("degraded") or []
+    checks["status"] = "unavailable" if not ready else "degraded" if degraded else "ok"
     return jsonify(checks), 200 if ready else 503
 
 
