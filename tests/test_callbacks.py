@@ -15,7 +15,7 @@ import trustme
 from pa_bridge.callbacks import is_newer, parse_callback
 from tests.support import NO_SERVICE
 
-AUTH = ("pa-service", "cb-secret")
+AUTH = ("pa-service", "cb-secret-7731")
 
 
 def _body(
@@ -96,7 +96,7 @@ def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
-@pytest.mark.parametrize("auth", [None, ("pa-service", "wrong"), ("other", "cb-secret")])
+@pytest.mark.parametrize("auth", [None, ("pa-service", "wrong"), ("other", "cb-secret-7731")])
 def test_wrong_or_missing_credentials_get_401_and_nothing_is_stored(
     https_daemon: Any, auth: Any
 ) -> None:

@@ -75,9 +75,34 @@ def test_open_listen_without_tokens_is_refused() -> None:
     with pytest.raises(ConfigError) as ei:
         load_settings(intake={"listen": "0.0.0.0:8470"})
     assert any(p.startswith("intake.tokens:") for p in ei.value.problems)
-    assert load_settings(intake={"listen": "0.0.0.0:8470", "tokens": ["t"]}).intake_tokens() == [
-        "t"
+    long = "t" * 24
+    assert load_settings(intake={"listen": "0.0.0.0:8470", "tokens": [long]}).intake_tokens() == [
+        long
     ]
+
+
+@pytest.mark.parametrize("token", ["", " ", "a", "short-tok", " padded-token-value "])
+def test_empty_or_trivial_intake_tokens_are_refused(token: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_settings(intake={"listen": "0.0.0.0:8470", "tokens": [token]})
+    text = "\n".join(ei.value.problems)
+    assert "intake.tokens" in text
+    if len(token.strip()) > 3:
+        assert token.strip() not in text  # the token itself is never printed
+
+
+def test_empty_or_short_callback_password_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "callback-password"
+    empty.write_text("\n")
+    for cb in (
+        {"username": "svc", "password_file": str(empty)},
+        {"username": "svc", "password": "abc"},
+    ):
+        with pytest.raises(ConfigError) as ei:
+            load_settings(callbacks=cb)
+        assert any(p.startswith("callbacks.password:") for p in ei.value.problems)
+    ok = load_settings(callbacks={"username": "svc", "password": "a-long-callback-pw"})
+    assert ok.secret(ok.callbacks.password) == "a-long-callback-pw"
 
 
 def test_example_config_is_valid_and_documents_every_key() -> None:

@@ -165,3 +165,16 @@ def test_sandbox_pa_links_still_open_after_a_restart(tmp_path: Path) -> None:
         assert stat.S_IMODE(os.stat(tmp_path / "var" / "sandbox.sqlite3").st_mode) == 0o600
     finally:
         d2.terminate()
+
+
+def test_a_fatal_signal_leaves_a_line_in_the_log(tmp_path: Path) -> None:
+    """SIGBUS (what an unwritable -shm mapping raises in SQLite) kills the process in C;
+    the journal still says what happened."""
+    import signal
+
+    d = DaemonProcess(tmp_path).start()
+    assert d.proc is not None
+    os.kill(d.proc.pid, signal.SIGBUS)
+    d.proc.wait(20)
+    text = d.log.read_text(errors="replace")
+    assert "Bus error" in text and "Fatal Python error" in text

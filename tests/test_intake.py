@@ -156,6 +156,9 @@ def test_pa_feed_cursor_returns_only_changes(api: httpx.Client) -> None:
     cursor = feed["cursor"]
     assert api.get("/v1/pa", params={"since": cursor}).json()["pas"] == []
     assert api.get("/v1/pa", params={"since": "x"}).status_code == 400
+    for bad in ("-1", str(1 << 64), "99999999999999999999999", str(int(cursor) + 10**12)):
+        r = api.get("/v1/pa", params={"since": bad})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor", bad
 
 
 def test_unknown_paths_and_pas_answer_json_errors(api: httpx.Client) -> None:
@@ -172,7 +175,7 @@ def test_oversized_body_is_413(make_daemon: Any) -> None:
 
 
 def test_bearer_token_is_required_when_configured(make_daemon: Any) -> None:
-    d = make_daemon(intake={"tokens": ["tok-one", "tok-two"]})
+    d = make_daemon(intake={"tokens": ["tok-one-0a1b2c3d", "tok-two-4e5f6a7b"]})
     url = d.intake_server.url
     body = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
     r = httpx.post(f"{url}/v1/claims", json=body)
@@ -180,7 +183,9 @@ def test_bearer_token_is_required_when_configured(make_daemon: Any) -> None:
     r = httpx.post(f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401
     assert d.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
-    r = httpx.post(f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer tok-two"})
+    r = httpx.post(
+        f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer tok-two-4e5f6a7b"}
+    )
     assert r.status_code == 200
     assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no token
 
@@ -216,3 +221,17 @@ def test_metrics_count_decisions_and_queue(api: httpx.Client) -> None:
     assert 'pa_bridge_queue_depth{status="pending"}' in text
     assert "pa_bridge_dead_letters 0.0" in text
     assert "pa_bridge_budget_misses_total 0.0" in text
+
+
+def test_a_malformed_claim_error_names_the_place_not_the_bytes(api: httpx.Client) -> None:
+    req = b.request_bytes()
+    # the segment separator before the patient segment's fields is lost: the parser
+    # meets the patient's name where a segment id should be
+    i = req.index(b"\x1e\x1cAM01") if b"\x1e\x1cAM01" in req else req.index(b"AM01")
+    broken = req[:i] + b"\x1e\x1c" + b.PATIENT_LAST.encode() + req[i + 6 :]
+    r = api.post("/v1/claims", json=_claim(broken, b.response_bytes()))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "malformed_claim" and "byte offset" in err["message"]
+    for phi in (b.PATIENT_LAST, b.PATIENT_LAST[:8], b.PATIENT_FIRST[:8]):
+        assert phi not in r.text

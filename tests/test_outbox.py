@@ -90,3 +90,20 @@ def test_unexpected_exception_keeps_item_pending(store: Store) -> None:
     row = ob.list()[0]
     assert row["status"] == "failed" and row["last_error"] == "unexpected RuntimeError"
     assert row["retrying"]  # kept and tried again, never given up on for a bug
+
+
+def test_a_clock_set_back_does_not_stall_the_queue(store: Store) -> None:
+    clock = Clock()
+    outcomes = iter([DeliveryFailed("down"), None])
+
+    def deliver(payload: dict[str, Any]) -> None:
+        err = next(outcomes)
+        if err is not None:
+            raise err
+
+    ob = _outbox(store, deliver, clock)
+    store.write(lambda db: enqueue(db, "thing", {}, now=clock()))
+    assert ob.drain_once() == 1  # failed; next attempt 5-10 s ahead
+    clock.t -= 86_400  # the wall clock is set back a day
+    assert ob.drain_once() == 1, "the item waits for a day that already passed"
+    assert ob.list()[0]["status"] == "delivered"

@@ -128,3 +128,39 @@ def test_checkpoints_run_in_the_background_and_the_wal_stays_bounded(tmp_path: P
         assert conn.execute("SELECT count(*) FROM audit").fetchone()[0] == 1600
     finally:
         conn.close()
+
+
+def test_a_write_reported_as_not_stored_is_never_committed_later(tmp_path: Path) -> None:
+    """A caller that gives up waiting is told "not stored"; its job must then never be
+    committed by the batch that was waiting on a lock (issue 19: a 503 "send it again"
+    whose claim was in fact stored)."""
+    import threading
+
+    path = tmp_path / "db.sqlite3"
+    with Store(path, busy_timeout_ms=5000) as s:
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # a foreign lock, released after 1 s
+        first_done = threading.Event()
+
+        def first() -> None:
+            _insert(s, 1)  # holds the write path, waiting for the foreign lock
+            first_done.set()
+
+        t = threading.Thread(target=first)
+        t.start()
+        threading.Event().wait(0.2)
+        with pytest.raises(StoreUnavailable):
+            s.write(
+                lambda db: db.execute(
+                    "INSERT INTO audit (at, action, object_id) VALUES ('t', 'test', 'late')"
+                ),
+                timeout=0.3,
+            )
+        threading.Event().wait(0.7)
+        other.execute("ROLLBACK")
+        other.close()
+        t.join(10)
+        assert first_done.is_set()
+        ids = {r["object_id"] for r in s.query("SELECT object_id FROM audit")}
+    assert "1" in ids
+    assert "late" not in ids, "a write answered as not stored was committed"

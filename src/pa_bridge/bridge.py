@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -47,6 +48,21 @@ class BridgeError(Exception):
         self.detail = detail
 
 
+_QUOTED = re.compile(r"b?'(?:[^'\\]|\\.)*'" + r'|b?"(?:[^"\\]|\\.)*"')
+
+
+def _without_content(e: ncpdp.ParseError) -> str:
+    """The parse error's reason and place, without any quoted piece of the claim (a
+    quoted field can be a name or a date of birth): offset, segment and field say
+    where to look."""
+    where = [f"byte offset {e.offset}"]
+    if e.segment_id is not None:
+        where.append(f"segment AM{e.segment_id}")
+    if e.field_id is not None:
+        where.append(f"field {e.field_id}")
+    return f"{_QUOTED.sub('(...)', e.reason)} (at {', '.join(where)})"
+
+
 def _parse(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes]:
     if not isinstance(raw, str) or not raw:
         raise BridgeError(400, "invalid_body", f"'{what}' must be a non-empty string of raw NCPDP")
@@ -56,7 +72,7 @@ def _parse(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes
         raise BridgeError(
             400,
             "malformed_claim",
-            f"the {what} is not a well-formed NCPDP {want}: {e}",
+            f"the {what} is not a well-formed NCPDP {want}: {_without_content(e)}",
             {"part": what, "offset": e.offset, "segment_id": e.segment_id, "field_id": e.field_id},
         ) from None
     if t.kind != want:
@@ -615,12 +631,15 @@ class Bridge:
         }
 
     def list_pas(self, since: str | None, limit: int) -> dict[str, Any]:
+        bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
         except ValueError:
-            raise BridgeError(
-                400, "invalid_cursor", "'since' must be a cursor from an earlier answer"
-            ) from None
+            raise bad from None
+        # cursors are times in microseconds (decision 0009): one below zero, past 63
+        # bits or from the future was never handed out
+        if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
+            raise bad
         rows = self.store.query(
             "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?", [after, limit]
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -37,13 +38,16 @@ def _settings(config_path: str | None) -> Settings:
 def serve(config_path: str | None) -> None:
     """Run the daemon: intake API, callback receiver, scheduler."""
     from .logs import configure_logging
+    from .restore import RestoreError
     from .runtime import Daemon
+    from .store import StoreError
 
     settings = _settings(config_path)
     configure_logging(settings.logging.level)
-    from .restore import RestoreError
-    from .store import StoreError
-
+    # A fatal signal (SIGBUS when SQLite's shared-memory file can no longer be
+    # written, SIGSEGV) kills the process in C; faulthandler writes the signal and
+    # the threads' stacks to stderr (the journal) first, so it is never silent.
+    faulthandler.enable()
     daemon = Daemon(settings)
     try:
         daemon.run_forever()

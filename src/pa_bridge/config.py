@@ -36,6 +36,8 @@ __all__ = [
 
 DEFAULT_INTAKE_LISTEN = "127.0.0.1:8470"
 DEFAULT_CALLBACK_LISTEN = "127.0.0.1:8471"
+#: intake tokens and the callback password: shorter ones are refused at start
+MIN_SECRET_CHARS = 12
 
 
 class ConfigError(Exception):
@@ -294,6 +296,19 @@ def _check(s: Settings, problems: list[str]) -> None:
         for key in ("claim_url", "outcomes_url", "username", "password", "api_key"):
             if getattr(s.service, key) in (None, ""):
                 problems.append(f"service.{key}: required when the sandbox is not enabled")
+    for i, token in enumerate(s.intake.tokens, start=1):
+        t = token.get_secret_value()
+        if len(t.strip()) < MIN_SECRET_CHARS or t != t.strip():
+            problems.append(
+                f"intake.tokens: token #{i} is empty, too short or padded with blanks"
+                f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 24`)"
+            )
+    cb_pw = s.callbacks.password.get_secret_value() if s.callbacks.password is not None else None
+    if cb_pw is not None and len(cb_pw.strip()) < MIN_SECRET_CHARS:
+        problems.append(
+            "callbacks.password: empty or too short"
+            f" (at least {MIN_SECRET_CHARS} characters; the service sends it with every callback)"
+        )
     host, _ = parse_listen(s.intake.listen)
     if not s.intake.tokens and not is_loopback(host):
         problems.append(

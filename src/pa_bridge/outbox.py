@@ -248,10 +248,15 @@ class Outbox:
     # ---- delivering ----------------------------------------------------------
     def drain_once(self) -> int:
         now = self.clock()
+        # Due: its time has come, or its time lies further ahead than any backoff can
+        # put it, which means the wall clock was set back since it was scheduled (a
+        # day back would otherwise stall the queue for a day). Issue 19.
+        horizon = now + self.settings.backoff_max_seconds + 60.0
         due = self.store.query(
-            "SELECT id FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?"
+            "SELECT id FROM outbox WHERE status = 'pending'"
+            " AND (next_attempt_at <= ? OR next_attempt_at > ?)"
             " ORDER BY next_attempt_at, id LIMIT ?",
-            [now, self.settings.batch_size],
+            [now, horizon, self.settings.batch_size],
         )
         for row in due:
             self.deliver(int(row["id"]))

@@ -256,12 +256,19 @@ _FAILING_DATABASE = (
 )
 
 
+_PENDING, _RUNNING, _CANCELLED = 0, 1, 2
+
+
 class _Job:
     """A write function and, once run, its outcome. Only submit() jobs carry a Future
     (a Condition and an RLock each): a write() caller reads the outcome after taking
-    the write lock, when it is already there."""
+    the write lock, when it is already there.
 
-    __slots__ = ("done", "fn", "future", "ok", "value")
+    ``state`` moves from pending to running (a writer took it into a batch) or to
+    cancelled (its caller gave up waiting before any writer took it), never both, under
+    the store's ``_state_lock``: a caller told "not stored" can rely on it."""
+
+    __slots__ = ("done", "fn", "future", "ok", "state", "value")
 
     def __init__(self, fn: Callable[[Database], Any], *, with_future: bool) -> None:
         self.fn = fn
@@ -269,6 +276,7 @@ class _Job:
         self.done = False
         self.ok = False
         self.value: Any = None
+        self.state = _PENDING
 
     def finish(self, ok: bool, value: Any) -> None:
         self.ok, self.value, self.done = ok, value, True
@@ -322,6 +330,7 @@ class Store:
         self.commits = 0
         self._closing = threading.Event()
         self._wlock = threading.Lock()
+        self._state_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
@@ -377,9 +386,22 @@ class Store:
         for job in jobs:
             self._jobs.put(job)
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
-            # the holder may still run our jobs; we report the time-out all the same
+            # Jobs no writer has taken yet are cancelled: "not stored" is then true.
+            # A job a writer already took is in a batch that is committing (or failing):
+            # wait for that outcome rather than guess (issue 19).
             self._wake.set()
-            return refused("the database did not commit in time")
+            out: list[tuple[bool, Any]] = []
+            for job in jobs:
+                with self._state_lock:
+                    if job.state == _PENDING:
+                        job.state = _CANCELLED
+                if job.state == _CANCELLED:
+                    out.append((False, StoreUnavailable("the database did not commit in time")))
+                    continue
+                while not job.done:
+                    time.sleep(0.005)
+                out.append((job.ok, job.value))
+            return out
         try:
             if not all(job.done for job in jobs):
                 if self._closed:
@@ -475,6 +497,11 @@ class Store:
             return None
         results: list[tuple[_Job, bool, Any]] = []
         for job in batch:
+            if job.state != _RUNNING:
+                with self._state_lock:
+                    if job.state == _CANCELLED:
+                        continue  # its caller was told it was not stored
+                    job.state = _RUNNING
             try:
                 if savepoints:
                     conn.execute("SAVEPOINT job")
