@@ -364,7 +364,7 @@ def test_the_environment_wins_over_a_password_file(
         cfg.read_text()
         .replace('password_file = "service-password"', f'password_file = "{tmp_path / "pw"}"')
         .replace('api_key_file = "service-api-key"', 'api_key = "k"')
-        .replace('password_file = "callback-password"', 'password = "cbpw"')
+        .replace('password_file = "callback-password"', 'password = "cbpw-long-enough"')
     )
     assert load_settings(cfg).service.password.get_secret_value() == "from-the-file"  # type: ignore[union-attr]
     monkeypatch.setenv("PA_BRIDGE_SERVICE__PASSWORD", "from-the-environment")

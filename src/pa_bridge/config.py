@@ -125,6 +125,9 @@ class IntakeSettings(_Section):
     tokens_file: Path | None = None
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     default_button_label: str = "Submit PA"
+    #: host names (beyond IP addresses, localhost and this machine's own name) that
+    #: workstations use to reach the API; any other name in Host is refused (403)
+    allowed_hosts: list[str] = Field(default_factory=list)
 
     _v_listen = field_validator("listen")(_listen_ok)
 

@@ -91,6 +91,7 @@ class Daemon:
             tokens=s.intake_tokens(),
             max_body_bytes=s.intake.max_body_bytes,
             health=self._health,
+            allowed_hosts=s.intake.allowed_hosts,
         )
         self.intake_server = WsgiServer.from_listen(app, s.intake.listen, name="intake")
         self.intake_server.start()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import socket
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
@@ -29,6 +31,62 @@ def _json_body() -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object")
     return body
+
+
+_UNGUARDED = ("/healthz", "/metrics")  # no PHI, and monitors may use any name
+_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    """DNS rebinding: a page on a name the attacker controls, resolved to this box,
+    sends that name in ``Host``. IP literals and ``localhost`` are fine (the browser
+    went to the address itself); other names must be configured."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:8470
+        return True
+    name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    if name in allowed or name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+@bp.before_app_request
+def _guard_origin() -> tuple[Response, int] | None:
+    """Cross-site requests and foreign host names (issue 19, decision 0011): a page
+    on another origin may not change anything here, and a rebound name may not read."""
+    if request.path in _UNGUARDED:
+        return None
+    allowed: frozenset[str] = current_app.config["PA_BRIDGE_ALLOWED_HOSTS"]
+    if not _host_allowed(request.host, allowed):
+        return error_response(
+            403,
+            "forbidden_host",
+            "this server answers only to its address, localhost, or a name in intake.allowed_hosts",
+        )
+    if request.method in _SAFE_METHODS:
+        return None
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if (site is not None and site not in ("same-origin", "none")) or (
+        origin is not None and origin != f"{request.scheme}://{request.host}"
+    ):
+        return error_response(
+            403, "cross_origin", "a page from another site may not send requests here"
+        )
+    length = request.content_length or 0
+    if length > (current_app.config.get("MAX_CONTENT_LENGTH") or length):
+        return None  # 413 comes first, whatever the type
+    ctype = (request.mimetype or "").lower()
+    if ctype in _FORM_TYPES or (request.content_length and ctype != "application/json"):
+        return error_response(
+            415, "unsupported_media_type", "send the body as JSON (Content-Type: application/json)"
+        )
+    return None
 
 
 @bp.before_app_request
@@ -121,12 +179,20 @@ def healthz() -> tuple[Response, int]:
 
 
 def create_intake_app(
-    bridge: Bridge, *, tokens: list[str], max_body_bytes: int, health: Any = None
+    bridge: Bridge,
+    *,
+    tokens: list[str],
+    max_body_bytes: int,
+    health: Any = None,
+    allowed_hosts: list[str] | tuple[str, ...] = (),
 ) -> Flask:
     app = Flask("pa_bridge.intake", static_folder=None)
+    names = {h.strip().lower() for h in allowed_hosts if h.strip()}
+    names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
     app.config.update(
         MAX_CONTENT_LENGTH=max_body_bytes,
         PA_BRIDGE_TOKENS=list(tokens),
+        PA_BRIDGE_ALLOWED_HOSTS=frozenset(names),
         PA_BRIDGE_HEALTH=health,
         JSON_SORT_KEYS=False,
     )

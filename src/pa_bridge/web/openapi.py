@@ -34,7 +34,11 @@ def _error(description: str) -> dict[str, Any]:
 
 
 #: Every operation may answer these (auth, oversized body, storage, unexpected).
-_DEFAULT_ERROR = _error("An error: 401 without a valid token, 413 for an oversized body, ...")
+_DEFAULT_ERROR = _error(
+    "An error: 401 without a valid token, 403 for a cross-site request or a host name"
+    " not allowed (`intake.allowed_hosts`), 413 for an oversized body, 415 for a body"
+    " that is not JSON, 503 when the database cannot be used, ..."
+)
 
 _NULLABLE_STR = {"type": ["string", "null"]}
 
