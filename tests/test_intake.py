@@ -235,3 +235,19 @@ def test_a_malformed_claim_error_names_the_place_not_the_bytes(api: httpx.Client
     assert err["code"] == "malformed_claim" and "byte offset" in err["message"]
     for phi in (b.PATIENT_LAST, b.PATIENT_LAST[:8], b.PATIENT_FIRST[:8]):
         assert phi not in r.text
+
+
+def test_deeply_nested_json_is_a_400_everywhere(api: httpx.Client) -> None:
+    deep = "[" * 1000 + "]" * 1000
+    body = '{"request": ' + deep + "}"
+    claim_id = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()["claim_id"]
+    for path in ("/v1/claims", "/v1/reversals", f"/v1/claims/{claim_id}/pa"):
+        r = api.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (path, r.status_code, r.text[:200])
+        assert r.json()["error"]["code"] == "invalid_body"
+    # strings full of brackets are not nesting
+    from pa_bridge.jsonlimits import loads_bounded
+
+    assert loads_bounded('{"a": "' + "[" * 500 + '"}') == {"a": "[" * 500}

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..bridge import Bridge, BridgeError
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from . import console, openapi
 from .errors import error_response, install_error_handlers
 
@@ -26,8 +27,17 @@ def _bridge() -> Bridge:
 
 
 def _json_body() -> dict[str, Any]:
-    request.get_data()  # enforces MAX_CONTENT_LENGTH (413) before JSON parsing
-    body = request.get_json(silent=True)
+    raw = request.get_data()  # enforces MAX_CONTENT_LENGTH (413) before JSON parsing
+    if not request.is_json:
+        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+    try:
+        body = loads_bounded(raw)
+    except TooDeep:
+        raise BridgeError(
+            400, "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
+        ) from None
+    except ValueError:
+        body = None
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object")
     return body
@@ -118,7 +128,7 @@ def post_claim() -> Response:
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
-    body = request.get_json(silent=True) if request.get_data() else {}
+    body = _json_body() if request.get_data() else {}
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
     pa, created = _bridge().submit_pa(claim_id, body, g.actor)
