@@ -12,7 +12,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -96,6 +96,8 @@ class ServiceSettings(_Section):
     timeout_seconds: float = Field(default=15.0, gt=0)
     #: CA bundle path for the service's TLS, or true for the system store.
     verify: bool | str = True
+    #: how claims go on the wire: STX ... ETX (as every reference claim) or bare
+    claim_framing: Literal["stx_etx", "none"] = "stx_etx"
 
     def configured(self) -> bool:
         return any(

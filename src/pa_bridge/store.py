@@ -170,6 +170,13 @@ def m002_callbacks(db: Database) -> None:
     db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
 
 
+@MIGRATIONS()
+def m003_pa_links(db: Database) -> None:
+    # The PA's links from its callbacks (html_url, tokens[].html_url, pdf_url), and
+    # what a submit answered without a PA id waits to be matched on (issue 14).
+    db.execute("ALTER TABLE pas ADD COLUMN links_json TEXT NOT NULL DEFAULT '{}'")
+
+
 def _secure_file(path: Path) -> None:
     """Create the database file 0600 before SQLite does, and tighten existing ones."""
     path.parent.mkdir(parents=True, exist_ok=True)
