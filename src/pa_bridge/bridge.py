@@ -659,15 +659,23 @@ class Bridge:
                 "the reversal could not be stored; send it again",
                 str(e),
             ) from None
+        # Once the B2 is delivered the answer is 200, whatever happens to the
+        # bookkeeping after it (the outbox records it later if the database is locked).
         delivered = self.outbox.deliver(item_id)
-        row = self.store.query(
-            "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [item_id]
-        )[0]
+        status, last_error = "delivered", None
+        if not delivered:
+            try:
+                row = self.store.query(
+                    "SELECT status, last_error FROM outbox WHERE id = ?", [item_id]
+                )
+                status, last_error = row[0]["status"], row[0]["last_error"]
+            except Exception as e:  # the reversal is queued all the same
+                status, last_error = "pending", f"status unknown: {type(e).__name__}"
         answer = {
             "reversal_id": exchange_id,
             "queue_id": item_id,
-            "status": "delivered" if delivered else row["status"],
-            "last_error": row["last_error"],
+            "status": status,
+            "last_error": last_error,
         }
         log_event(
             "reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=answer["status"]
@@ -697,7 +705,17 @@ class Bridge:
                         [pa_id, now, "B2 delivered to the service"],
                     )
 
-        self.store.write(job)
+        # The B2 is delivered: a history note that cannot be written now (the database
+        # is locked) must not make the delivery count as failed and send it again.
+        try:
+            self.store.write(job)
+        except Exception as e:
+            log_event(
+                "reversal.history_not_saved",
+                level=logging.WARNING,
+                reversal_id=payload.get("exchange_id"),
+                error=type(e).__name__,
+            )
 
     # ---- PA reads ------------------------------------------------------------------
     def get_pa_row(self, pa_id: str) -> dict[str, Any] | None:
