@@ -10,6 +10,7 @@ import json
 import logging
 import secrets
 import time
+from decimal import Decimal, InvalidOperation
 from collections.abc import Iterator
 from html import escape
 from typing import Any
@@ -80,6 +81,14 @@ def _same(given: str | None, expected: str) -> bool:
 def _us_date(ccyymmdd: str) -> str:
     d = ccyymmdd.strip()
     return f"{d[4:6]}/{d[6:8]}/{d[:4]}" if len(d) == 8 and d.isdigit() else ""
+
+
+def _plain(number: Any) -> str:
+    """A quantity as the service writes it: "30", "2.5" (no trailing zeros)."""
+    try:
+        return format(Decimal(str(number)).normalize(), "f")
+    except (InvalidOperation, ValueError):
+        return str(number)
 
 
 def _final_outcome(group_id: str) -> str:
@@ -194,7 +203,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                     "ndc": tx.product_id,
                     "prescription_reference": tx.rx_number,
                     "fill_number": tx.fill_number,
-                    "quantity": None if tx.quantity is None else str(tx.quantity),
+                    "quantity": None if tx.quantity is None else _plain(tx.quantity),
                     "days_supply": tx.days_supply,
                     "date_of_service": _us_date(view.date_of_service),
                 },
