@@ -20,7 +20,6 @@ import ncpdp
 from pa_bridge.client import (
     OUTCOME_VARIABLES,
     BadClaimError,
-    BadResponseError,
     ClaimMetadata,
     CredentialsError,
     HttpStatusError,
@@ -454,7 +453,11 @@ def tls_material(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLConte
 
 def test_untrusted_certificate_is_a_tls_error(tls_material: tuple[ssl.SSLContext, str]) -> None:
     server_ctx, ca_path = tls_material
-    ok = Reply(status=201, body=b"https://portal.example.test/request/view/TLS001?token_id=t\n", content_type="text/html")
+    ok = Reply(
+        status=201,
+        body=b"https://portal.example.test/request/view/TLS001?token_id=t\n",
+        content_type="text/html",
+    )
     with FakeHttpServer(ok, tls=server_ctx) as fake:
         with fake_client(fake.url) as c:
             with pytest.raises(TlsError) as ei:
