@@ -27,6 +27,7 @@ from pa_bridge.client import (
     UnrecognizedNdcError,
     pa_id_from_url,
 )
+from pa_bridge.config import ConfigError, load_settings
 
 from .builders import request_bytes
 from .fakes import FakeHttpServer, RecordedRequest, Reply
@@ -268,3 +269,14 @@ def test_an_unknown_framing_is_refused() -> None:
 )
 def test_pa_id_from_each_link_shape(url: str, pa_id: str | None) -> None:
     assert pa_id_from_url(url) == pa_id
+
+
+def test_the_claim_framing_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().service.claim_framing == "stx_etx"
+    monkeypatch.setenv("PA_BRIDGE_SERVICE__CLAIM_FRAMING", "none")
+    s = load_settings()
+    assert s.service.claim_framing == "none" and s.sandbox_enabled  # not a service config
+    monkeypatch.setenv("PA_BRIDGE_SERVICE__CLAIM_FRAMING", "crlf")
+    with pytest.raises(ConfigError) as ei:
+        load_settings()
+    assert any(p.startswith("service.claim_framing") for p in ei.value.problems)
