@@ -238,7 +238,11 @@ def test_the_real_body_is_accepted_and_a_callback_only_pa_opens_at_its_token_lin
     assert pa["links"]["pdf_url"].endswith("/api/requests/CLRQ01/download")
     with httpx.Client(base_url=https_daemon.daemon.intake_server.url) as api:
         opened = api.get("/v1/pa/CLRQ01/open")
+        console = api.get("/v1/console/worklist").json()
     assert opened.status_code == 302 and opened.headers["location"] == token_link
+    # the console's worklist links it too
+    (row,) = [p for p in console["pas"] if p["pa_id"] == "CLRQ01"]
+    assert row["url"] == token_link and row["open_url"] == "/v1/pa/CLRQ01/open"
     stored = https_daemon.daemon.store.query("SELECT links_json FROM pas WHERE id = 'CLRQ01'")
     for phi in (PATIENT_FIRST, PATIENT_LAST):
         assert phi not in stored[0]["links_json"]
