@@ -10,8 +10,8 @@ import json
 import logging
 import secrets
 import time
-from decimal import Decimal, InvalidOperation
 from collections.abc import Iterator
+from decimal import Decimal, InvalidOperation
 from html import escape
 from typing import Any
 
