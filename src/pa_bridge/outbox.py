@@ -150,7 +150,8 @@ class Outbox:
             [now, self.settings.batch_size],
         )
         for row in due:
-            self.deliver(int(row["id"]))
+            # an item a request is delivering right now is that request's: skip it
+            self.deliver(int(row["id"]), wait_s=0.0)
         return len(due)
 
     def deliver(self, item_id: int, *, wait_s: float = 60.0) -> bool:
