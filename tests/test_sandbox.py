@@ -3,9 +3,11 @@ Real HTTP on 127.0.0.1; waits are conditions with deadlines, never sleeps."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -432,6 +434,22 @@ def test_sqlite_keeps_pas_across_restarts(tmp_path: Path) -> None:
         assert ids(again) == [first]
         # An unfinished workflow resumes after the restart.
         wait_until(lambda: pas(sb)[0]["workflow_status"] == "PA Response")
+
+
+def test_pas_kept_by_an_older_sandbox_get_links_on_this_ones_address(tmp_path: Path) -> None:
+    db = str(tmp_path / "sandbox.sqlite3")
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        first = ids(post_claim(sb, **claim_form()))[0]
+    conn = sqlite3.connect(db)  # an older sandbox kept no portal with its PAs
+    (data,) = conn.execute("SELECT data FROM pa WHERE id = ?", (first,)).fetchone()
+    old = {k: v for k, v in json.loads(data).items() if k != "portal"}
+    with conn:
+        conn.execute("UPDATE pa SET data = ? WHERE id = ?", (json.dumps(old), first))
+    conn.close()
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        (link,) = links(post_claim(sb, **claim_form()))
+        assert link.startswith(sb.url + f"/request/view/{first}?token_id=")
+        assert httpx.get(link).status_code == 200
 
 
 @pytest.mark.slow

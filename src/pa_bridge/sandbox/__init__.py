@@ -101,6 +101,7 @@ class SandboxServer:
     def start(self) -> SandboxServer:
         self._server.start()
         self._started = True
+        self.state.portal = self.state.portal or self.url
         return self
 
     def stop(self) -> None:

@@ -73,6 +73,8 @@ class SandboxState:
             config.callback_url, config.callback_username, config.callback_password
         )
         self.dashboard_tokens: set[str] = set()
+        #: the sandbox's own address (set when it starts, or by its first request)
+        self.portal = ""
         self._db_lock = threading.RLock()
         self._db = sqlite3.connect(config.db_path or ":memory:", check_same_thread=False)
         with self._db_lock, self._db:
@@ -130,13 +132,16 @@ class SandboxState:
             if self.get(pa_id) is None:
                 return pa_id
 
-    @staticmethod
-    def token_url(pa: dict[str, Any]) -> str:
-        """The hosted-page link a pharmacist opens: ``{portal}/request/view/{id}?token_id=``."""
-        return f"{pa['portal']}/request/view/{pa['id']}?token_id={pa['tokens'][0]['id']}"
+    def portal_of(self, pa: dict[str, Any]) -> str:
+        """The base of a PA's links: where the sandbox was reached when it was created
+        (a PA kept from an older sandbox has none: the sandbox's own address)."""
+        return str(pa.get("portal") or self.portal)
 
-    @staticmethod
-    def request_object(pa: dict[str, Any]) -> dict[str, Any]:
+    def token_url(self, pa: dict[str, Any]) -> str:
+        """The hosted-page link a pharmacist opens: ``{portal}/request/view/{id}?token_id=``."""
+        return f"{self.portal_of(pa)}/request/view/{pa['id']}?token_id={pa['tokens'][0]['id']}"
+
+    def request_object(self, pa: dict[str, Any]) -> dict[str, Any]:
         """The PA as the real service's request object looks in a callback (the
         evidence, docs/real-service-evidence.md): links (``href``, ``html_url``,
         ``pdf_url``, ``thumbnail_urls``, ``tokens`` with their own links), values as
@@ -144,7 +149,7 @@ class SandboxState:
         ``is_epa`` a boolean and ``attachments_included`` a number (as in the
         evidence), ``created_at`` and no ``updated_at``, ``events`` only for a DELETE or
         a fax failure, and no patient data at all (the sandbox has none to send)."""
-        portal, pa_id = pa["portal"], pa["id"]
+        portal, pa_id = self.portal_of(pa), pa["id"]
         rx = dict(pa.get("prescription") or {})
         for key in ("quantity", "days_supply", "fill_number"):
             rx[key] = "" if rx.get(key) is None else str(rx[key])

@@ -111,7 +111,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
 
     def pa_url(pa: dict[str, Any]) -> str:
         """The hosted-page link, ``{portal}/request/view/{id}?token_id=...``."""
-        return SandboxState.token_url(pa)
+        return state.token_url(pa)
 
     # ------------------------------------------------------------ claim interface
 
@@ -131,6 +131,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             return _errors(
                 403, (403001, "Wrong or unknown username or password", "credentials rejected")
             )
+        state.portal = state.portal or request.host_url.rstrip("/")
         raw_claim = form["ncpdp_claim"]
         framed = raw_claim.startswith("\x02") and raw_claim.rstrip("\r\n").endswith("\x03")
         state.record_claim(framed=framed, fmt=fmt)
@@ -235,8 +236,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                             "key": pa["id"],
                             "state": pa["workflow_status"],
                             "determination": pa["plan_outcome"],
-                            "api": f"{pa['portal']}/requests/{pa['id']}",
-                            "document": f"{pa['portal']}/requests/{pa['id']}/download",
+                            "api": f"{state.portal_of(pa)}/requests/{pa['id']}",
+                            "document": f"{state.portal_of(pa)}/requests/{pa['id']}/download",
                             "open_in_browser": url,
                         },
                     }
