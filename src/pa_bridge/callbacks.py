@@ -419,21 +419,25 @@ class CallbackService:
             events_json, deleted, fax_failed = row[3], row[4], row[5]
         else:
             events_json, deleted, fax_failed = "[]", 0, 0
-        links = merge_links(row[6] if row else None, cb.links)
-        if row is None and cb.match:
-            links["match"] = cb.match  # for a submit whose answer comes after this
-        links.pop("awaiting", None)
-        urls = json.loads(row[7] or "[]") if row else []
-        for url in links.get("token_urls") or []:
-            if url not in urls:
-                urls.append(url)
+        if cb.links or note or (row is None and cb.match):
+            links = merge_links(row[6] if row else None, cb.links)
+            if row is None and cb.match:
+                links["match"] = cb.match  # for a submit whose answer comes after this
+            links.pop("awaiting", None)
+            urls = json.loads(row[7] or "[]") if row else []
+            for url in links.get("token_urls") or []:
+                if url not in urls:
+                    urls.append(url)
+            links_json, urls_json = json.dumps(links), json.dumps(urls)
+        else:  # nothing to merge (the hot path of a body without links)
+            links_json, urls_json = (row[6], row[7]) if row else ("{}", "[]")
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
             conn.execute(
                 "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
                 " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
                 " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
-                (cb.pa_id, json.dumps(urls), cb.workflow_status, cb.plan_outcome, cb.event_time,
-                 deleted, now, now, seq, events_json, fax_failed, json.dumps(links)),
+                (cb.pa_id, urls_json, cb.workflow_status, cb.plan_outcome, cb.event_time,
+                 deleted, now, now, seq, events_json, fax_failed, links_json),
             )  # fmt: skip
         else:
             newer = cb.workflow_status is not None and is_newer(
@@ -448,8 +452,8 @@ class CallbackService:
                 "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
                 " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
                 " urls_json = ? WHERE id = ?",
-                (*status, events_json, deleted, fax_failed, now, seq, json.dumps(links),
-                 json.dumps(urls), cb.pa_id),
+                (*status, events_json, deleted, fax_failed, now, seq, links_json, urls_json,
+                 cb.pa_id),
             )  # fmt: skip
         conn.execute(
             "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, plan_outcome, event_time,"
