@@ -218,7 +218,7 @@ class Sandbox:
 
         return (
             "[service]\n"
-            f'claim_url = "{self.url}/pharmacy/claim.json"\n'
+            f'claim_url = "{self.url}/cmmimport/"\n'
             f'outcomes_url = "{self.url}/outcomes.json"\n'
             f'dashboard_url = "{self.url}/dashboard"\n'
             f'username = "{SANDBOX_USERNAME}"\npassword = "{SANDBOX_PASSWORD}"\n'

@@ -13,6 +13,8 @@ import pytest
 import trustme
 
 from pa_bridge.callbacks import is_newer, parse_callback
+from tests.builders import PATIENT_FIRST, PATIENT_LAST
+from tests.real_shapes import callback_body, delete_event
 from tests.support import NO_SERVICE
 
 AUTH = ("pa-service", "cb-secret-7731")
@@ -204,15 +206,83 @@ def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any)
 
 
 def test_ordering_rule() -> None:
-    assert is_newer(
-        ("2026-01-02", "New", None), ("2026-01-01", "PA Response", "Favorable")
-    )  # time first
-    assert not is_newer((None, "New", None), (None, "PA Request", None))  # then workflow
-    assert is_newer(
-        (None, "PA Response", "Favorable"), (None, "PA Response", "Pending")
-    )  # then outcome
-    assert not is_newer(("t", "PA Response", "Pending"), ("t", "PA Response", "Pending"))
+    t1, t2 = "2026-01-01T00:00:00Z", "2026-01-02T00:00:00+00:00"
+    # workflow order first: a late New never hides a PA Response, whatever its time
+    assert not is_newer((t2, "New", None), (t1, "PA Response", "Favorable"))
+    assert not is_newer((None, "New", None), (None, "PA Request", None))
+    assert is_newer((None, "PA Response", "Favorable"), (None, "PA Response", "Pending"))
+    # then event times, on the same place in the workflow
+    assert not is_newer((t1, "PA Response", "Pending"), (t2, "PA Response", "Pending"))
+    assert is_newer((t2, "Sent to Plan", None), (t1, "Sent to Plan", None))
+    # then arrival: the later one wins (no updated_at, no parseable time: the evidence)
+    assert is_newer((None, "PA Response", "Pending"), (None, "PA Response", "Pending"))
+    assert is_newer(("time", "Sent to Plan", None), (t1, "Sent to Plan", None))
+    # a status we do not know is ordered by time and arrival only
+    assert is_newer((None, "Some Future Status", None), (None, "Archived", "Favorable"))
     assert is_newer((None, "New", None), (None, None, None))
+
+
+def test_the_real_body_is_accepted_and_a_callback_only_pa_opens_at_its_token_link(
+    https_daemon: Any,
+) -> None:
+    """valid_request.json's shape: wrapped, strings, null outcome, events [], no
+    updated_at, html_url, tokens, pdf_url, extra fields."""
+    body = callback_body("CLRQ01", "New", None)
+    r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+    assert r.status_code == 200 and r.json()["status"] == "stored"
+    pa = _pa(https_daemon, "CLRQ01")
+    token_link = "https://dashboard.example.test/requests/CLRQ01?token_id=tok0synthetic0a1b2c3"
+    assert (pa["workflow_status"], pa["plan_outcome"], pa["matched"]) == ("New", None, False)
+    assert pa["url"] == token_link and pa["urls"] == [token_link]
+    assert pa["links"]["html_url"] == "https://dashboard.example.test/requests/CLRQ01"
+    assert pa["links"]["pdf_url"].endswith("/api/requests/CLRQ01/download")
+    with httpx.Client(base_url=https_daemon.daemon.intake_server.url) as api:
+        opened = api.get("/v1/pa/CLRQ01/open")
+        console = api.get("/v1/console/worklist").json()
+    assert opened.status_code == 302 and opened.headers["location"] == token_link
+    # the console's worklist links it too
+    (row,) = [p for p in console["pas"] if p["pa_id"] == "CLRQ01"]
+    assert row["url"] == token_link and row["open_url"] == "/v1/pa/CLRQ01/open"
+    stored = https_daemon.daemon.store.query("SELECT links_json FROM pas WHERE id = 'CLRQ01'")
+    for phi in (PATIENT_FIRST, PATIENT_LAST):
+        assert phi not in stored[0]["links_json"]
+
+
+def test_the_real_bodies_move_a_pa_in_workflow_order_without_updated_at(
+    https_daemon: Any,
+) -> None:
+    post = lambda b: https_daemon.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
+    for status, outcome in [("PA Response", "Favorable"), ("New", None), ("PA Request", None)]:
+        assert post(callback_body("ORD001", status, outcome)).status_code == 200
+    pa = _pa(https_daemon, "ORD001")
+    assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
+    assert [h["workflow_status"] for h in pa["history"]] == ["PA Response", "New", "PA Request"]
+    # the evidence's DELETE: same status, an event whose time is not a time
+    assert post(callback_body("ORD001", "PA Response", "Favorable", events=[delete_event()]))
+    pa = _pa(https_daemon, "ORD001")
+    assert pa["deleted"] and [e["type"] for e in pa["events"]] == ["DELETE"]
+    assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
+    assert "SYN USER" not in json.dumps(pa)
+
+
+def test_string_and_number_values_are_read_either_way() -> None:
+    doc = json.loads(callback_body("NUM001", "New"))
+    doc["request"]["id"] = 123456
+    doc["request"]["is_epa"] = "true"
+    doc["request"]["attachments_included"] = "1"
+    doc["request"]["plan_outcome"] = "null"
+    cb = parse_callback(json.dumps(doc).encode())
+    assert (cb.pa_id, cb.workflow_status, cb.plan_outcome, cb.event_time) == (
+        "123456",
+        "New",
+        None,
+        None,
+    )
+    assert cb.links["token_urls"] and cb.match == {
+        "bin": "610014",
+        "pcn": "SYNPCN",
+        "group_id": "SYNGRP01",
+    }
 
 
 def test_dedupe_key_prefers_delivery_id() -> None:

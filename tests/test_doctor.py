@@ -173,7 +173,9 @@ def test_database_checks_read_but_never_migrate(tmp_path: Path) -> None:
     before = db_path.read_bytes()
     r = doctor(tmp_path, cfg)
     assert r.returncode == 0, r.stdout
-    assert "warn  database schema: 1 migration(s) pending: m002_callbacks" in r.stdout
+    assert (
+        "warn  database schema: 2 migration(s) pending: m002_callbacks, m003_pa_links" in r.stdout
+    )
     assert f"chmod 600 {db_path}" in r.stdout
     assert db_path.read_bytes() == before  # not migrated
     assert sorted(p.name for p in db_path.parent.iterdir()) == ["pa.sqlite3"]

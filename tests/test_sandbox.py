@@ -3,8 +3,11 @@ Real HTTP on 127.0.0.1; waits are conditions with deadlines, never sleeps."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +19,7 @@ import pytest
 import trustme
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-from pa_bridge.client import OUTCOME_VARIABLES, PaServiceClient, outcome_variables
+from pa_bridge.client import OUTCOME_VARIABLES, PaServiceClient, outcome_variables, pa_id_from_url
 from pa_bridge.sandbox import (
     SANDBOX_API_KEY,
     SANDBOX_PASSWORD,
@@ -68,8 +71,19 @@ def sandbox(receiver: CallbackReceiver) -> Iterator[SandboxServer]:
         yield sb
 
 
-def post_claim(sb: SandboxServer, suffix: str = ".json", **form: str) -> httpx.Response:
-    return httpx.post(sb.url + "/pharmacy/claim" + suffix, data=form)
+def post_claim(sb: SandboxServer, suffix: str = "", **form: str) -> httpx.Response:
+    """POST to the claim interface; ``suffix``: "" (default format), "json", "empty"."""
+    return httpx.post(sb.url + "/cmmimport/" + suffix, data=form)
+
+
+def links(r: httpx.Response) -> list[str]:
+    """The PA links of a default-format answer: one bare URL per line."""
+    assert r.status_code == 200, r.text
+    return r.text.split()
+
+
+def ids(r: httpx.Response) -> list[str]:
+    return [str(pa_id_from_url(u)) for u in links(r)]
 
 
 def pas(sb: SandboxServer) -> list[dict[str, Any]]:
@@ -87,10 +101,11 @@ def test_ping(sandbox: SandboxServer) -> None:
 
 def test_missing_variables_are_each_named(sandbox: SandboxServer) -> None:
     r = post_claim(sandbox, username=SANDBOX_USERNAME)
-    assert r.status_code == 404
-    errors = r.json()["errors"]
-    assert [e["debug"] for e in errors] == ["password", "api_key", "ncpdp_claim"]
-    assert all(isinstance(e["code"], int) and e["message"] for e in errors)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    paragraphs = re.findall(r"<p>([^<]*)</p>", r.text)
+    assert paragraphs == [
+        f"Missing POST variable: {v}" for v in ("password", "api_key", "ncpdp_claim")
+    ]
 
 
 @pytest.mark.parametrize("field", ["username", "password", "api_key"])
@@ -106,8 +121,7 @@ def test_unparseable_claim_is_500_with_the_parse_error(sandbox: SandboxServer) -
     broken = raw[:60] + "\x1e\x1e" + raw[60:]
     r = post_claim(sandbox, **creds(ncpdp_claim=broken))
     assert r.status_code == 500
-    debug = r.json()["errors"][0]["debug"]
-    assert "byte offset" in debug
+    assert "byte offset" in re.findall(r"<p>([^<]*)</p>", r.text)[0]
     r = post_claim(sandbox, **creds(ncpdp_claim="garbage"))
     assert r.status_code == 500
 
@@ -119,31 +133,47 @@ def test_unknown_ndc_is_422(sandbox: SandboxServer) -> None:
 
 
 def test_three_formats(sandbox: SandboxServer) -> None:
-    html = post_claim(sandbox, "", **claim_form(Claim(rxs=(Rx(rx_number="1"),))))
-    assert html.status_code == 201 and "text/html" in html.headers["content-type"]
-    assert "<a href='http://127.0.0.1" in html.text
-    js = post_claim(sandbox, ".json", **claim_form(Claim(rxs=(Rx(rx_number="2"),))))
-    body = js.json()
-    assert js.status_code == 201 and body["duplicate"] is False
-    assert len(body["requests"]) == 1 and len(body["requests"][0]["id"]) == 6
-    assert len(body["requests"][0]["tokens"]) == 1
-    empty = post_claim(sandbox, ".empty", **claim_form(Claim(rxs=(Rx(rx_number="3"),))))
-    assert empty.status_code == 201 and empty.content == b""
-    assert "/pa/" in empty.headers["location"]
+    lines = post_claim(sandbox, "", **claim_form(Claim(rxs=(Rx(rx_number="1"),))))
+    assert lines.status_code == 200 and "text/html" in lines.headers["content-type"]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/request/view/\w{6}\?token_id=\S+\r\n", lines.text)
+    assert "<" not in lines.text  # bare URL lines, no markup
+    js = post_claim(sandbox, "json", **claim_form(Claim(rxs=(Rx(rx_number="2"),))))
+    assert js.status_code == 200 and js.headers["content-type"] == "application/json"
+    item = js.json()["transactions"][0]["prior_auth"]
+    assert (
+        len(item["key"]) == 6
+        and f"/request/view/{item['key']}?token_id=" in item["open_in_browser"]
+    )
+    empty = post_claim(sandbox, "empty", **claim_form(Claim(rxs=(Rx(rx_number="3"),))))
+    assert empty.status_code == 200 and empty.content == b""
+    assert "location" not in empty.headers
+    assert len(pas(sandbox)) == 3
+    # the claim interface without its trailing slash answers alike
+    bare = httpx.post(sandbox.url + "/cmmimport", data=claim_form(Claim(rxs=(Rx(rx_number="4"),))))
+    assert bare.status_code == 200 and "/request/view/" in bare.text
+
+
+def test_framed_and_unframed_claims_are_accepted_and_recorded(sandbox: SandboxServer) -> None:
+    raw = request_bytes(Claim(rxs=(Rx(rx_number="21"),))).decode("latin-1")
+    framed = post_claim(sandbox, **creds(ncpdp_claim="\x02" + raw + "\x03"))
+    bare = post_claim(sandbox, **claim_form(Claim(rxs=(Rx(rx_number="22"),))))
+    assert len(ids(framed)) == 1 and len(ids(bare)) == 1
+    seen = httpx.get(sandbox.url + "/sandbox/claims").json()["claims"]
+    assert [c["framed"] for c in seen] == [True, False]
 
 
 def test_several_transactions_make_several_pas(sandbox: SandboxServer) -> None:
     claim = Claim(rxs=(Rx(rx_number="11"), Rx(rx_number="12")))
-    body = post_claim(sandbox, **claim_form(claim)).json()
-    assert len(body["pa_urls"]) == 2 and len({r["id"] for r in body["requests"]}) == 2
+    r = post_claim(sandbox, **claim_form(claim))
+    assert len(set(ids(r))) == 2 and r.text.count("\r\n") == 2
 
 
 def test_pa_page_needs_its_token(sandbox: SandboxServer) -> None:
-    body = post_claim(sandbox, **claim_form()).json()
-    url = body["pa_urls"][0]
-    assert httpx.get(url).status_code == 200
+    url = links(post_claim(sandbox, **claim_form()))[0]
+    page = httpx.get(url)
+    assert page.status_code == 200 and "Status:" in page.text
     assert httpx.get(url.split("?")[0] + "?token_id=nope").status_code == 403
-    assert httpx.get(sandbox.url + "/pa/NOSUCH?token_id=x").status_code == 404
+    assert httpx.get(sandbox.url + "/request/view/NOSUCH?token_id=x").status_code == 404
 
 
 # --------------------------------------------------------------------------- duplicates
@@ -152,13 +182,13 @@ def test_pa_page_needs_its_token(sandbox: SandboxServer) -> None:
 def test_duplicate_b1_returns_the_original_pa(sandbox: SandboxServer) -> None:
     first = post_claim(sandbox, **claim_form())
     again = post_claim(sandbox, **claim_form())
-    assert first.status_code == 201 and again.status_code == 200
-    assert again.json()["duplicate"] is True
-    assert again.json()["requests"][0]["id"] == first.json()["requests"][0]["id"]
+    # answered exactly alike: HTTP 200 and the same link; nothing marks the duplicate
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
     assert len(pas(sandbox)) == 1
     # Another fill of the same Rx is another PA.
     refill = post_claim(sandbox, **claim_form(Claim(rxs=(Rx(fill_number="01"),))))
-    assert refill.status_code == 201 and len(pas(sandbox)) == 2
+    assert ids(refill) != ids(first) and len(pas(sandbox)) == 2
 
 
 # --------------------------------------------------------------------------- callbacks
@@ -181,18 +211,26 @@ def test_status_moves_with_one_callback_per_change(
     outcome: str,
 ) -> None:
     extra = {"group_id": override} if override else {}
-    body = post_claim(sandbox, **claim_form(Claim(group_id=group), **extra)).json()
-    pa_id = body["requests"][0]["id"]
+    pa_id = ids(post_claim(sandbox, **claim_form(Claim(group_id=group), **extra)))[0]
     expected = [*FINAL, ("PA Response", outcome)]
     wait_until(lambda: len(receiver.statuses(pa_id)) >= 3, what="three callbacks")
     assert receiver.statuses(pa_id) == expected
     calls = receiver.for_pa(pa_id)
-    assert [c["updated_at"] for c in calls] == sorted({c["updated_at"] for c in calls})
+    # shaped like the real request object (the evidence's valid_request.json)
+    assert all("updated_at" not in c and c["events"] == [] for c in calls)
+    assert len({c["created_at"] for c in calls}) == 1
     last = calls[-1]
-    assert last["is_epa"] is True and last["events"] == []
+    assert last["is_epa"] is True and last["urgent"] == "false"
     assert last["payer"]["group_id"] == (override or group)
     assert last["tokens"][0]["request_id"] == pa_id
+    assert last["tokens"][0]["html_url"].endswith(
+        f"/request/view/{pa_id}?token_id={last['tokens'][0]['id']}"
+    )
+    assert last["html_url"].endswith(f"/request/view/{pa_id}")
+    assert last["pdf_url"].endswith(f"/requests/{pa_id}/download")
     assert last["prescription"]["ndc"] == "00093505601"
+    assert last["prescription"]["quantity"] == "30" and last["prescription"]["days_supply"] == "30"
+    assert len(last["prescription"]["drug_id"]) == 6  # a drug id, not the NDC
     history = next(p for p in pas(sandbox) if p["id"] == pa_id)["history"]
     assert [(h["workflow_status"], h["plan_outcome"]) for h in history] == expected
 
@@ -200,7 +238,7 @@ def test_status_moves_with_one_callback_per_change(
 def test_callbacks_carry_no_patient_data(
     sandbox: SandboxServer, receiver: CallbackReceiver
 ) -> None:
-    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    pa_id = ids(post_claim(sandbox, **claim_form()))[0]
     wait_until(lambda: len(receiver.statuses(pa_id)) >= 3)
     text = str(receiver.for_pa(pa_id)) + str(pas(sandbox))
     for value in (PATIENT_FIRST, PATIENT_LAST, PATIENT_DOB, CARDHOLDER_ID):
@@ -212,7 +250,7 @@ def test_callbacks_are_retried_until_delivered_in_order() -> None:
         CallbackReceiver(fail_first=3) as receiver,
         SandboxServer(SandboxConfig(callback_url=receiver.url, **FAST)) as sb,  # type: ignore[arg-type]
     ):
-        pa_id = post_claim(sb, **claim_form()).json()["requests"][0]["id"]
+        pa_id = ids(post_claim(sb, **claim_form()))[0]
         wait_until(lambda: len(receiver.statuses(pa_id)) >= 3, what="delivery after retries")
         assert receiver.statuses(pa_id) == [*FINAL, ("PA Response", "Favorable")]
         assert receiver.attempts == 6
@@ -266,30 +304,29 @@ def test_https_callback_target(tmp_path: Path) -> None:
 def test_b2_deletes_with_a_delete_event_callback(
     sandbox: SandboxServer, receiver: CallbackReceiver
 ) -> None:
-    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    pa_id = ids(post_claim(sandbox, **claim_form()))[0]
     wait_until(lambda: len(receiver.statuses(pa_id)) >= 3)
     b2 = post_claim(sandbox, **claim_form(Claim(code="B2")))
-    assert b2.status_code == 200 and b2.json()["deleted"] is True
-    assert b2.json()["requests"][0]["id"] == pa_id
+    assert ids(b2) == [pa_id]
     wait_until(lambda: len(receiver.for_pa(pa_id)) >= 4, what="DELETE callback")
     last = receiver.for_pa(pa_id)[-1]
     assert [e["type"] for e in last["events"]] == ["DELETE"]
-    assert last["events"][0]["time"] == last["updated_at"]
-    assert httpx.get(b2.json()["pa_urls"][0]).status_code == 404
+    assert last["events"][0]["time"] >= last["created_at"]
+    assert httpx.get(links(b2)[0]).status_code == 404
     # A repeated B2 answers for the original PA and sends no second DELETE.
     again = post_claim(sandbox, **claim_form(Claim(code="B2")))
-    assert again.status_code == 200 and again.json()["requests"][0]["id"] == pa_id
+    assert ids(again) == [pa_id]
     assert [e["type"] for e in pas(sandbox)[0]["events"]] == ["DELETE"]
     # After deletion, the same B1 starts a new PA.
     new = post_claim(sandbox, **claim_form())
-    assert new.status_code == 201 and new.json()["requests"][0]["id"] != pa_id
+    assert ids(new)[0] != pa_id
 
 
 def test_b2_mid_workflow_stops_the_steps(
     sandbox: SandboxServer, receiver: CallbackReceiver
 ) -> None:
     # Deleted right after creation, before the status steps are done.
-    pa_id = post_claim(sandbox, **claim_form()).json()["requests"][0]["id"]
+    pa_id = ids(post_claim(sandbox, **claim_form()))[0]
     post_claim(sandbox, **claim_form(Claim(code="B2")))
     wait_until(lambda: any(c["events"] for c in receiver.for_pa(pa_id)), what="DELETE callback")
     final = next(p for p in pas(sandbox) if p["id"] == pa_id)
@@ -298,7 +335,7 @@ def test_b2_mid_workflow_stops_the_steps(
 
 def test_b2_for_an_unknown_claim(sandbox: SandboxServer) -> None:
     r = post_claim(sandbox, **claim_form(Claim(code="B2")))
-    assert r.status_code == 200 and r.json()["requests"] == []
+    assert r.status_code == 200 and links(r) == []
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -332,11 +369,14 @@ def test_outcomes_errors(sandbox: SandboxServer) -> None:
     del form["prescriber_fax"], form["patient_age"]
     r = httpx.post(sandbox.url + "/outcomes.json", data=form)
     assert r.status_code == 404
-    assert [e["debug"] for e in r.json()["errors"]] == ["patient_age", "prescriber_fax"]
+    assert re.findall(r"<p>([^<]*)</p>", r.text) == [
+        "Missing POST variable: patient_age",
+        "Missing POST variable: prescriber_fax",
+    ]
     r = httpx.post(sandbox.url + "/outcomes.json", data=outcome_form(api_key="bad"))
-    assert r.status_code == 403 and "errors" in r.json()
+    assert r.status_code == 403 and "<p>Unknown api_key" in r.text
     r = httpx.post(sandbox.url + "/outcomes.json", data=outcome_form(bin="999997"))
-    assert r.status_code == 500 and "errors" in r.json()
+    assert r.status_code == 500 and "<p>Outcomes drill" in r.text
 
 
 def test_trickle_drill_really_trickles() -> None:
@@ -371,7 +411,7 @@ def test_dashboard(sandbox: SandboxServer) -> None:
     token = r.text
     post_claim(sandbox, **claim_form())
     page = httpx.get(sandbox.dashboard_url, params={"token": token})
-    assert page.status_code == 200 and "/pa/" in page.text
+    assert page.status_code == 200 and "/request/view/" in page.text
     assert httpx.get(sandbox.dashboard_url, params={"token": "x"}).status_code == 403
     bad = httpx.post(
         sandbox.url + "/dashboard/login",
@@ -388,12 +428,28 @@ def test_dashboard(sandbox: SandboxServer) -> None:
 def test_sqlite_keeps_pas_across_restarts(tmp_path: Path) -> None:
     db = str(tmp_path / "sandbox.sqlite3")
     with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
-        first = post_claim(sb, **claim_form()).json()["requests"][0]["id"]
+        first = ids(post_claim(sb, **claim_form()))[0]
     with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
         again = post_claim(sb, **claim_form())
-        assert again.status_code == 200 and again.json()["requests"][0]["id"] == first
+        assert ids(again) == [first]
         # An unfinished workflow resumes after the restart.
         wait_until(lambda: pas(sb)[0]["workflow_status"] == "PA Response")
+
+
+def test_pas_kept_by_an_older_sandbox_get_links_on_this_ones_address(tmp_path: Path) -> None:
+    db = str(tmp_path / "sandbox.sqlite3")
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        first = ids(post_claim(sb, **claim_form()))[0]
+    conn = sqlite3.connect(db)  # an older sandbox kept no portal with its PAs
+    (data,) = conn.execute("SELECT data FROM pa WHERE id = ?", (first,)).fetchone()
+    old = {k: v for k, v in json.loads(data).items() if k != "portal"}
+    with conn:
+        conn.execute("UPDATE pa SET data = ? WHERE id = ?", (json.dumps(old), first))
+    conn.close()
+    with SandboxServer(SandboxConfig(db_path=db, step_seconds=0.05)) as sb:
+        (link,) = links(post_claim(sb, **claim_form()))
+        assert link.startswith(sb.url + f"/request/view/{first}?token_id=")
+        assert httpx.get(link).status_code == 200
 
 
 @pytest.mark.slow

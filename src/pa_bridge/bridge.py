@@ -19,11 +19,13 @@ import httpx
 
 import ncpdp
 
+from .callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
 from .client import (
     ClaimResult,
     OutcomesCall,
     PaServiceClient,
     ServiceError,
+    best_urls,
     claim_metadata,
     outcome_variables,
 )
@@ -117,6 +119,18 @@ def _single_transaction(req: ncpdp.Transmission, index: int) -> ncpdp.Transmissi
     h = req.header
     raw = h.raw[:20] + "1" + h.raw[21:]
     return ncpdp.Transmission(ncpdp.RequestHeader(raw), req.segments, [req.groups[index]])
+
+
+def _prescriber_fax(metadata: Any) -> str:
+    """The dispensing system's ``physician_fax`` (the claim interface's name for it; the
+    outcomes interface calls it ``prescriber_fax``), whichever of the two it sent."""
+    if not isinstance(metadata, Mapping):
+        return ""
+    for key in ("physician_fax", "prescriber_fax"):
+        value = metadata.get(key)
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
+            return str(value).strip()
+    return ""
 
 
 @dataclass(frozen=True)
@@ -266,7 +280,12 @@ class Bridge:
                 - self.settings.outcomes.safety_margin_ms
             )
             variables = outcome_variables(
-                req, resp, d.index, api_key=self.client.api_key, views=(rv, sv)
+                req,
+                resp,
+                d.index,
+                api_key=self.client.api_key,
+                views=(rv, sv),
+                prescriber_fax=_prescriber_fax(metadata),
             )
             calls[d.index] = self.client.start_outcomes(
                 variables, budget_ms=max(1, int(remaining_ms)), fallback_message=d.payer_message
@@ -391,15 +410,23 @@ class Bridge:
 
     def _deliver_outcome_report(self, payload: dict[str, Any]) -> None:
         row = self.store.query(
-            "SELECT request_raw, response_raw FROM exchanges WHERE id = ?",
+            "SELECT request_raw, response_raw, metadata_json FROM exchanges WHERE id = ?",
             [payload.get("claim_id")],
         )
         if not row or row[0]["request_raw"] is None:
             raise DeliveryFailed("the claim's content is gone (purged)", retryable=False)
         req = ncpdp.parse(row[0]["request_raw"], strict=False)
         resp = ncpdp.parse(row[0]["response_raw"], strict=False)
+        try:
+            metadata = json.loads(row[0]["metadata_json"] or "{}")
+        except ValueError:
+            metadata = {}
         variables = outcome_variables(
-            req, resp, int(payload.get("index", 0)), api_key=self.client.api_key
+            req,
+            resp,
+            int(payload.get("index", 0)),
+            api_key=self.client.api_key,
+            prescriber_fax=_prescriber_fax(metadata),
         )
         res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
         if res.source != "outcomes":
@@ -450,10 +477,18 @@ class Bridge:
         if not isinstance(extra, dict):
             raise BridgeError(400, "invalid_body", "'metadata' must be an object")
         dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
-        with self._lock_for(f"{claim_id}:{index}"):
+        key = claim_key(req, index)
+        # One lock per claim key: two clicks on the same claim (or on two exchanges of
+        # the same claim) send it once.
+        with self._lock_for(key):
             existing = self._pa_for_claim(claim_id, index)
             if existing is not None:
                 return self.pa_json(existing), False
+            same = self._live_pa_for_key(key)
+            if same is not None:  # a second click: our own records know this claim
+                self.metrics.pa_submits.labels("duplicate").inc()
+                log_event("pa.second_click", claim_id=claim_id, pa_id=same["id"])
+                return self.pa_json(same), False
             md = claim_metadata(
                 req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
             )
@@ -463,10 +498,36 @@ class Bridge:
                 self.metrics.pa_submits.labels(e.code).inc()
                 log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
                 raise self._service_error(e) from None
-            pa = self._store_pa(claim_id, index, claim_key(req, index), result, actor)
-        self.metrics.pa_submits.labels("duplicate" if result.duplicate else "created").inc()
-        log_event("pa.submitted", claim_id=claim_id, pa_id=pa["pa_id"], duplicate=result.duplicate)
-        return pa, True
+            rv = req.as_request()
+            t = rv.transactions[index] if index < len(rv.transactions) else None
+            match = claim_match_fields(
+                md.bin_number or rv.bin,
+                md.pcn_number or rv.pcn,
+                md.group_id or rv.group_id,
+                rv.service_provider_id,
+                t.product_id if t else None,
+                t.rx_number if t else None,
+            )
+            pa, known = self._store_pa(claim_id, index, key, result, actor, match)
+        outcome = "duplicate" if known else ("created" if pa["url"] else "started")
+        self.metrics.pa_submits.labels(outcome).inc()
+        log_event(
+            "pa.submitted",
+            claim_id=claim_id,
+            pa_id=pa["pa_id"],
+            result=outcome,
+            links=len(result.pa_urls),
+            format=result.format,
+        )
+        return pa, not known
+
+    def _live_pa_for_key(self, key: str) -> dict[str, Any] | None:
+        rows = self.store.query(
+            "SELECT * FROM pas WHERE claim_key = ? AND deleted = 0 AND claim_id IS NOT NULL"
+            " ORDER BY created_at LIMIT 1",
+            [key],
+        )
+        return rows[0] if rows else None
 
     @staticmethod
     def _service_error(e: ServiceError) -> BridgeError:
@@ -476,43 +537,77 @@ class Bridge:
         return BridgeError(status, f"service_{e.code}", e.message, e.detail)
 
     def _store_pa(
-        self, claim_id: str, index: int, key: str, result: ClaimResult, actor: str
-    ) -> dict[str, Any]:
-        pa_id = result.pa_id or ("local-" + uuid.uuid4().hex[:12])
-        now = now_iso(self.clock())
-        urls = json.dumps(list(result.pa_urls))
+        self,
+        claim_id: str,
+        index: int,
+        key: str,
+        result: ClaimResult,
+        actor: str,
+        match: dict[str, str],
+    ) -> tuple[dict[str, Any], bool]:
+        """Store the PA the service answered for; (the PA, already known to our records?).
 
-        def job(db: Database) -> str:
+        The PA id comes from the link(s) (``/request/view/{id}``); an answer without an
+        id but with a link gets a local id; an answer without a link (the empty format)
+        gets a ``pending-`` id that its first callback replaces (see callbacks.py),
+        unless a callback for it came first, in which case that PA is linked now.
+        """
+        now = now_iso(self.clock())
+        urls = list(result.pa_urls)
+        notes: list[str] = []
+        if len(urls) > 1:
+            notes.append(
+                f"the service answered {len(urls)} PA links"
+                + (f" (PAs {', '.join(result.pa_ids)})" if result.pa_ids else "")
+                + "; all are kept on this PA"
+            )
+        if not urls:
+            notes.append("PA started at the service; its link arrives with its callback")
+
+        def job(db: Database) -> tuple[str, bool]:
+            pa_id = result.pa_id
+            if pa_id is None and not urls:
+                pa_id = self._callback_only_match(db, match)
+            if pa_id is None:
+                prefix = "local-" if urls else PENDING_PREFIX
+                pa_id = prefix + uuid.uuid4().hex[:12]
             seq = self.store.next_seq(db)
-            row = db.execute("SELECT id FROM pas WHERE id = ?", [pa_id]).fetchone()
+            row = db.execute(
+                "SELECT claim_id, urls_json, links_json FROM pas WHERE id = ?", [pa_id]
+            ).fetchone()
+            known = row is not None and row[0] is not None
             if row is None:
+                links = {"awaiting": match} if pa_id.startswith(PENDING_PREFIX) else {}
                 db.execute(
                     "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
-                    " plan_outcome, created_at, updated_at, change_seq, matched)"
-                    " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1)",
-                    [pa_id, claim_id, index, key, urls, "New", now, now, seq],
-                )
+                    " plan_outcome, created_at, updated_at, change_seq, matched, links_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1, ?)",
+                    [pa_id, claim_id, index, key, json.dumps(urls), "New", now, now, seq,
+                     json.dumps(links)],
+                )  # fmt: skip
             else:  # known already (a callback came first, or a duplicate): link it
+                merged = [*urls, *(u for u in json.loads(row[1] or "[]") if u not in urls)]
+                links = json.loads(row[2] or "{}")
+                links.pop("match", None)
+                if known and row[0] != claim_id:
+                    notes.append(
+                        f"the service answered with this PA, already known for claim {row[0]}"
+                    )
                 db.execute(
                     "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
-                    " claim_key = coalesce(claim_key, ?), urls_json = CASE WHEN ? != '[]' THEN ? ELSE urls_json END,"
+                    " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
                     " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
-                    [claim_id, index, key, urls, urls, now, seq, pa_id],
-                )
+                    [claim_id, index, key, json.dumps(merged), json.dumps(links), now, seq, pa_id],
+                )  # fmt: skip
             db.execute(
                 "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, note) VALUES (?, ?, 'submit', ?, ?)",
-                [
-                    pa_id,
-                    now,
-                    "New",
-                    "duplicate: the service returned the original PA" if result.duplicate else None,
-                ],
+                [pa_id, now, None if row is not None else "New", "; ".join(notes) or None],
             )
             self._audit(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
-            return pa_id
+            return pa_id, known
 
         try:
-            self.store.write(job)
+            pa_id, known = self.store.write(job)
         except StoreUnavailable as e:
             raise BridgeError(
                 503,
@@ -522,7 +617,24 @@ class Bridge:
             ) from None
         pa = self.get_pa_row(pa_id)
         assert pa is not None
-        return self.pa_json(pa)
+        return self.pa_json(pa), known
+
+    @staticmethod
+    def _callback_only_match(db: Database, match: dict[str, str]) -> str | None:
+        """The one PA first heard of in a callback, not yet tied to a claim, whose
+        identifiers agree with this claim's (for an answer that named no PA)."""
+        found = []
+        for pa_id, links_json in db.execute(
+            "SELECT id, links_json FROM pas WHERE claim_id IS NULL AND deleted = 0"
+            " AND matched = 0 ORDER BY created_at DESC LIMIT 200"
+        ).fetchall():
+            try:
+                seen = json.loads(links_json or "{}").get("match") or {}
+            except (ValueError, AttributeError):
+                continue
+            if fields_agree(match, seen):
+                found.append(pa_id)
+        return found[0] if len(found) == 1 else None
 
     # ---- reversal ----------------------------------------------------------------
     def reversal(self, body: Mapping[str, Any], actor: str) -> tuple[dict[str, Any], bool]:
@@ -563,15 +675,23 @@ class Bridge:
                 "the reversal could not be stored; send it again",
                 str(e),
             ) from None
+        # Once the B2 is delivered the answer is 200, whatever happens to the
+        # bookkeeping after it (the outbox records it later if the database is locked).
         delivered = self.outbox.deliver(item_id)
-        row = self.store.query(
-            "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [item_id]
-        )[0]
+        status, last_error = "delivered", None
+        if not delivered:
+            try:
+                row = self.store.query(
+                    "SELECT status, last_error FROM outbox WHERE id = ?", [item_id]
+                )
+                status, last_error = row[0]["status"], row[0]["last_error"]
+            except Exception as e:  # the reversal is queued all the same
+                status, last_error = "pending", f"status unknown: {type(e).__name__}"
         answer = {
             "reversal_id": exchange_id,
             "queue_id": item_id,
-            "status": "delivered" if delivered else row["status"],
-            "last_error": row["last_error"],
+            "status": status,
+            "last_error": last_error,
         }
         log_event(
             "reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=answer["status"]
@@ -601,7 +721,17 @@ class Bridge:
                         [pa_id, now, "B2 delivered to the service"],
                     )
 
-        self.store.write(job)
+        # The B2 is delivered: a history note that cannot be written now (the database
+        # is locked) must not make the delivery count as failed and send it again.
+        try:
+            self.store.write(job)
+        except Exception as e:
+            log_event(
+                "reversal.history_not_saved",
+                level=logging.WARNING,
+                reversal_id=payload.get("exchange_id"),
+                error=type(e).__name__,
+            )
 
     # ---- PA reads ------------------------------------------------------------------
     def get_pa_row(self, pa_id: str) -> dict[str, Any] | None:
@@ -609,14 +739,31 @@ class Bridge:
         return rows[0] if rows else None
 
     @staticmethod
-    def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | None]:
+        """(the PA's URLs, its links from callbacks, the one to open): the token link
+        (hosted page with ``token_id``) when there is one, else the best link known."""
         urls = json.loads(row["urls_json"] or "[]")
+        try:
+            links = json.loads(row["links_json"] or "{}") if "links_json" in row.keys() else {}
+        except ValueError:
+            links = {}
+        public = {k: links[k] for k in ("html_url", "pdf_url", "token_urls") if k in links}
+        candidates = [*urls, *(links.get("token_urls") or [])]
+        candidates += [links[k] for k in ("html_url", "pdf_url") if links.get(k)]
+        best = best_urls(candidates)
+        return urls, public, best[0] if best else None
+
+    @staticmethod
+    def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+        urls, links, url = Bridge.pa_links(row)
         return {
             "pa_id": row["id"],
             "claim_id": row["claim_id"],
             "transaction_index": row["transaction_index"],
             "urls": urls,
-            "url": urls[0] if urls else None,
+            "url": url,
+            "links": links,
+            "link_pending": url is None,
             "open_url": f"/v1/pa/{row['id']}/open",
             "workflow_status": row["workflow_status"],
             "plan_outcome": row["plan_outcome"],
@@ -667,10 +814,17 @@ class Bridge:
         return pa
 
     def pa_open_url(self, pa_id: str) -> str:
-        pa = self.get_pa(pa_id)
-        if not pa["urls"]:
-            raise BridgeError(404, "no_pa_url", "the service has not given a URL for this PA yet")
-        return str(pa["urls"][0])
+        row = self.get_pa_row(pa_id)
+        if row is None:
+            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        url = self.pa_links(row)[2]
+        if url is None:
+            raise BridgeError(
+                404,
+                "no_pa_url",
+                "PA started, link on its way: the service sends it with the PA's first callback",
+            )
+        return url
 
     def dashboard_url(self) -> str:
         try:

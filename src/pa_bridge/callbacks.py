@@ -1,16 +1,23 @@
 """Pharmacy callbacks: store first, acknowledge after the commit, apply in order.
 
-The ordering rule (also in the README): a callback moves a PA's *current* status only
-when it is newer. Newer means, in this order:
+The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
+as the real service sends it (docs/real-service-evidence.md): values may be strings
+where the type is a number or boolean, ``plan_outcome`` may be null, ``events`` is
+``[]`` on a plain status change, there is no ``updated_at`` and no delivery id, and
+fields we do not know are tolerated.
 
-1. a later event time (the body's ``updated_at``, else the latest ``events[].time``),
-   when both the current status and the callback have one and they differ;
-2. otherwise a later place in the workflow (New < PA Request < PA Response < ...,
-   see ``WORKFLOW_RANK``);
-3. otherwise a more final outcome (null < Pending < a determination).
+The ordering rule (decision 0005, also in the README): a callback moves a PA's
+*current* status only when it is newer. Newer means, in this order:
+
+1. a later place in the workflow: the workflow status (New < PA Request < PA Response
+   < ..., see ``WORKFLOW_RANK``), then the outcome (null < Pending < a determination);
+2. on the same place, a later event time (the latest parseable ``events[].time``, or
+   an ``updated_at`` if a body ever carries one), when both sides have one;
+3. otherwise arrival: the callback that arrives later wins.
 
 Every callback is still kept, once, in the PA's history in arrival order (with its
-event time, so the history can also be read in event order).
+event time). The PA's links (``html_url``, ``tokens[].html_url``, ``pdf_url``) are kept
+from every callback, so a PA first heard of in a callback can be opened.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from .logs import log_event
@@ -28,12 +36,19 @@ from .store import Database, Store, now_iso
 
 __all__ = [
     "WORKFLOW_RANK",
+    "claim_match_fields",
+    "fields_agree",
+    "merge_links",
     "CallbackResult",
     "CallbackService",
     "parse_callback",
     "is_newer",
     "CallbackShapeError",
 ]
+
+#: Id prefix of a PA we submitted whose answer named none (the empty format), until
+#: its first callback brings the service's id.
+PENDING_PREFIX = "pending-"
 
 #: Place of each workflow status in its workflow (ePA and classic share New/Archived).
 WORKFLOW_RANK: dict[str, int] = {
@@ -61,21 +76,39 @@ def _outcome_rank(outcome: str | None) -> int:
     return _OUTCOME_RANK.get(outcome, 2)
 
 
+def _time_key(value: str | None) -> datetime | None:
+    """An event time as an aware datetime, or None when it is not ISO 8601 (the
+    evidence's DELETE event carries the literal string "time")."""
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
 def is_newer(
     new: tuple[str | None, str | None, str | None],
     current: tuple[str | None, str | None, str | None],
 ) -> bool:
-    """(event_time, workflow_status, plan_outcome) of a callback vs the PA's current."""
+    """(event_time, workflow_status, plan_outcome) of a callback that arrives now vs the
+    PA's current: workflow order, then event times, then arrival (see the module doc).
+    A status we do not know has no place in the workflow: it is ordered by time and
+    arrival only."""
     nt, ns, no = new
     ct, cs, co = current
     if cs is None:
         return True
-    if nt and ct and nt != ct:
-        return nt > ct
-    nr, cr = WORKFLOW_RANK.get(ns or "", 0), WORKFLOW_RANK.get(cs or "", 0)
-    if nr != cr:
+    nr, cr = WORKFLOW_RANK.get(ns or ""), WORKFLOW_RANK.get(cs or "")
+    if nr is not None and cr is not None and nr != cr:
         return nr > cr
-    return _outcome_rank(no) > _outcome_rank(co)
+    if nr is not None and cr is not None and _outcome_rank(no) != _outcome_rank(co):
+        return _outcome_rank(no) > _outcome_rank(co)
+    ntk, ctk = _time_key(nt), _time_key(ct)
+    if ntk is not None and ctk is not None and ntk != ctk:
+        return ntk > ctk
+    return True  # arrival: the later one
 
 
 class CallbackShapeError(ValueError):
@@ -90,6 +123,120 @@ class ParsedCallback:
     event_time: str | None
     events: list[dict[str, Any]]
     dedupe_key: str
+    #: html_url, pdf_url, token_urls (list): the PA's links, no PHI
+    links: dict[str, Any] = field(default_factory=dict)
+    #: payer, pharmacy and drug identifiers to match a PA submitted without an id
+    match: dict[str, str] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str | None:
+    """A scalar as the service's string (numbers and booleans may come either way)."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value).strip()
+    return text or None
+
+
+def _url(value: Any) -> str | None:
+    text = _text(value)
+    return text if text and text.lower().startswith(("http://", "https://")) else None
+
+
+def _links(req: dict[str, Any]) -> dict[str, Any]:
+    links: dict[str, Any] = {}
+    for key in ("html_url", "pdf_url"):
+        url = _url(req.get(key))
+        if url:
+            links[key] = url
+    tokens = req.get("tokens")
+    token_urls = []
+    if isinstance(tokens, list):
+        for t in tokens:
+            if isinstance(t, dict):
+                url = _url(t.get("html_url"))
+                if url:
+                    token_urls.append(url)
+    if token_urls:
+        links["token_urls"] = token_urls
+    return links
+
+
+def _digits_key(value: str | None) -> str:
+    return (value or "").strip().lstrip("0")
+
+
+def _callback_match(req: dict[str, Any]) -> dict[str, str]:
+    """What a callback says about the claim behind it (no PHI): BIN, PCN, group,
+    pharmacy id, NDC, Rx number, when it carries them."""
+    out: dict[str, str] = {}
+
+    def block(name: str) -> dict[str, Any]:
+        value = req.get(name)
+        return value if isinstance(value, dict) else {}
+
+    payer, pharmacy, rx = block("payer"), block("pharmacy"), block("prescription")
+    for key in ("bin", "pcn", "group_id"):
+        v = _text(payer.get(key))
+        if v:
+            out[key] = v.upper()
+    provider = _text(pharmacy.get("ncpdpid")) or _text(pharmacy.get("npi"))
+    if provider:
+        out["provider"] = provider
+    ndc = _text(rx.get("ndc"))
+    if not ndc:
+        drug = _text(rx.get("drug_id")) or ""
+        ndc = drug if len(drug) == 11 and drug.isdigit() else None  # else a 6-digit ddid
+    if ndc:
+        out["ndc"] = ndc
+    ref = _text(rx.get("prescription_reference"))
+    if ref:
+        out["rx"] = _digits_key(ref)
+    return out
+
+
+def claim_match_fields(
+    bin_: str | None, pcn: str | None, group_id: str | None, provider: str | None,
+    ndc: str | None, rx_number: str | None,
+) -> dict[str, str]:  # fmt: skip
+    """The same identifiers from our side (the claim as sent, overrides applied)."""
+    out = {
+        "bin": (bin_ or "").strip().upper(),
+        "pcn": (pcn or "").strip().upper(),
+        "group_id": (group_id or "").strip().upper(),
+        "provider": (provider or "").strip(),
+        "ndc": (ndc or "").strip(),
+        "rx": _digits_key(rx_number),
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Both name the same BIN, and every other identifier both have is equal."""
+    if not a.get("bin") or a.get("bin") != b.get("bin"):
+        return False
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The PA's links: the newest html_url and pdf_url, every token link seen."""
+    try:
+        merged = json.loads(old_json) if old_json else {}
+    except ValueError:
+        merged = {}
+    if not isinstance(merged, dict):
+        merged = {}
+    for key in ("html_url", "pdf_url"):
+        if new.get(key):
+            merged[key] = new[key]
+    tokens = list(merged.get("token_urls") or [])
+    for url in new.get("token_urls") or []:
+        if url not in tokens:
+            tokens.append(url)
+    if tokens:
+        merged["token_urls"] = tokens
+    return merged
 
 
 def parse_callback(body: bytes) -> ParsedCallback:
@@ -102,40 +249,38 @@ def parse_callback(body: bytes) -> ParsedCallback:
     req = doc.get("request", doc)
     if not isinstance(req, dict):
         raise CallbackShapeError("'request' is not an object")
-    pa_id = req.get("id")
-    if not isinstance(pa_id, str | int) or isinstance(pa_id, bool) or str(pa_id) == "":
+    pa_id = _text(req.get("id"))
+    if pa_id is None or isinstance(req.get("id"), bool):
         raise CallbackShapeError("no PA id")
-    status = req.get("workflow_status")
-    outcome = req.get("plan_outcome")
-    if status is not None and not isinstance(status, str):
-        raise CallbackShapeError("workflow_status is not a string")
-    if outcome is not None and not isinstance(outcome, str):
-        raise CallbackShapeError("plan_outcome is not a string")
+    for key in ("workflow_status", "plan_outcome"):
+        if isinstance(req.get(key), dict | list):
+            raise CallbackShapeError(f"{key} is not a string")
+    status = _text(req.get("workflow_status"))
+    outcome = _text(req.get("plan_outcome"))
+    if outcome is not None and outcome.lower() == "null":
+        outcome = None
     raw_events = req.get("events") or []
     if not isinstance(raw_events, list):
         raise CallbackShapeError("events is not a list")
     events = []
     for e in raw_events:
-        if isinstance(e, dict) and isinstance(e.get("type"), str):
+        if isinstance(e, dict) and _text(e.get("type")):
             # keep type and time only: remote_user may name a person
-            events.append(
-                {
-                    "type": e["type"],
-                    "time": e.get("time") if isinstance(e.get("time"), str) else None,
-                }
-            )
-    times = [e["time"] for e in events if e["time"]]
-    updated = req.get("updated_at")
-    event_time = (
-        updated if isinstance(updated, str) and updated else (max(times) if times else None)
-    )
+            events.append({"type": _text(e.get("type")), "time": _text(e.get("time"))})
+    timed = [(tk, e["time"]) for e in events if (tk := _time_key(e["time"])) is not None]
+    updated = _text(req.get("updated_at"))
+    if _time_key(updated) is None:
+        updated = None
+    event_time = updated or (max(timed)[1] if timed else None)
     delivery = doc.get("delivery_id") or req.get("delivery_id")
     if isinstance(delivery, str | int) and not isinstance(delivery, bool) and str(delivery):
         key = f"delivery:{delivery}"
     else:
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-    return ParsedCallback(str(pa_id), status, outcome, event_time, events, key)
+    return ParsedCallback(
+        pa_id, status, outcome, event_time, events, key, _links(req), _callback_match(req)
+    )
 
 
 @dataclass(frozen=True)
@@ -217,6 +362,25 @@ class CallbackService:
 
         return job
 
+    @staticmethod
+    def _claim_placeholder(conn: Any, cb: ParsedCallback) -> str | None:
+        """The one PA we submitted whose answer named no PA (the empty format) and that
+        this callback's identifiers agree with; None when there is none or several."""
+        if not cb.match.get("bin"):
+            return None
+        found = []
+        for pid, links_json in conn.execute(
+            "SELECT id, links_json FROM pas WHERE id >= ? AND id < ? AND deleted = 0",
+            (PENDING_PREFIX, PENDING_PREFIX[:-1] + chr(ord(PENDING_PREFIX[-1]) + 1)),
+        ).fetchall():
+            try:
+                awaiting = json.loads(links_json or "{}").get("awaiting") or {}
+            except (ValueError, AttributeError):
+                continue
+            if fields_agree(cb.match, awaiting):
+                found.append(pid)
+        return found[0] if len(found) == 1 else None
+
     def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
         conn = db.conn  # the hot path: plain sqlite3 calls, few statements
         now = now_iso()
@@ -227,11 +391,21 @@ class CallbackService:
         if cur.rowcount == 0:
             return CallbackResult("duplicate", cb.pa_id)
         seq = self.store.next_seq(db)
-        row = conn.execute(
-            "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed"
-            " FROM pas WHERE id = ?",
-            (cb.pa_id,),
-        ).fetchone()
+        select = (
+            "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
+            " links_json, urls_json FROM pas WHERE id = ?"
+        )
+        row = conn.execute(select, (cb.pa_id,)).fetchone()
+        note = None
+        if row is None:
+            placeholder = self._claim_placeholder(conn, cb)
+            if placeholder is not None:  # the PA we submitted without an id: it is this one
+                conn.execute("UPDATE pas SET id = ? WHERE id = ?", (cb.pa_id, placeholder))
+                conn.execute(
+                    "UPDATE pa_history SET pa_id = ? WHERE pa_id = ?", (cb.pa_id, placeholder)
+                )
+                row = conn.execute(select, (cb.pa_id,)).fetchone()
+                note = f"matched to the submit recorded as {placeholder}"
         new_events = "[]"
         if cb.events:
             new_events = json.dumps(cb.events)
@@ -245,13 +419,25 @@ class CallbackService:
             events_json, deleted, fax_failed = row[3], row[4], row[5]
         else:
             events_json, deleted, fax_failed = "[]", 0, 0
+        if cb.links or note or (row is None and cb.match):
+            links = merge_links(row[6] if row else None, cb.links)
+            if row is None and cb.match:
+                links["match"] = cb.match  # for a submit whose answer comes after this
+            links.pop("awaiting", None)
+            urls = json.loads(row[7] or "[]") if row else []
+            for url in links.get("token_urls") or []:
+                if url not in urls:
+                    urls.append(url)
+            links_json, urls_json = json.dumps(links), json.dumps(urls)
+        else:  # nothing to merge (the hot path of a body without links)
+            links_json, urls_json = (row[6], row[7]) if row else ("{}", "[]")
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
             conn.execute(
                 "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-                " created_at, updated_at, change_seq, events_json, fax_failed)"
-                " VALUES (?, '[]', ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
-                (cb.pa_id, cb.workflow_status, cb.plan_outcome, cb.event_time, deleted, now, now, seq,
-                 events_json, fax_failed),
+                " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+                (cb.pa_id, urls_json, cb.workflow_status, cb.plan_outcome, cb.event_time,
+                 deleted, now, now, seq, events_json, fax_failed, links_json),
             )  # fmt: skip
         else:
             newer = cb.workflow_status is not None and is_newer(
@@ -264,13 +450,15 @@ class CallbackService:
             )
             conn.execute(
                 "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
-                " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ? WHERE id = ?",
-                (*status, events_json, deleted, fax_failed, now, seq, cb.pa_id),
-            )
+                " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
+                " urls_json = ? WHERE id = ?",
+                (*status, events_json, deleted, fax_failed, now, seq, links_json, urls_json,
+                 cb.pa_id),
+            )  # fmt: skip
         conn.execute(
             "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, plan_outcome, event_time,"
-            " events_json) VALUES (?, ?, 'callback', ?, ?, ?, ?)",
-            (cb.pa_id, now, cb.workflow_status, cb.plan_outcome, cb.event_time, new_events),
+            " events_json, note) VALUES (?, ?, 'callback', ?, ?, ?, ?, ?)",
+            (cb.pa_id, now, cb.workflow_status, cb.plan_outcome, cb.event_time, new_events, note),
         )
         if self.forward:
             enqueue(db, "webhook", {"pa_id": cb.pa_id, "change_seq": seq})

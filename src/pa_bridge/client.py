@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import date
 from html.parser import HTMLParser
 from typing import Any, ClassVar, Literal
-from urllib.parse import quote_plus, urlencode, urljoin, urlsplit
+from urllib.parse import parse_qsl, quote_plus, urlencode, urljoin, urlsplit
 
 import httpx
 
@@ -56,6 +56,7 @@ from ._outcomes_http import Deadline as FastDeadline
 from ._outcomes_http import OutcomesHttp, TooLarge, direct_route
 
 __all__ = [
+    "CLAIM_FRAMINGS",
     "CLAIM_VARIABLES",
     "OPTIONAL_CLAIM_VARIABLES",
     "OUTCOME_VARIABLES",
@@ -77,10 +78,14 @@ __all__ = [
     "TlsError",
     "UnreachableError",
     "UnrecognizedNdcError",
+    "best_urls",
     "claim_metadata",
     "claim_minimum_missing",
+    "frame_claim",
     "outcome_variables",
+    "pa_id_from_url",
     "patient_age",
+    "read_claim_body",
 ]
 
 log = logging.getLogger("pa_bridge.client")
@@ -254,7 +259,8 @@ class TlsError(ServiceError):
 
 
 class BadResponseError(ServiceError):
-    """A 2xx answer we cannot read (no PA URL in it, no token)."""
+    """A 2xx answer we cannot use (the dashboard login without a token). A claim
+    interface 2xx is never one: the PA exists, whatever the body says."""
 
     code = "bad_response"
     default_retryable = True
@@ -286,13 +292,23 @@ class InvalidClaimError(ServiceError):
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    """The claim interface's answer, whichever of its three formats came."""
+    """The claim interface's answer, whichever of its formats came.
+
+    ``pa_urls``: the PA link(s) read from the body, hosted-page links first (empty for
+    the empty format: the link arrives with the PA's callback). ``pa_ids``: the PA id
+    read from each link that names one (``/request/view/{id}``, ``/requests/{id}``).
+    ``pa_id``: the first of them. Nothing in the answer says whether the PA is new or a
+    duplicate (HTTP 200 and 201 alike mean success): the caller's own records do.
+    ``format``: ``lines`` (bare URL lines), ``html`` (an HTML page), ``json``, or
+    ``empty``. ``framing``: how the claim went on the wire (``stx_etx`` or ``none``).
+    """
 
     pa_urls: tuple[str, ...]
     pa_id: str | None
-    duplicate: bool
     status_code: int
-    format: Literal["html", "json", "empty"]
+    format: Literal["lines", "html", "json", "empty"]
+    pa_ids: tuple[str, ...] = ()
+    framing: str = "stx_etx"
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +478,24 @@ def claim_minimum_missing(
     return missing
 
 
+STX = "\x02"
+ETX = "\x03"
+#: Values of ``service.claim_framing``.
+CLAIM_FRAMINGS: tuple[str, ...] = ("stx_etx", "none")
+
+
+def frame_claim(claim: str, framing: str = "stx_etx") -> str:
+    """The claim as it goes on the wire: STX (0x02) before the header and ETX (0x03)
+    after the last byte (``stx_etx``: every reference claim is framed so), or bare
+    (``none``). Framing the claim already had, and CR/LF after it, are dropped first."""
+    core = claim.rstrip("\r\n")
+    if core.startswith(STX):
+        core = core[1:]
+    if core.endswith(ETX):
+        core = core[:-1]
+    return f"{STX}{core}{ETX}" if framing == "stx_etx" else core
+
+
 def patient_age(date_of_birth: str | None, date_of_service: str | None) -> str:
     """Whole years between two CCYYMMDD dates, or "" when either is unreadable."""
     try:
@@ -542,20 +576,76 @@ def outcome_variables(
 # --------------------------------------------------------------------------- reading answers
 
 
-class _LinkParser(HTMLParser):
+class _PageParser(HTMLParser):
+    """Anchors' ``href`` values, the text of ``<p>`` elements, and all visible text
+    (without ``<title>``, ``<script>`` and ``<style>``)."""
+
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.links: list[str] = []
+        self.paragraphs: list[str] = []
+        self.text: list[str] = []
+        self._p: list[str] | None = None
+        self._hidden = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag.lower() == "a":
+        tag = tag.lower()
+        if tag == "a":
             for name, value in attrs:
                 if name.lower() == "href" and value:
                     self.links.append(value.strip())
+        elif tag == "p":
+            self._close_p()
+            self._p = []
+        elif tag in ("title", "script", "style"):
+            self._hidden += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        tag = tag.lower()
+        if tag == "p":
+            self._close_p()
+        elif tag in ("title", "script", "style") and self._hidden:
+            self._hidden -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._hidden:
+            return
+        self.text.append(data)
+        if self._p is not None:
+            self._p.append(data)
+
+    def _close_p(self) -> None:
+        if self._p is not None:
+            text = " ".join("".join(self._p).split())
+            if text:
+                self.paragraphs.append(text)
+            self._p = None
+
+    def close(self) -> None:
+        super().close()
+        self._close_p()
 
 
-_URL_KEYS = frozenset({"pa_url", "pa_urls", "url", "urls", "html_url"})
-_ID_RE = re.compile(r"^[A-Za-z0-9]{4,32}$")
+def _parse_page(text: str) -> _PageParser:
+    parser = _PageParser()
+    try:
+        parser.feed(text)
+        parser.close()
+    except Exception:  # html.parser is tolerant; be safe anyway
+        log.debug("an HTML body did not parse cleanly")
+    return parser
+
+
+#: A URL written out in text: http(s), up to whitespace, quotes or angle brackets.
+_TEXT_URL_RE = re.compile(r"https?://[^\s<>\"']+", re.IGNORECASE)
+#: Path shapes that name the PA: the hosted page ``/request/view/{id}`` (interface
+#: description), the request page ``/requests/{id}`` and its PDF
+#: ``/api/requests/{id}/download`` (the callbacks' ``html_url`` and ``pdf_url``).
+_PA_PATH_RES = (
+    re.compile(r"/request/view/([A-Za-z0-9_-]+)/?$"),
+    re.compile(r"/requests/([A-Za-z0-9_-]+)(?:/download)?/?$"),
+)
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{2,64}$")
 
 
 def _dedup(urls: list[str]) -> tuple[str, ...]:
@@ -566,49 +656,128 @@ def _dedup(urls: list[str]) -> tuple[str, ...]:
 
 
 def _is_http(url: str) -> bool:
-    return urlsplit(url).scheme in ("http", "https")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
 
 
 def _json_urls(node: Any, out: list[str]) -> None:
+    """Every http(s) URL among the string values of a JSON document, whatever the keys."""
     if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _URL_KEYS:
-                for v in value if isinstance(value, list) else [value]:
-                    if isinstance(v, str) and _is_http(v):
-                        out.append(v)
-            elif key not in ("href", "pdf_url", "thumbnail_url", "thumbnail_urls"):
-                _json_urls(value, out)
+        for value in node.values():
+            _json_urls(value, out)
     elif isinstance(node, list):
         for item in node:
             _json_urls(item, out)
+    elif isinstance(node, str):
+        value = node.strip()
+        if _is_http(value) and not any(c.isspace() for c in value):
+            out.append(value)
 
 
 def _json_pa_id(body: Any) -> str | None:
+    """The PA id of a JSON answer shaped like the request object (``id`` beside
+    ``workflow_status`` or ``tokens``, at the top or under ``request``), else None."""
+    if isinstance(body, list):
+        body = body[0] if body else None
     if not isinstance(body, dict):
         return None
-    for key in ("pa_id", "id"):
-        if isinstance(body.get(key), str) and body[key]:
-            return str(body[key])
-    for key in ("request", "requests"):
-        node = body.get(key)
-        if isinstance(node, list) and node:
-            node = node[0]
-        if isinstance(node, dict):
-            found = _json_pa_id(node.get("request", node))
-            if found:
-                return found
+    for node in (body, body.get("request")):
+        if isinstance(node, dict) and ("workflow_status" in node or "tokens" in node):
+            value = node.get("id")
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                return str(value)
     return None
 
 
-def _pa_id_from_url(url: str) -> str | None:
-    parts = [p for p in urlsplit(url).path.split("/") if p]
-    if parts and _ID_RE.match(parts[-1]):
-        return parts[-1]
+def pa_id_from_url(url: str) -> str | None:
+    """The PA id a link names: the hosted page ``{portal}/request/view/{id}?token_id=``,
+    the request page ``/requests/{id}``, its PDF ``/api/requests/{id}/download``, or a
+    ``request={id}`` query parameter (thumbnails). None for any other link."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    for pattern in _PA_PATH_RES:
+        m = pattern.search(parts.path)
+        if m and _ID_RE.match(m.group(1)) and m.group(1) not in ("tokens", "search"):
+            return m.group(1)
+    for key, value in parse_qsl(parts.query):
+        if key == "request" and _ID_RE.match(value):
+            return value
     return None
+
+
+def _url_rank(url: str) -> int:
+    """Lower is better: the hosted page with its token, the hosted page, any page with a
+    token, the request page, anything else; API, PDF and thumbnail links last."""
+    parts = urlsplit(url)
+    path = parts.path.lower()
+    has_token = any(k == "token_id" for k, _ in parse_qsl(parts.query))
+    if "/request/view/" in path:
+        return 0 if has_token else 1
+    if "thumbnail" in path or path.endswith("/download") or path.endswith(".pdf"):
+        return 9
+    if parts.netloc.lower().startswith("api.") or "/requests/tokens/" in path:
+        return 8
+    if has_token:
+        return 2
+    if pa_id_from_url(url):
+        return 3
+    return 5
+
+
+def best_urls(urls: list[str]) -> tuple[str, ...]:
+    """The links of the best kind present (see :func:`_url_rank`), in their order:
+    several PAs give several links of the same kind, and all of them are kept."""
+    unique = _dedup(urls)
+    if not unique:
+        return ()
+    best = min(_url_rank(u) for u in unique)
+    return tuple(u for u in unique if _url_rank(u) == best)
+
+
+def read_claim_body(
+    body: bytes, content_type: str, base: str
+) -> tuple[Literal["lines", "html", "json", "empty"], tuple[str, ...], str | None]:
+    """(format, PA links, PA id from the body) of a 2xx claim-interface answer.
+
+    Every shape the evidence allows: an empty body; bare URL lines (``text/html`` or
+    ``text/plain``, LF or CRLF, a trailing newline, one line per PA); an HTML page with
+    the links in anchors or in its text; JSON with field names we do not know (every URL
+    in it is found). Hosted-page links are preferred over the others.
+    """
+    text = body.decode("utf-8", errors="replace")
+    stripped = text.strip()
+    if not stripped:
+        return "empty", (), None
+    ctype = content_type.split(";")[0].strip().lower()
+    urls: list[str] = []
+    if ctype.endswith("json") or stripped.startswith(("{", "[")):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            data = None
+        if isinstance(data, dict | list):
+            _json_urls(data, urls)
+            return "json", best_urls([urljoin(base, u) for u in urls]), _json_pa_id(data)
+    if "<" in stripped and re.search(r"<[A-Za-z!/]", stripped):
+        page = _parse_page(text)
+        urls.extend(urljoin(base, u) for u in page.links)
+        urls.extend(m.group(0) for m in _TEXT_URL_RE.finditer(" ".join(page.text)))
+        fmt: Literal["lines", "html"] = "html"
+    else:
+        for line in stripped.splitlines():
+            urls.extend(m.group(0) for m in _TEXT_URL_RE.finditer(line.strip()))
+        fmt = "lines"
+    return fmt, best_urls([u.rstrip(".,;)") for u in urls if _is_http(u)]), None
 
 
 def _error_text(resp: httpx.Response) -> str:
-    """The service's explanation: the messages of a JSON error body, else the text."""
+    """The service's explanation: the ``<p>`` elements of an HTML error page (the
+    evidence's shape), the messages of a JSON error body, else the visible text."""
     try:
         body = resp.json()
     except (ValueError, UnicodeDecodeError):
@@ -620,8 +789,11 @@ def _error_text(resp: httpx.Response) -> str:
                 parts.append(" ".join(str(err[k]) for k in ("message", "debug") if err.get(k)))
         return "; ".join(p for p in parts if p)
     text = resp.text
-    if "<" in text:
-        text = re.sub(r"<[^>]+>", " ", text)
+    if "<" in text and re.search(r"<[A-Za-z!/]", text):
+        page = _parse_page(text)
+        if page.paragraphs:
+            return " ".join(page.paragraphs)
+        text = " ".join(page.text)
     return " ".join(text.split())
 
 
@@ -844,7 +1016,8 @@ class PaServiceClient:
     """Client of the PA service's pharmacy interfaces (see the module docstring).
 
     Thread-safe. ``verify``: True (system CAs), False, or a CA bundle file/directory.
-    ``dashboard_login_url`` defaults to ``dashboard_url + "/login"``.
+    ``dashboard_login_url`` defaults to ``dashboard_url + "/login"``. ``claim_framing``:
+    ``stx_etx`` (default) or ``none``, see :func:`frame_claim`.
     """
 
     def __init__(
@@ -860,7 +1033,11 @@ class PaServiceClient:
         verify: bool | str = True,
         dashboard_login_url: str | None = None,
         outcomes_workers: int = 16,
+        claim_framing: str = "stx_etx",
     ) -> None:
+        if claim_framing not in CLAIM_FRAMINGS:
+            raise ValueError(f"claim_framing must be one of {', '.join(CLAIM_FRAMINGS)}")
+        self.claim_framing = claim_framing
         self.claim_url = claim_url
         self.outcomes_url = outcomes_url
         self._outcomes_url_parsed = httpx.URL(outcomes_url)
@@ -933,7 +1110,9 @@ class PaServiceClient:
         """POST a B1 (start a PA) or B2 (delete it) to the claim interface.
 
         Checks the payer-sheet minimum first (:class:`MissingClaimDataError`). B1 and B2
-        are safe to retry: a duplicate is answered with the original PA.
+        are safe to retry: a duplicate is answered with the original PA. The claim goes
+        out framed STX ... ETX (``claim_framing="stx_etx"``, as every reference claim
+        is) or bare (``"none"``), whatever framing it came with.
         """
         text = ncpdp_claim.decode("latin-1") if isinstance(ncpdp_claim, bytes) else ncpdp_claim
         try:
@@ -962,7 +1141,7 @@ class PaServiceClient:
             "username": self._username,
             "password": self._password,
             "api_key": self._api_key,
-            "ncpdp_claim": text,
+            "ncpdp_claim": frame_claim(text, self.claim_framing),
             **md.as_form(),
         }
         started = time.monotonic()
@@ -985,71 +1164,40 @@ class PaServiceClient:
             raise err
         result = self._read_claim_answer(resp, code)
         log.info(
-            "claim %s answered HTTP %d format=%s pa_id=%s duplicate=%s urls=%d in %.0f ms",
+            "claim %s answered HTTP %d format=%s pa_id=%s urls=%d framing=%s in %.0f ms",
             code,
             resp.status_code,
             result.format,
             result.pa_id,
-            result.duplicate,
             len(result.pa_urls),
+            self.claim_framing,
             elapsed_ms,
         )
         return result
 
     def _read_claim_answer(self, resp: httpx.Response, code: str) -> ClaimResult:
-        body = resp.content
-        base = str(resp.request.url)
-        fmt: Literal["html", "json", "empty"]
-        urls: list[str] = []
-        pa_id: str | None = None
-        duplicate = resp.status_code == 200
-        ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-        if not body.strip():
-            fmt = "empty"
-            location = resp.headers.get("location")
-            if location:
-                urls.append(urljoin(base, location))
-        elif ctype.endswith("json") or body.lstrip().startswith((b"{", b"[")):
-            fmt = "json"
-            try:
-                data = json.loads(body)
-            except ValueError:
-                raise BadResponseError(
-                    "The PA service's answer could not be read. Try again in a moment.",
-                    detail="claim interface answered invalid JSON",
-                    status_code=resp.status_code,
-                ) from None
-            _json_urls(data, urls)
-            urls = [urljoin(base, u) for u in urls]
-            pa_id = _json_pa_id(data)
-            if isinstance(data, dict) and isinstance(data.get("duplicate"), bool):
-                duplicate = bool(data["duplicate"])
-        else:
-            fmt = "html"
-            parser = _LinkParser()
-            try:
-                parser.feed(resp.text)
-                parser.close()
-            except Exception:  # html.parser is tolerant; be safe anyway
-                log.debug("claim answer HTML did not parse cleanly")
-            urls = [urljoin(base, u) for u in parser.links]
-            urls = [u for u in urls if _is_http(u)]
-        pa_urls = _dedup(urls)
-        if pa_id is None and pa_urls:
-            pa_id = _pa_id_from_url(pa_urls[0])
-        if code == "B1" and not pa_urls:
-            raise BadResponseError(
-                "The PA service answered without a PA link. Try again in a moment; "
-                "a repeated submit returns the same PA.",
-                detail=f"HTTP {resp.status_code} {fmt} answer without a PA URL",
-                status_code=resp.status_code,
+        fmt, urls, body_id = read_claim_body(
+            resp.content, resp.headers.get("content-type", ""), str(resp.request.url)
+        )
+        ids = _dedup([i for i in (pa_id_from_url(u) for u in urls) if i])
+        pa_id = ids[0] if ids else body_id
+        if code == "B1" and not urls and fmt != "empty":
+            # Any 2xx means the PA exists at the service (the evidence): never answer it
+            # with an error. Its link comes with its callback, as for the empty format.
+            log.warning(
+                "claim B1 answered HTTP %d (%s, %d bytes) without a PA link; "
+                "the link is expected with the PA's callback",
+                resp.status_code,
+                fmt,
+                len(resp.content),
             )
         return ClaimResult(
-            pa_urls=pa_urls,
+            pa_urls=urls,
             pa_id=pa_id,
-            duplicate=duplicate,
             status_code=resp.status_code,
             format=fmt,
+            pa_ids=ids,
+            framing=self.claim_framing,
         )
 
     # -- outcomes interface

@@ -12,7 +12,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -102,6 +102,8 @@ class ServiceSettings(_Section):
     #: how often the daemon reaches for the service to tell /healthz and /metrics
     #: whether it answers and takes our credentials (0: never; traffic still tells)
     probe_seconds: float = Field(default=300.0, ge=0)
+    #: how claims go on the wire: STX ... ETX (as every reference claim) or bare
+    claim_framing: Literal["stx_etx", "none"] = "stx_etx"
 
     def configured(self) -> bool:
         return any(

@@ -190,7 +190,10 @@ class Outbox:
         self.deliverers = deliverers
         self.settings = settings
         self.clock = clock
-        self._inflight: set[int] = set()
+        self._inflight: dict[int, threading.Event] = {}
+        #: deliveries whose result could not be recorded yet (the database was locked):
+        #: item id -> (error, retryable); recorded by the next drain, never re-delivered
+        self._unrecorded: dict[int, tuple[str | None, bool]] = {}
         self._lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._draining = False
@@ -247,6 +250,7 @@ class Outbox:
 
     # ---- delivering ----------------------------------------------------------
     def drain_once(self) -> int:
+        self._record_pending()
         now = self.clock()
         # Due: its time has come, or its time lies further ahead than any backoff can
         # put it, which means the wall clock was set back since it was scheduled (a
@@ -259,16 +263,30 @@ class Outbox:
             [now, horizon, self.settings.batch_size],
         )
         for row in due:
-            self.deliver(int(row["id"]))
+            # an item a request is delivering right now is that request's: skip it
+            self.deliver(int(row["id"]), wait_s=0.0)
         return len(due)
 
-    def deliver(self, item_id: int) -> bool:
-        """Try one item now. True when it is delivered (now or before)."""
+    def deliver(self, item_id: int, *, wait_s: float = 60.0) -> bool:
+        """Try one item now. True when it is delivered (now or before). When another
+        thread is delivering it at this moment, wait up to ``wait_s`` for that
+        attempt and answer by its result. A delivery whose result cannot be written
+        (the database is locked) still counts: it is recorded later, not repeated."""
         with self._lock:
-            if item_id in self._inflight:
-                return False
-            self._inflight.add(item_id)
+            running = self._inflight.get(item_id)
+            if running is None:
+                done = self._inflight[item_id] = threading.Event()
+        if running is not None:
+            running.wait(wait_s)
+            with self._lock:
+                if item_id in self._unrecorded:
+                    return self._unrecorded[item_id][0] is None
+            rows = self.store.query("SELECT status FROM outbox WHERE id = ?", [item_id])
+            return bool(rows) and rows[0]["status"] == "delivered"
         try:
+            with self._lock:
+                if item_id in self._unrecorded:
+                    return self._unrecorded[item_id][0] is None
             rows = self.store.query("SELECT * FROM outbox WHERE id = ?", [item_id])
             if not rows:
                 return False
@@ -289,13 +307,37 @@ class Outbox:
                     error, retryable, reason = str(e), e.retryable, _reason(e)
                 except Exception as e:  # unexpected: keep it, retry later
                     error, reason = f"unexpected {type(e).__name__}", "unexpected"
-            self._record(item, error, retryable)
+            try:
+                self._record(item, error, retryable)
+            except Exception as e:  # the result stands; write it down on the next drain
+                with self._lock:
+                    self._unrecorded[item_id] = (error, retryable)
+                log_event(
+                    "outbox.record_deferred",
+                    level=logging.WARNING,
+                    item_id=item_id,
+                    kind=item["kind"],
+                    delivered=error is None,
+                    error=type(e).__name__,
+                )
             if self.observer is not None:
                 self.observer(str(item["kind"]), error is None, reason)
             return error is None
         finally:
             with self._lock:
-                self._inflight.discard(item_id)
+                self._inflight.pop(item_id, None)
+            done.set()
+
+    def _record_pending(self) -> None:
+        """Record the results that could not be written when they happened."""
+        with self._lock:
+            pending = list(self._unrecorded.items())
+        for item_id, (error, retryable) in pending:
+            rows = self.store.query("SELECT * FROM outbox WHERE id = ?", [item_id])
+            if rows:
+                self._record(rows[0], error, retryable)
+            with self._lock:
+                self._unrecorded.pop(item_id, None)
 
     def _record(self, item: dict[str, Any], error: str | None, retryable: bool) -> None:
         attempts = int(item["attempts"]) + 1

@@ -142,13 +142,14 @@ class Daemon:
 
             base = self.sandbox.url
             return PaServiceClient(
-                claim_url=f"{base}/pharmacy/claim.json",
+                claim_url=f"{base}/cmmimport/",
                 outcomes_url=f"{base}/outcomes.json",
                 dashboard_url=f"{base}/dashboard",
                 username=SANDBOX_USERNAME,
                 password=SANDBOX_PASSWORD,
                 api_key=SANDBOX_API_KEY,
                 timeout_s=s.service.timeout_seconds,
+                claim_framing=s.service.claim_framing,
             )
         return PaServiceClient(
             claim_url=s.service.claim_url or "",
@@ -159,6 +160,7 @@ class Daemon:
             api_key=s.secret(s.service.api_key),
             timeout_s=s.service.timeout_seconds,
             verify=s.service.verify,
+            claim_framing=s.service.claim_framing,
         )
 
     def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:

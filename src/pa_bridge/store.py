@@ -206,6 +206,13 @@ def m002_callbacks(db: Database) -> None:
     db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
 
 
+@MIGRATIONS()
+def m003_pa_links(db: Database) -> None:
+    # The PA's links from its callbacks (html_url, tokens[].html_url, pdf_url), and
+    # what a submit answered without a PA id waits to be matched on (issue 14).
+    db.execute("ALTER TABLE pas ADD COLUMN links_json TEXT NOT NULL DEFAULT '{}'")
+
+
 def create_private(path: Path) -> None:
     """Create a missing database file with mode 0600 before SQLite opens it.
 

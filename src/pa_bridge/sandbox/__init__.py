@@ -8,47 +8,54 @@ Run it alone with ``pa-bridge sandbox --port N`` or in-process::
 Credentials (published, not secret): username ``sandbox-pharmacy``, password
 ``sandbox-password``, api_key ``sandbox-api-key`` (``SANDBOX_USERNAME`` etc.).
 
-Paths:
+Paths (the real service's shapes, docs/real-service-evidence.md):
 
 =========================================  ==============================================
-``POST /pharmacy/claim``                   claim interface, HTML answer with the PA link(s)
-``POST /pharmacy/claim.json``              claim interface, verbose JSON answer
-``POST /pharmacy/claim.empty``             claim interface, empty body + ``Location``
+``POST /cmmimport/`` (and ``/cmmimport``)  claim interface, default format: the URL of
+                                           each PA on its own line (CRLF), ``text/html``
+``POST /cmmimport/json``                   claim interface, verbose JSON (field names of
+                                           our own: the evidence does not show them)
+``POST /cmmimport/empty``                  claim interface, empty body (address ours)
 ``POST /outcomes.json``                    outcomes interface, JSON ``{button_label, message}``
 ``POST /outcomes.txt``                     outcomes interface, text ``button_label;message``
 ``GET /outcomes``                          HTML exploration page (``POST /outcomes``: HTML)
 ``POST /dashboard/login``                  ``username``, ``plaintext_password`` -> token body
 ``GET /dashboard?token=...``               the pharmacy's dashboard page
-``GET /pa/<id>?token_id=...``              one PA's page (status, outcome, history)
+``GET /request/view/<id>?token_id=...``    the hosted PA page (status, outcome, history)
 ``GET /_ping``                             health (``{"status": "ok", ...}``)
 ``GET /sandbox/pas``                       admin: every PA with its status history (JSON)
+``GET /sandbox/claims``                    admin: every claim received, framed or not
 ``POST /sandbox/callback-url``             admin: register the callback target at runtime
                                            (``url``, ``username``, ``password``; form or JSON)
 =========================================  ==============================================
 
 Test payer (PRODUCT.md, "The sandbox's test payer"):
 
-* B1 with the sandbox credentials: a PA per transaction (6-character id, one access
-  token), HTTP 201, answered in the asked format. The same B1 again (same BIN, PCN,
-  group, Rx number, fill number, provider): the original PA, HTTP 200, JSON
-  ``"duplicate": true``.
+* B1 with the sandbox credentials, framed STX ... ETX or not (both are accepted and
+  recorded): a PA per transaction (6-character id, one access token), HTTP 200,
+  answered in the format of the address. The same B1 again (same BIN, PCN, group, Rx
+  number, fill number, provider): the original PA, answered exactly alike (HTTP 200;
+  nothing marks a duplicate, as at the real service).
 * group id (301-C1, or the ``group_id`` variable) containing ``DENY`` / ``PEND``: the PA
   ends Unfavorable / Pending; any other group: Favorable.
 * after creation the status moves New, PA Request, PA Response (with the outcome),
   ``step_seconds`` apart; one callback per change.
 * product id ``00000000000``: 422. Wrong username, password or api_key: 403. Missing
   POST variables: 404 naming each. A claim our ``ncpdp`` cannot parse: 500 with the
-  parse error (byte offset, segment, field).
-* B2 for a known claim: the PA is deleted: a DELETE event and a callback (HTTP 200).
+  parse error (byte offset, segment, field). Every error is an HTML page with the
+  message in ``<p>`` elements.
+* B2 for a known claim: the PA is deleted: a DELETE event and a callback (HTTP 200,
+  the PA's link in the format of the address).
 * outcomes for rejection codes 70, 75, 76: a replacement message and the button label
   ``Submit PA``; other claims: the message unchanged, empty button label. BIN
   ``999997``: 500; ``999998``: answers after 5 s; ``999996``: trickles its answer over 3 s.
   Wrong api_key: 403.
 
-Callbacks: ``POST`` JSON ``{"request": {...}}`` to the registered URL, optional HTTP
-Basic; any non-200 or connection error is retried with exponential backoff until
-delivered; deliveries for one PA go in order. Error bodies have the service's shape
-``{"errors": [{"code", "message", "debug"}]}``. Only synthetic data, and no PHI, is kept
+Callbacks: ``POST`` JSON ``{"request": {...}}`` shaped like the real request object
+(strings for numbers and booleans, ``html_url``, ``pdf_url``, ``tokens``, ``created_at``
+and no ``updated_at``, ``events`` only for a DELETE) to the registered URL, optional
+HTTP Basic; any non-200 or connection error is retried with exponential backoff until
+delivered; deliveries for one PA go in order. Only synthetic data, and no PHI, is kept
 in the sandbox's logs.
 """
 
@@ -94,6 +101,7 @@ class SandboxServer:
     def start(self) -> SandboxServer:
         self._server.start()
         self._started = True
+        self.state.portal = self.state.portal or self.url
         return self
 
     def stop(self) -> None:
@@ -114,7 +122,8 @@ class SandboxServer:
 
     @property
     def claim_url(self) -> str:
-        return self.url + "/pharmacy/claim"
+        """The claim interface in its default format (bare URL lines)."""
+        return self.url + "/cmmimport/"
 
     @property
     def outcomes_url(self) -> str:

@@ -36,7 +36,7 @@ log = logging.getLogger("pa_bridge.sandbox")
 
 _ID_ALPHABET = string.ascii_uppercase + string.digits
 #: Keys of a stored PA that are the sandbox's own bookkeeping, not the request object.
-_INTERNAL = ("history", "final_outcome", "dup_key", "deleted", "callbacks")
+_INTERNAL = ("history", "final_outcome", "dup_key", "deleted", "callbacks", "portal")
 
 
 def now_iso() -> str:
@@ -73,6 +73,8 @@ class SandboxState:
             config.callback_url, config.callback_username, config.callback_password
         )
         self.dashboard_tokens: set[str] = set()
+        #: the sandbox's own address (set when it starts, or by its first request)
+        self.portal = ""
         self._db_lock = threading.RLock()
         self._db = sqlite3.connect(config.db_path or ":memory:", check_same_thread=False)
         with self._db_lock, self._db:
@@ -91,6 +93,7 @@ class SandboxState:
         self._http: httpx.Client | None = None
         self._queues: dict[str, _PaQueue] = {}
         self._closed = False
+        self._claims: list[dict[str, Any]] = []
         self._resume()
 
     # ------------------------------------------------------------------ store
@@ -129,15 +132,76 @@ class SandboxState:
             if self.get(pa_id) is None:
                 return pa_id
 
-    @staticmethod
-    def request_object(pa: dict[str, Any]) -> dict[str, Any]:
-        """The PA as the service's requests resource shows it (no bookkeeping)."""
-        return {k: v for k, v in pa.items() if k not in _INTERNAL}
+    def portal_of(self, pa: dict[str, Any]) -> str:
+        """The base of a PA's links: where the sandbox was reached when it was created
+        (a PA kept from an older sandbox has none: the sandbox's own address)."""
+        return str(pa.get("portal") or self.portal)
+
+    def token_url(self, pa: dict[str, Any]) -> str:
+        """The hosted-page link a pharmacist opens: ``{portal}/request/view/{id}?token_id=``."""
+        return f"{self.portal_of(pa)}/request/view/{pa['id']}?token_id={pa['tokens'][0]['id']}"
+
+    def request_object(self, pa: dict[str, Any]) -> dict[str, Any]:
+        """The PA as the real service's request object looks in a callback (the
+        evidence, docs/real-service-evidence.md): links (``href``, ``html_url``,
+        ``pdf_url``, ``thumbnail_urls``, ``tokens`` with their own links), values as
+        strings where the type is a number or boolean (``urgent: "false"``, quantities),
+        ``is_epa`` a boolean and ``attachments_included`` a number (as in the
+        evidence), ``created_at`` and no ``updated_at``, ``events`` only for a DELETE or
+        a fax failure, and no patient data at all (the sandbox has none to send)."""
+        portal, pa_id = self.portal_of(pa), pa["id"]
+        rx = dict(pa.get("prescription") or {})
+        for key in ("quantity", "days_supply", "fill_number"):
+            rx[key] = "" if rx.get(key) is None else str(rx[key])
+        return {
+            "id": pa_id,
+            "api_id": "sandbox",
+            "href": f"{portal}/requests/{pa_id}",
+            "html_url": f"{portal}/request/view/{pa_id}",
+            "pdf_url": f"{portal}/requests/{pa_id}/download",
+            "thumbnail_urls": [],
+            "workflow_status": pa["workflow_status"],
+            "plan_outcome": pa["plan_outcome"],
+            "is_epa": True,
+            "urgent": "false",
+            "attachments_included": 0,
+            "memo": None,
+            "form_id": None,
+            "created_at": pa["created_at"],
+            "payer": pa.get("payer") or {},
+            "prescriber": pa.get("prescriber") or {},
+            "prescription": rx,
+            "pharmacy": pa.get("pharmacy") or {},
+            "tokens": [
+                {
+                    "id": t["id"],
+                    "request_id": pa_id,
+                    "href": f"{portal}/requests/tokens/{t['id']}",
+                    "html_url": f"{portal}/request/view/{pa_id}?token_id={t['id']}",
+                    "pdf_url": f"{portal}/requests/{pa_id}/download?token_id={t['id']}",
+                }
+                for t in pa["tokens"]
+            ],
+            "events": list(pa.get("events") or []),
+        }
+
+    def record_claim(self, *, framed: bool, fmt: str) -> None:
+        """Remember that a claim arrived, framed STX ... ETX or not (both accepted)."""
+        with self._cond:
+            self._claims.append({"at": now_iso(), "framed": framed, "format": fmt})
+            del self._claims[:-1000]
+
+    def claims(self) -> list[dict[str, Any]]:
+        with self._cond:
+            return list(self._claims)
 
     # ------------------------------------------------------------------ PA life
 
-    def create(self, dup_key: str, fields: dict[str, Any], final_outcome: str) -> dict[str, Any]:
-        """A new PA in status New (callback now), then PA Request and PA Response."""
+    def create(
+        self, dup_key: str, fields: dict[str, Any], final_outcome: str, portal: str = ""
+    ) -> dict[str, Any]:
+        """A new PA in status New (callback now), then PA Request and PA Response.
+        ``portal``: the base of its hosted-page links (the sandbox's own address)."""
         with self._db_lock:
             pa_id = self._new_id()
             ts = now_iso()
@@ -148,7 +212,6 @@ class SandboxState:
                 "plan_outcome": None,
                 "is_epa": True,
                 "created_at": ts,
-                "updated_at": ts,
                 "events": [],
                 "tokens": [{"id": token, "request_id": pa_id}],
                 **fields,
@@ -156,6 +219,7 @@ class SandboxState:
                 "final_outcome": final_outcome,
                 "dup_key": dup_key,
                 "deleted": False,
+                "portal": portal.rstrip("/"),
             }
             self._save(pa)
         log.info("sandbox PA %s created (New)", pa_id)
@@ -164,14 +228,14 @@ class SandboxState:
         return pa
 
     def find_or_create(
-        self, dup_key: str, fields: dict[str, Any], final_outcome: str
+        self, dup_key: str, fields: dict[str, Any], final_outcome: str, portal: str = ""
     ) -> tuple[dict[str, Any], bool]:
         """The live PA for this claim (duplicate True), or a new one; atomic."""
         with self._db_lock:
             existing = self.find(dup_key, include_deleted=False)
             if existing is not None:
                 return existing, True
-            return self.create(dup_key, fields, final_outcome), False
+            return self.create(dup_key, fields, final_outcome, portal), False
 
     def _advance(self, pa_id: str) -> None:
         with self._db_lock:
@@ -183,7 +247,6 @@ class SandboxState:
                 pa["workflow_status"], pa["plan_outcome"] = "PA Request", None
             else:
                 pa["workflow_status"], pa["plan_outcome"] = "PA Response", pa["final_outcome"]
-            pa["updated_at"] = ts
             pa["history"].append(
                 {
                     "workflow_status": pa["workflow_status"],
@@ -205,7 +268,6 @@ class SandboxState:
                 return current
             ts = now_iso()
             current["deleted"] = True
-            current["updated_at"] = ts
             current["events"].append(
                 {"type": "DELETE", "time": ts, "remote_user": {"display_name": remote_user}}
             )

@@ -11,10 +11,11 @@ import logging
 import secrets
 import time
 from collections.abc import Iterator
+from decimal import Decimal, InvalidOperation
 from html import escape
 from typing import Any
 
-from flask import Flask, Response, request, url_for
+from flask import Flask, Response, request
 
 import ncpdp
 
@@ -60,9 +61,17 @@ def _page(title: str, body: str, status: int = 200) -> Response:
 
 
 def _errors(status: int, *errors: tuple[int, str, str]) -> Response:
-    """The service's error shape: {"errors": [{"code", "message", "debug"}]}."""
-    body = {"errors": [{"code": c, "message": m, "debug": d} for c, m, d in errors]}
-    return Response(json.dumps(body), status=status, mimetype="application/json")
+    """The claim interface's error shape (the evidence): an HTML page with each message
+    in a ``<p>`` element. ``(code, message, detail)``: the detail follows the message."""
+    paragraphs = "".join(
+        f"<p>{escape(m)}{': ' + escape(d) if d and d not in m else ''}</p>" for _, m, d in errors
+    )
+    title = {403: "Forbidden", 404: "Not Found", 422: "Unprocessable Entity"}.get(status, "Error")
+    body = (
+        f"<!doctype html><html><head><title>{status} {title}</title></head>"
+        f"<body>{paragraphs}</body></html>"
+    )
+    return Response(body, status=status, mimetype="text/html")
 
 
 def _same(given: str | None, expected: str) -> bool:
@@ -72,6 +81,14 @@ def _same(given: str | None, expected: str) -> bool:
 def _us_date(ccyymmdd: str) -> str:
     d = ccyymmdd.strip()
     return f"{d[4:6]}/{d[6:8]}/{d[:4]}" if len(d) == 8 and d.isdigit() else ""
+
+
+def _plain(number: Any) -> str:
+    """A quantity as the service writes it: "30", "2.5" (no trailing zeros)."""
+    try:
+        return format(Decimal(str(number)).normalize(), "f")
+    except (InvalidOperation, ValueError):
+        return str(number)
 
 
 def _final_outcome(group_id: str) -> str:
@@ -93,7 +110,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
     app.extensions["pa_sandbox"] = state
 
     def pa_url(pa: dict[str, Any]) -> str:
-        return url_for("pa_page", pa_id=pa["id"], token_id=pa["tokens"][0]["id"], _external=True)
+        """The hosted-page link, ``{portal}/request/view/{id}?token_id=...``."""
+        return state.token_url(pa)
 
     # ------------------------------------------------------------ claim interface
 
@@ -113,8 +131,12 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             return _errors(
                 403, (403001, "Wrong or unknown username or password", "credentials rejected")
             )
+        state.portal = state.portal or request.host_url.rstrip("/")
+        raw_claim = form["ncpdp_claim"]
+        framed = raw_claim.startswith("\x02") and raw_claim.rstrip("\r\n").endswith("\x03")
+        state.record_claim(framed=framed, fmt=fmt)
         try:
-            t = ncpdp.parse(form["ncpdp_claim"], strict=False)
+            t = ncpdp.parse(raw_claim, strict=False)
         except ncpdp.ParseError as exc:
             return _errors(500, (500001, "The claim could not be parsed", str(exc)))
         if not t.is_request:
@@ -153,7 +175,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                 if found is not None:
                     already = bool(found["deleted"])
                     results.append((state.delete(found, "pharmacy"), already))
-            return render_claim(fmt, results, 200, deleted=True)
+            return render_claim(fmt, results)
 
         for tx in view.transactions:
             ndc = (tx.product_id or "").strip()
@@ -163,7 +185,6 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                     (422001, "Unrecognised NDC", f"407-D7 in transaction {tx.index + 1}"),
                 )
         results = []
-        created = False
         for tx in view.transactions:
             k = key(tx, group)
             npi = form.get("physician_npi") or (
@@ -176,11 +197,14 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             fields = {
                 "payer": {"bin": bin_, "pcn": pcn, "group_id": group},
                 "prescription": {
-                    "drug_id": tx.product_id,
+                    # the service answers a 6-digit drug id (ddid), not the NDC
+                    "drug_id": f"{int(tx.product_id or '0') % 900000 + 100000:06d}"
+                    if (tx.product_id or "").isdigit()
+                    else "",
                     "ndc": tx.product_id,
                     "prescription_reference": tx.rx_number,
                     "fill_number": tx.fill_number,
-                    "quantity": None if tx.quantity is None else str(tx.quantity),
+                    "quantity": None if tx.quantity is None else _plain(tx.quantity),
                     "days_supply": tx.days_supply,
                     "date_of_service": _us_date(view.date_of_service),
                 },
@@ -191,58 +215,46 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                 },
                 "pharmacy": {pharmacy_key: provider},
             }
-            pa, duplicate = state.find_or_create(k, fields, _final_outcome(group))
+            pa, duplicate = state.find_or_create(
+                k, fields, _final_outcome(group), portal=request.host_url.rstrip("/")
+            )
             results.append((pa, duplicate))
-            created = created or not duplicate
-        return render_claim(fmt, results, 201 if created else 200)
+        # HTTP 200 for a new PA and for a duplicate alike: nothing marks a duplicate.
+        return render_claim(fmt, results)
 
-    def render_claim(
-        fmt: str, results: list[tuple[dict[str, Any], bool]], status: int, *, deleted: bool = False
-    ) -> Response:
+    def render_claim(fmt: str, results: list[tuple[dict[str, Any], bool]]) -> Response:
         urls = [pa_url(pa) for pa, _ in results]
-        duplicate = bool(results) and all(dup for _, dup in results)
         if fmt == "json":
+            # "Verbose JSON": the evidence does not show its field names, so these are
+            # deliberately our own; pa-bridge must find the links whatever they are.
             body = {
-                "duplicate": duplicate,
-                "deleted": deleted,
-                "pa_urls": urls,
-                "requests": [
+                "result": "ok",
+                "transactions": [
                     {
-                        "id": pa["id"],
-                        "workflow_status": pa["workflow_status"],
-                        "plan_outcome": pa["plan_outcome"],
-                        "duplicate": dup,
-                        "deleted": bool(pa["deleted"]),
-                        "html_url": url,
-                        "tokens": [
-                            {"id": t["id"], "request_id": pa["id"], "html_url": url}
-                            for t in pa["tokens"][:1]
-                        ],
+                        "sequence": str(i + 1),
+                        "prior_auth": {
+                            "key": pa["id"],
+                            "state": pa["workflow_status"],
+                            "determination": pa["plan_outcome"],
+                            "api": f"{state.portal_of(pa)}/requests/{pa['id']}",
+                            "document": f"{state.portal_of(pa)}/requests/{pa['id']}/download",
+                            "open_in_browser": url,
+                        },
                     }
-                    for (pa, dup), url in zip(results, urls, strict=True)
+                    for i, ((pa, _), url) in enumerate(zip(results, urls, strict=True))
                 ],
             }
-            return Response(json.dumps(body), status=status, mimetype="application/json")
+            return Response(json.dumps(body), status=200, mimetype="application/json")
         if fmt == "empty":
-            resp = Response(b"", status=status)
-            if urls:
-                resp.headers["Location"] = urls[0]
-            return resp
-        title = "Prior authorization deleted" if deleted else "Prior authorization"
-        items = "".join(
-            f"<li><a href='{escape(url)}'>Open PA {escape(pa['id'])}</a>"
-            f" ({escape(pa['workflow_status'])}{', duplicate' if dup else ''})</li>"
-            for (pa, dup), url in zip(results, urls, strict=True)
-        )
-        return _page(
-            title, f"<ul>{items}</ul>" if items else "<p>No PA for this claim.</p>", status
-        )
+            return Response(b"", status=200, mimetype="text/html")
+        # The default format: the URL of each PA, one per line, in a text/html answer.
+        body_text = "".join(f"{u}\r\n" for u in urls)
+        return Response(body_text, status=200, mimetype="text/html")
 
-    app.add_url_rule("/pharmacy/claim", "claim_html", lambda: claim("html"), methods=["POST"])
-    app.add_url_rule("/pharmacy/claim.json", "claim_json", lambda: claim("json"), methods=["POST"])
-    app.add_url_rule(
-        "/pharmacy/claim.empty", "claim_empty", lambda: claim("empty"), methods=["POST"]
-    )
+    for rule in ("/cmmimport/", "/cmmimport"):
+        app.add_url_rule(rule, f"claim_default{rule}", lambda: claim("lines"), methods=["POST"])
+    app.add_url_rule("/cmmimport/json", "claim_json", lambda: claim("json"), methods=["POST"])
+    app.add_url_rule("/cmmimport/empty", "claim_empty", lambda: claim("empty"), methods=["POST"])
 
     # ------------------------------------------------------------ outcomes interface
 
@@ -336,8 +348,9 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             f"<table><tr><th>PA</th><th>Status</th><th>Outcome</th></tr>{rows}</table>",
         )
 
-    @app.get("/pa/<pa_id>")
+    @app.get("/request/view/<pa_id>")
     def pa_page(pa_id: str) -> Response:
+        """The hosted PA page: a plain page showing the PA and its status."""
         pa = state.get(pa_id)
         if pa is None or pa["deleted"]:
             return _page("Prior authorization", "<p>No such PA (or it was deleted).</p>", 404)
@@ -380,6 +393,11 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             json.dumps({"pas": out, "pending_callbacks": state.pending_callbacks()}),
             mimetype="application/json",
         )
+
+    @app.get("/sandbox/claims")
+    def list_claims() -> Response:
+        """Every claim received: its format and whether it came framed STX ... ETX."""
+        return Response(json.dumps({"claims": state.claims()}), mimetype="application/json")
 
     @app.post("/sandbox/callback-url")
     def set_callback() -> Response:

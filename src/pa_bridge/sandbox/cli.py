@@ -62,7 +62,7 @@ def sandbox(
     server = SandboxServer(config, host=host, port=port).start()
     try:
         click.echo(f"pa-bridge sandbox listening on {server.url}")
-        click.echo(f"  claim interface:    {server.claim_url}  (.json, .empty)")
+        click.echo(f"  claim interface:    {server.claim_url}  (json, empty)")
         click.echo(f"  outcomes interface: {server.outcomes_url}  (/outcomes.txt, /outcomes)")
         click.echo(f"  dashboard:          {server.dashboard_url}  (POST /dashboard/login)")
         click.echo(f"  username: {config.username}")

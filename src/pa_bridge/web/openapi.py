@@ -157,8 +157,30 @@ _SCHEMAS: dict[str, Any] = {
             "pa_id": {"type": "string"},
             "claim_id": _NULLABLE_STR,
             "transaction_index": {"type": ["integer", "null"]},
-            "urls": {"type": "array", "items": {"type": "string"}},
-            "url": _NULLABLE_STR,
+            "urls": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "the PA's links: those the claim interface answered, then the "
+                "token links its callbacks brought",
+            },
+            "url": {
+                "type": ["string", "null"],
+                "description": "the link to open: the hosted page with its token when known; "
+                "null while the link is on its way (empty-format answer, callback not yet in)",
+            },
+            "links": {
+                "type": "object",
+                "description": "links from the PA's callbacks",
+                "properties": {
+                    "html_url": {"type": "string"},
+                    "pdf_url": {"type": "string"},
+                    "token_urls": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+            "link_pending": {
+                "type": "boolean",
+                "description": "PA started, link on its way (it comes with the PA's callback)",
+            },
             "open_url": {"type": "string", "description": "GET it to be redirected to the PA"},
             "workflow_status": _NULLABLE_STR,
             "plan_outcome": _NULLABLE_STR,

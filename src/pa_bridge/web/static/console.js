@@ -182,7 +182,7 @@
 
   function paLink(pa, rx) {
     var href = paHref(pa);
-    if (!href) { return el("span", { className: "note", text: "No link yet" }); }
+    if (!href) { return el("span", { className: "note", text: "PA started, link on its way" }); }
     return el("a", {
       href: href, target: "_blank", rel: "noopener noreferrer", "data-pa": pa.pa_id
     }, ["Open PA " + pa.pa_id, el("span", { className: "sr-only", text: (rx ? " for Rx " + rx : "") + " (opens in a new tab)" })]);
@@ -356,7 +356,8 @@
         var pa = r.data;
         var href = paHref(pa);
         say((r.status === 201 ? "PA " + pa.pa_id + " created" : "This claim already has PA " + pa.pa_id) +
-            (rx ? " for Rx " + rx : "") + (href ? ". Opening it in a new tab." : "."));
+            (rx ? " for Rx " + rx : "") +
+            (href ? ". Opening it in a new tab." : ". PA started, link on its way."));
         if (href) { window.open(href, "_blank", "noopener"); }
         lastPayload = null;
         poll(); // show it now, and move focus to its link
