@@ -199,3 +199,27 @@ def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path
     with pytest.raises(CallbackFrontError, match="did not start within"):
         front.start()
     assert not front.alive
+
+
+def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path: Path) -> None:
+    """About 1,000 levels used to fail the JSON decoder with RecursionError: 500 for
+    it forever, and for the good callbacks committed with it (issue 19)."""
+    from pa_bridge.callback_front import KIND_CALLBACK, Message
+    from pa_bridge.metrics import Metrics
+    from pa_bridge.store import Store
+    from pa_bridge.web.callbacks import CallbackReceiver
+
+    deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    with Store(tmp_path / "db.sqlite3") as store:
+        receiver = CallbackReceiver(store, Metrics(), forward=False)
+        replies = receiver.handle(
+            [
+                Message(KIND_CALLBACK, "application/json", _callback("PN1", "n-1")),
+                Message(KIND_CALLBACK, "application/json", deep),
+                Message(KIND_CALLBACK, "application/json", _callback("PN2", "n-2")),
+            ]
+        )
+        assert [status for status, _ in replies] == [200, 200, 200]
+        assert json.loads(replies[1][1])["status"] == "dead_letter"
+        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
+        assert {r["id"] for r in store.query("SELECT id FROM pas")} == {"PN1", "PN2"}

@@ -251,3 +251,54 @@ def test_deeply_nested_json_is_a_400_everywhere(api: httpx.Client) -> None:
     from pa_bridge.jsonlimits import loads_bounded
 
     assert loads_bounded('{"a": "' + "[" * 500 + '"}') == {"a": "[" * 500}
+
+
+def test_transaction_counts_must_agree(api: httpx.Client) -> None:
+    two = b.request_bytes(rxs=(b.Rx(rx_number="000001111111"), b.Rx(rx_number="000002222222")))
+    one = b.request_bytes()
+    cases = {
+        "1 vs 2": (one, b.response_bytes([b.REJECT_75, b.REJECT_75])),
+        "2 vs 3": (two, b.response_bytes([b.REJECT_75] * 3)),
+        "count X": (one[:20] + b"X" + one[21:], b.response_bytes([b.REJECT_75])),
+        "count 0": (one[:20] + b"0" + one[21:], b.response_bytes([b.REJECT_75])),
+        "count 2, one group": (one[:20] + b"2" + one[21:], b.response_bytes([b.REJECT_75])),
+    }
+    before = api.daemon.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]  # type: ignore[attr-defined]
+    for name, (req, resp) in cases.items():
+        r = api.post("/v1/claims", json=_claim(req, resp))
+        assert r.status_code == 400, (name, r.status_code, r.text[:300])
+        assert r.json()["error"]["code"] == "malformed_claim", name
+    after = api.daemon.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]  # type: ignore[attr-defined]
+    assert after == before  # nothing half-stored
+    ok = api.post("/v1/claims", json=_claim(two, b.response_bytes([b.REJECT_75, b.PAID])))
+    assert ok.status_code == 200 and len(ok.json()["transactions"]) == 2
+
+
+def test_a_b2_without_what_finds_the_claim_is_a_400(api: httpx.Client) -> None:
+    no_rx = b.request_bytes(code="B2", rxs=(b.Rx(rx_number=""),))
+    r = api.post("/v1/reversals", json={"request": no_rx.decode("latin-1")})
+    assert r.status_code == 400 and "402-D2" in r.json()["error"]["message"]
+    bad_count = b.request_bytes(code="B2")
+    bad_count = bad_count[:20] + b"X" + bad_count[21:]
+    r = api.post("/v1/reversals", json={"request": bad_count.decode("latin-1")})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_claim"
+    assert (
+        api.daemon.store.query("SELECT count(*) AS n FROM outbox WHERE kind = 'reversal'")[0]["n"]
+        == 0
+    )  # type: ignore[attr-defined]
+
+
+def test_submit_pa_after_the_claim_was_reversed_is_refused(api: httpx.Client) -> None:
+    claim = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()
+    r = api.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
+    assert r.status_code in (200, 202)
+    s = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    assert s.status_code == 409 and s.json()["error"]["code"] == "claim_reversed"
+    assert api.daemon.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0  # type: ignore[attr-defined]
+    # the claim billed again after the reversal can have its PA
+    again = api.post(
+        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    ).json()
+    assert api.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201

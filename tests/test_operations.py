@@ -463,3 +463,55 @@ def test_log_events_are_stable_identifiers_with_free_text_apart() -> None:
     lib, ours = (json.loads(x) for x in stream.getvalue().splitlines())
     assert lib["event"] == "log.some.library" and lib["message"] == "connection #3 reset"
     assert ours["event"] == "claim.accepted" and "message" not in ours
+
+
+def test_a_service_echoing_our_form_never_reaches_the_answer_or_the_log(
+    make_daemon: Any,
+) -> None:
+    """A service error page that quotes the posted form (password, api_key, the claim
+    with the patient's name and date of birth) is cut down to its own words (issue 19)."""
+    from pa_bridge.runtime import WsgiServer
+
+    app = Flask("echoing-service")
+
+    @app.post("/cmmimport/")
+    def echo() -> tuple[str, int, dict[str, str]]:
+        quoted = " ".join(f"{k}={v}" for k, v in request.form.items())
+        page = f"<html><body><p>Could not process claim: {quoted}</p></body></html>"
+        return page, 500, {"Content-Type": "text/html"}
+
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    server = WsgiServer(app, "127.0.0.1", 0, name="echo").start()
+    try:
+        base = server.url
+        d = make_daemon(
+            service={
+                "claim_url": f"{base}/cmmimport/",
+                "outcomes_url": "http://127.0.0.1:9/outcomes",
+                "username": USER,
+                "password": PASSWORD,
+                "api_key": API_KEY,
+                "probe_seconds": 0,
+            }
+        )
+        with _api(d) as api:
+            claim = api.post(
+                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+            ).json()
+            r = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    finally:
+        server.stop()
+        logging.getLogger().handlers.clear()
+    assert r.status_code >= 400
+    assert "Could not process claim" in json.dumps(r.json())  # the service's own words stay
+    everything = r.text + stream.getvalue()
+    for secret in (
+        PASSWORD,
+        API_KEY,
+        b.PATIENT_LAST,
+        b.PATIENT_FIRST,
+        b.PATIENT_DOB,
+        b.CARDHOLDER_ID,
+    ):
+        assert secret not in everything, secret

@@ -87,6 +87,37 @@ def _parse(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes
     return t, bytes(t)
 
 
+def _check_counts(req: ncpdp.Transmission, resp: ncpdp.Transmission) -> None:
+    """A claim exchange whose transaction counts do not agree is not one we can decide
+    on (issue 19): 109-A9 must be 1-4 and match the request's transactions, and the
+    response must answer each of them (or reject the whole transmission in its header)."""
+    count = str(getattr(req.header, "transaction_count", "") or "").strip()
+    n_req = len(req.groups)
+    if not count.isdigit() or not 1 <= int(count) <= 4 or int(count) != n_req:
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the request's transaction count 109-A9 must be 1-4 and match its {n_req}"
+            " transaction(s)",
+            {"part": "request", "field_id": "A9"},
+        )
+    n_resp = len(resp.groups)
+    if n_resp != n_req and not (n_resp == 0 and _rejected_in_header(resp)):
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the response answers {n_resp} transaction(s); the request has {n_req}",
+            {"part": "response"},
+        )
+
+
+def _rejected_in_header(resp: ncpdp.Transmission) -> bool:
+    try:
+        return resp.as_response().header_response_status.strip() == "R"
+    except ncpdp.NcpdpError:
+        return False
+
+
 def _insert_exchange(db: Database, row: dict[str, Any]) -> None:
     """A plain prepared INSERT: the claim hot path (sqlite-utils' insert() inspects the
     table and builds its SQL on every call)."""
@@ -230,6 +261,7 @@ class Bridge:
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        _check_counts(req, resp)
         rv = req.as_request()
         sv = resp.as_response()
         decisions = self._decide(sv)
@@ -447,6 +479,17 @@ class Bridge:
         )
         return rows[0] if rows else None
 
+    def _reversed_since(self, key: str, since: str) -> bool:
+        """Whether a reversal of the claim with ``key`` came in after ``since`` (queued
+        or delivered; one store IT dropped does not count)."""
+        rows = self.store.query(
+            "SELECT 1 AS x FROM outbox, json_each(outbox.payload_json, '$.claim_keys') AS k"
+            " WHERE outbox.kind = 'reversal' AND outbox.status != 'dropped'"
+            " AND outbox.created_at >= ? AND k.value = ? LIMIT 1",
+            [since, key],
+        )
+        return bool(rows)
+
     def submit_pa(
         self, claim_id: str, body: Mapping[str, Any], actor: str
     ) -> tuple[dict[str, Any], bool]:
@@ -484,6 +527,13 @@ class Bridge:
             existing = self._pa_for_claim(claim_id, index)
             if existing is not None:
                 return self.pa_json(existing), False
+            if self._reversed_since(key, str(ex["received_at"])):
+                raise BridgeError(
+                    409,
+                    "claim_reversed",
+                    "this claim was reversed after it was sent; a PA cannot be started for"
+                    " it. If it was billed again, send the new claim",
+                )
             same = self._live_pa_for_key(key)
             if same is not None:  # a second click: our own records know this claim
                 self.metrics.pa_submits.labels("duplicate").inc()
@@ -644,7 +694,36 @@ class Bridge:
             raise BridgeError(
                 400, "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
             )
+        count = str(getattr(req.header, "transaction_count", "") or "").strip()
+        if not count.isdigit() or not 1 <= int(count) <= 4 or int(count) != len(req.groups):
+            raise BridgeError(
+                400,
+                "malformed_claim",
+                f"the B2's transaction count 109-A9 must be 1-4 and match its"
+                f" {len(req.groups)} transaction(s)",
+                {"part": "request", "field_id": "A9"},
+            )
         rv = req.as_request()
+        missing = [
+            name
+            for name, value in (
+                ("101-A1 BIN", rv.bin),
+                ("201-B1 service provider id", rv.service_provider_id),
+            )
+            if not (value or "").strip()
+        ]
+        for t in rv.transactions:
+            if not (t.rx_number or "").strip():
+                missing.append(f"402-D2 prescription number (transaction {t.index + 1})")
+        if missing:
+            # the service needs these to find the PA to delete; a B2 without them
+            # would sit in the queue failing for good
+            raise BridgeError(
+                400,
+                "malformed_claim",
+                "the B2 lacks what the service needs to find the claim: " + ", ".join(missing),
+                {"part": "request"},
+            )
         exchange_id = uuid.uuid4().hex
         keys = [claim_key(req, i) for i in range(len(req.groups))]
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from .logs import log_event
 from .outbox import enqueue
 from .store import Database, Store, now_iso
@@ -241,8 +242,12 @@ def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
 
 def parse_callback(body: bytes) -> ParsedCallback:
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        doc = loads_bounded(body)
+    except TooDeep:
+        # a callback is a few levels deep; a thousand would fail the decoder and with
+        # it the whole commit batch: kept as a dead letter instead (issue 19)
+        raise CallbackShapeError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise CallbackShapeError("not JSON") from None
     if not isinstance(doc, dict):
         raise CallbackShapeError("not a JSON object")

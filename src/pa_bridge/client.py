@@ -41,7 +41,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from html.parser import HTMLParser
@@ -807,11 +807,42 @@ def _missing_variables(text: str) -> list[str]:
     return list(found)
 
 
-def _status_error(resp: httpx.Response, what: str) -> ServiceError:
-    """Map a non-2xx answer to a typed error a pharmacist can act on."""
+_SCRUB_MIN = 3
+_REASON_MAX = 200
+
+
+def _scrubbed_reason(text: str, sent: Iterable[str]) -> str:
+    """The service's words without anything we sent it. A service that echoes its
+    form back (our password, api_key, the claim with the patient's name and date of
+    birth) must not put that on the pharmacist's screen or in a log (issue 19): every
+    value we sent, and every field of the claim, is cut out; what is left is cut short."""
+    values: set[str] = set()
+    for v in sent:
+        if not v:
+            continue
+        values.add(v)
+        for part in re.split(r"[\x02\x03\x1c\x1d\x1e]", v):
+            if len(part) > 2 + _SCRUB_MIN:
+                values.add(part[2:])  # a claim field without its 2-character id
+                values.add(part)
+    out = text
+    for v in sorted((x.strip() for x in values), key=len, reverse=True):
+        if len(v) >= _SCRUB_MIN:
+            out = re.sub(re.escape(v), "[...]", out, flags=re.IGNORECASE)
+    out = " ".join(out.split())
+    return out if len(out) <= _REASON_MAX else out[: _REASON_MAX - 3] + "..."
+
+
+def _status_error(resp: httpx.Response, what: str, sent: Iterable[str] = ()) -> ServiceError:
+    """Map a non-2xx answer to a typed error a pharmacist can act on. ``detail`` has
+    the status and a short reason from the service's page with everything in ``sent``
+    (the form we posted) cut out: never the service's body as it came."""
     status = resp.status_code
     text = _error_text(resp)
-    detail = f"HTTP {status} from the {what}: {text}" if text else f"HTTP {status} from the {what}"
+    reason = _scrubbed_reason(text, sent)
+    detail = (
+        f"HTTP {status} from the {what}: {reason}" if reason else f"HTTP {status} from the {what}"
+    )
     if 300 <= status < 400:
         location = resp.headers.get("location", "")
         return RedirectError(
@@ -1120,7 +1151,7 @@ class PaServiceClient:
         except ncpdp.ParseError as exc:
             raise InvalidClaimError(
                 "The claim could not be read. Check it in the dispensing system.",
-                detail=f"claim does not parse: {exc}",
+                detail=f"claim does not parse (at byte offset {exc.offset})",
             ) from None
         if not transmission.is_request:
             raise InvalidClaimError(
@@ -1153,7 +1184,7 @@ class PaServiceClient:
             raise err from None
         elapsed_ms = (time.monotonic() - started) * 1000
         if not 200 <= resp.status_code < 300:
-            err = _status_error(resp, "claim interface")
+            err = _status_error(resp, "claim interface", form.values())
             log.warning(
                 "claim %s answered HTTP %d (%s) in %.0f ms",
                 code,
@@ -1344,7 +1375,9 @@ class PaServiceClient:
             log.warning("dashboard login failed: %s", err.code)
             raise err from None
         if not 200 <= resp.status_code < 300:
-            err = _status_error(resp, "dashboard login")
+            err = _status_error(
+                resp, "dashboard login", (self._username, self._password, self._api_key)
+            )
             log.warning("dashboard login answered HTTP %d (%s)", resp.status_code, err.code)
             raise err
         token = resp.text.strip()
