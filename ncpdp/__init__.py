@@ -1,4 +1,5 @@
-"""ncpdp: a parser and serializer for NCPDP Telecommunication claims (D.0 and 5.1).
+"""ncpdp: a parser and serializer for NCPDP Telecommunication claims (D.0, 5.1, F6)
+and NCPDP batch files (Batch 1.x).
 
 Sans-IO and dependency-free: bytes or str in, immutable typed objects out, and back,
 byte for byte (``serialize(parse(x)) == x``).
@@ -40,6 +41,7 @@ from ._views import (
     PA_REJECT_CODES,
     PatientView,
     PreferredProduct,
+    QualifiedId,
     RejectCode,
     RequestTransactionView,
     RequestView,
@@ -88,6 +90,7 @@ __all__ = [
     "ResponseTransactionView",
     "RejectCode",
     "PreferredProduct",
+    "QualifiedId",
     "PA_REJECT_CODES",
     "OUTCOMES_FIRST_CODES",
 ]

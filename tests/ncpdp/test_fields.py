@@ -115,11 +115,21 @@ def test_formats_map_to_codecs() -> None:
 
 
 def test_versions_are_data() -> None:
-    assert set(ncpdp.VERSIONS) == {"D0", "51"}
-    for spec in ncpdp.VERSIONS.values():
+    assert set(ncpdp.VERSIONS) == {"D0", "51", "F6"}
+    for code in ("D0", "51"):
+        spec = ncpdp.VERSIONS[code]
         assert sum(s.width for s in spec.request_header) == 56
         assert sum(s.width for s in spec.response_header) == 31
-        assert spec.max_transactions == 4
+        assert spec.max_transactions == 4 and spec.group_separator
         assert spec.segments["07"] == ("Claim", "transaction")
+    f6 = ncpdp.VERSIONS["F6"]
+    assert sum(s.width for s in f6.request_header) == 58
+    assert sum(s.width for s in f6.response_header) == 31
+    assert (f6.max_transactions, f6.group_separator, f6.issuer_width) == (1, False, 8)
+    assert [s.field_id for s in f6.request_header][:3] == ["A2", "A3", "A1"]
+    assert f6.segments["19"] == ("Intermediary", "transaction")
+    assert {"19", "37", "38", "36", "39", "40"} <= set(f6.segments)
     assert ncpdp.segment_name("21") == "Response Status"
     assert ncpdp.segment_name("XX") is None
+    assert ncpdp.segment_name("39", "F6") == "Response Other Related Benefit Detail"
+    assert ncpdp.segment_name("39") is None  # not a D.0 segment
