@@ -2,13 +2,29 @@
 and NCPDP batch files (Batch 1.x).
 
 Sans-IO and dependency-free: bytes or str in, immutable typed objects out, and back,
-byte for byte (``serialize(parse(x)) == x``).
+byte for byte (``serialize(parse(x)) == x``; ``serialize(parse_batch(x)) == x``).
 
 >>> import ncpdp
 >>> t = ncpdp.parse(raw)                    # doctest: +SKIP
 >>> t.as_request().transactions[0].rx_number  # doctest: +SKIP
 """
 
+from ._batch import (
+    BATCH_HEADER,
+    BATCH_TRAILER,
+    BATCH_VERSIONS,
+    Batch,
+    BatchDetail,
+    BatchHeader,
+    BatchRecord,
+    BatchSlot,
+    BatchTrailer,
+    is_batch,
+    iter_batch,
+    parse_batch,
+    record_from_jsonable,
+    record_to_jsonable,
+)
 from ._codecs import (
     decode_date,
     decode_implied,
@@ -52,6 +68,20 @@ from ._views import (
 __all__ = [
     "parse",
     "serialize",
+    "parse_batch",
+    "iter_batch",
+    "is_batch",
+    "record_to_jsonable",
+    "record_from_jsonable",
+    "Batch",
+    "BatchHeader",
+    "BatchDetail",
+    "BatchTrailer",
+    "BatchRecord",
+    "BatchSlot",
+    "BATCH_HEADER",
+    "BATCH_TRAILER",
+    "BATCH_VERSIONS",
     "Transmission",
     "TransactionGroup",
     "Segment",
