@@ -255,7 +255,10 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         chunks = body.split(_GS)  # segments are split on first access
     elif _GS not in body:
         grouped = False
-        chunks = _split_ungrouped(body, spec, hlen != _RESP_LEN and text[2:4] == "E1")
+        if body[4:6] in _TX_IDS[version] and hlen == _RESP_LEN:  # starts with its transaction
+            chunks = ["", body]
+        else:
+            chunks = _split_ungrouped(body, spec, hlen != _RESP_LEN and text[2:4] == "E1")
     else:
         at = base + hlen + body.index(_GS)
         problem = (
@@ -283,21 +286,21 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     return t
 
 
-_TX_START: dict[str, re.Pattern[str]] = {}
+_TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
 
 
 def _split_ungrouped(body: str, spec: VersionSpec, eligibility: bool) -> list[str]:
     """F6: the one transaction starts at the first transaction-level segment."""
     if eligibility:
         return [body]
-    pattern = _TX_START.get(spec.code)
-    if pattern is None:
-        ids = "|".join(sorted(re.escape(i) for i in spec.transaction_segments))
-        pattern = _TX_START[spec.code] = re.compile(f"\x1e\x1cAM(?:{ids})(?=[\x1c\x1e]|$)")
-    m = pattern.search(body)
-    if m is None:
-        return [body]
-    return [body[: m.start()], body[m.start() :]]
+    tx_ids = _TX_IDS[spec.code]
+    find = body.find
+    i = find("\x1e\x1cAM")
+    while i >= 0:
+        if body[i + 4 : i + 6] in tx_ids and body[i + 6 : i + 7] in ("\x1c", "\x1e", ""):
+            return [body[:i], body[i:]]
+        i = find("\x1e\x1cAM", i + 6)
+    return [body]
 
 
 def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:

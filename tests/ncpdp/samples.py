@@ -83,7 +83,7 @@ LITERAL_SWITCH = (
 
 #: F6 B1 request (hand-written from the public facts, decision 0009): 58-character
 #: header (version and code first, then the 8-digit IIN), no group separator (the
-#: transaction starts at AM07), Patient ID repeating with its count 9R-RR, the F6
+#: transaction starts at AM07), Patient ID repeating with its count RR, the F6
 #: middle name 0C, and the new Intermediary segment AM19 in the transaction.
 LITERAL_F6_B1 = (
     b"F6B161001400SYNPCN    1"  # version, code, IIN (8), PCN (10), count
