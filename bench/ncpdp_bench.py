@@ -128,6 +128,10 @@ def bench_claim(
         except Exception as e:  # a foreign parser: any failure means it cannot
             notes.append(f"dzero-python cannot parse this claim ({type(e).__name__})")
             dz = None
+        else:
+            if not getattr(dz_obj, "header", None):  # returned, but read no header
+                notes.append("dzero-python cannot parse this claim (it reads no header)")
+                dz = None
     if dz is not None:
         dz_n = max(number // 10, 200)
         rows.append(

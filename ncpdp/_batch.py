@@ -8,7 +8,7 @@ STX (0x02) and ETX (0x03)::
     STX "99" trailer ETX                one per file
 
 The layouts below are data; their public sources, and what is not public (Batch 15),
-are in ``docs/decisions/0009-ncpdp-f6.md``. Line breaks between records are common in
+are in ``docs/decisions/0011-ncpdp-f6-and-batch-files.md``. Line breaks between records are common in
 real files and are kept; anything else between records is refused in strict mode and
 kept and reported in lenient mode. Every byte is kept, so ``serialize(parse_batch(x))
 == x`` for every accepted input.

@@ -268,7 +268,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
 )
 
 
-# F6-only fields, from the public schema of transactrx/NCPDPSerDe (decision 0009):
+# F6-only fields, from the public schema of transactrx/NCPDPSerDe (decision 0011):
 # id and name only. Their data dictionary numbers and widths are not public; dates
 # are marked CCYYMMDD and counts 9(?) where the schema types them so, every other
 # format is unknown ("?", read as text).

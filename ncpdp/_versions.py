@@ -3,7 +3,7 @@ segment table, how many transactions a transmission may carry and whether they a
 separated by group separators. A new version is a new :class:`VersionSpec` entry here,
 not new parsing code.
 
-F6 facts and their sources: ``docs/decisions/0009-ncpdp-f6.md``."""
+F6 facts and their sources: ``docs/decisions/0011-ncpdp-f6-and-batch-files.md``."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ REQUEST_HEADER = _layout(
 )
 
 #: F6 request header, 58 characters: the version and transaction code come first and
-#: the 8-character IIN (101-A1, "BIN" before F6) follows them (decision 0009).
+#: the 8-character IIN (101-A1, "BIN" before F6) follows them (decision 0011).
 REQUEST_HEADER_F6 = _layout(
     ("A2", 102, "Version/Release Number", "version", 2),
     ("A3", 103, "Transaction Code", "transaction_code", 2),
@@ -76,7 +76,7 @@ REQUEST_HEADER_F6 = _layout(
 )
 
 #: Response header, 31 characters, identical in D.0, 5.1 and F6 (primer, "Response
-#: header"; decision 0009).
+#: header"; decision 0011).
 RESPONSE_HEADER = _layout(
     ("A2", 102, "Version/Release Number", "version", 2),
     ("A3", 103, "Transaction Code", "transaction_code", 2),
@@ -124,7 +124,7 @@ _COMMON_SEGMENTS: dict[str, tuple[str, Level]] = {
     "28": ("Response COB", "transaction"),
 }
 
-#: F6 adds these (NCPDPSerDe's schema; decision 0009). AM37 is read with the
+#: F6 adds these (NCPDPSerDe's schema; decision 0011). AM37 is read with the
 #: eligibility transaction's transmission-level segments there; the others sit in the
 #: transaction.
 _F6_SEGMENTS: dict[str, tuple[str, Level]] = {

@@ -81,7 +81,7 @@ LITERAL_SWITCH = (
     b"\x1e\x1cAM23\x1cF5123}\x1cF6000{\x1cF9250E*AD0SYNTHETIC GLUE"
 )
 
-#: F6 B1 request (hand-written from the public facts, decision 0009): 58-character
+#: F6 B1 request (hand-written from the public facts, decision 0011): 58-character
 #: header (version and code first, then the 8-digit IIN), no group separator (the
 #: transaction starts at AM07), Patient ID repeating with its count RR, the F6
 #: middle name 0C, and the new Intermediary segment AM19 in the transaction.
