@@ -89,6 +89,7 @@ _GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
 }
 _REQ_STRICT = _GRAMMAR[_REQ_LEN, True].fullmatch
 _RESP_STRICT = _GRAMMAR[_RESP_LEN, True].fullmatch
+_REQ_F6_STRICT = _GRAMMAR[_REQ_F6_LEN, True].fullmatch
 _NON_PRINTABLE = re.compile("[^\x20-\x7e\x1c-\x1e]")
 _AM_INSIDE = re.compile("(?<!\x1e)\x1cAM")
 _new = object.__new__
@@ -219,7 +220,7 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         count_at = 20
     elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
         hlen = _REQ_F6_LEN
-        match = _GRAMMAR[_REQ_F6_LEN, strict].fullmatch
+        match = _REQ_F6_STRICT if strict else _GRAMMAR[_REQ_F6_LEN, False].fullmatch
         header = _new(RequestHeader)
         version_at = 0
         count_at = 22
@@ -257,8 +258,11 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         grouped = False
         if body[4:6] in _TX_IDS[version] and hlen == _RESP_LEN:  # starts with its transaction
             chunks = ["", body]
+        elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
+            chunks = [body]
         else:
-            chunks = _split_ungrouped(body, spec, hlen != _RESP_LEN and text[2:4] == "E1")
+            tx = _TX_START[version](body)
+            chunks = [body] if tx is None else [body[: tx.start()], body[tx.start() :]]
     else:
         at = base + hlen + body.index(_GS)
         problem = (
@@ -286,21 +290,21 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     return t
 
 
+def _tx_start(tx_ids: frozenset[str]) -> re.Pattern[str]:
+    """Where the first transaction-level segment starts. The ids are written as
+    ``0[2-9]|1[0-69]|...`` (a class test per segment, not one try per id)."""
+    by_first: dict[str, list[str]] = {}
+    for i in sorted(tx_ids):
+        by_first.setdefault(i[0], []).append(i[1])
+    ids = "|".join(
+        re.escape(first) + "[" + "".join(re.escape(c) for c in seconds) + "]"
+        for first, seconds in by_first.items()
+    )
+    return re.compile(f"\x1e\x1cAM(?:{ids})(?=[\x1c\x1e]|\\Z)")
+
+
 _TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
-
-
-def _split_ungrouped(body: str, spec: VersionSpec, eligibility: bool) -> list[str]:
-    """F6: the one transaction starts at the first transaction-level segment."""
-    if eligibility:
-        return [body]
-    tx_ids = _TX_IDS[spec.code]
-    find = body.find
-    i = find("\x1e\x1cAM")
-    while i >= 0:
-        if body[i + 4 : i + 6] in tx_ids and body[i + 6 : i + 7] in ("\x1c", "\x1e", ""):
-            return [body[:i], body[i:]]
-        i = find("\x1e\x1cAM", i + 6)
-    return [body]
+_TX_START = {c: _tx_start(v.transaction_segments).search for c, v in VERSIONS.items()}
 
 
 def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:
