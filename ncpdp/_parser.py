@@ -70,6 +70,17 @@ _PRINTABLE = "[\x20-\x7e]"
 _NOT_SEP = "[^\x1c-\x1e]"
 
 
+def _header_pattern(layout: tuple[HeaderSlot, ...], strict: bool) -> str:
+    """Strict: 101-A1 and 401-D1 digits, the other slots printable; lenient: any byte
+    but the separators (lenient mode reports the rest after the match)."""
+    if not strict:
+        return f"{_NOT_SEP}{{{sum(s.width for s in layout)}}}"
+    return "".join(
+        f"[0-9]{{{s.width}}}" if s.field_id in ("A1", "D1") else f"{_PRINTABLE}{{{s.width}}}"
+        for s in layout
+    )
+
+
 def _grammar(hlen: int, strict: bool) -> re.Pattern[str]:
     ch = _PRINTABLE if strict else _NOT_SEP
     field = f"\x1c(?!AM){ch}{{2,}}+" if strict else f"\x1c{ch}{{2,}}+"
@@ -79,7 +90,12 @@ def _grammar(hlen: int, strict: bool) -> re.Pattern[str]:
         if strict
         else f"(?:\x1d(?:{segment})*+)*+"  # empty groups tolerated
     )
-    return re.compile(f"{ch}{{{hlen}}}(?:{segment})*+" + groups)
+    layout = {
+        _REQ_LEN: REQUEST_HEADER,
+        _REQ_F6_LEN: REQUEST_HEADER_F6,
+        _RESP_LEN: ResponseHeader.LAYOUT,
+    }[hlen]
+    return re.compile(_header_pattern(layout, strict) + f"(?:{segment})*+" + groups)
 
 
 _GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
@@ -240,13 +256,14 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         _version_error(version, spec, hlen, base + version_at)
 
     i0, i1, d0, d1 = _CHECKED[hlen]  # 101-A1 digits (requests), 401-D1 a date
-    iss = text[i0:i1]
     dos = text[d0:d1]
-    if not (
-        (iss.isdigit() or i0 == i1) and iss.isascii() and (_DATES.get(dos) or _valid_date(dos))
-    ):
-        _check_header(text, hlen, base, strict, tolerated)
-    if not strict:
+    if strict:  # the grammar checked the digits; the calendar is left
+        if not (_DATES.get(dos) or _valid_date(dos)):
+            _check_header(text, hlen, base, strict, tolerated)
+    else:
+        iss = text[i0:i1]
+        if not ((iss.isdigit() or i0 == i1) and iss.isascii() and _valid_date(dos)):
+            _check_header(text, hlen, base, strict, tolerated)
         _lenient_checks(text, hlen, base, tolerated)
 
     header._raw = text[:hlen]
