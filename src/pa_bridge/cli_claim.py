@@ -145,6 +145,11 @@ def parse_cmd(lenient: bool, jsonl: bool, file: str) -> None:
     try:
         try:
             first = f.read(CHUNK)
+            while 0 < len(first) < 64:  # a pipe may give less: enough to recognize a batch
+                more = f.read(CHUNK)
+                if not more:
+                    break
+                first += more
         except OSError as e:
             _fail(f"cannot read {file}: {e.strerror or e}")
         if ncpdp.is_batch(first):
