@@ -273,13 +273,17 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         chunks = body.split(_GS)  # segments are split on first access
     elif _GS not in body:
         grouped = False
-        if body[4:6] in _TX_IDS[version] and hlen == _RESP_LEN:  # starts with its transaction
+        if hlen == _RESP_LEN and body[4:6] in _TX_IDS[version]:  # starts with its transaction
             chunks = ["", body]
         elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
             chunks = [body]
         else:
             tx = _TX_START[version](body)
-            chunks = [body] if tx is None else [body[: tx.start()], body[tx.start() :]]
+            if tx is None:
+                chunks = [body]
+            else:
+                at = tx.start()
+                chunks = [body[:at], body[at:]]
     else:
         at = base + hlen + body.index(_GS)
         problem = (
