@@ -118,6 +118,16 @@ LITERAL_D0_E1 = (
     b"\x1e\x1cAM01\x1cC419610407\x1cC52\x1cCAZEBULONTEST\x1cCBQUIXOTESYNTH"
 )
 
+#: F6 E1 eligibility request: no transaction at all, even with a Pharmacy Provider
+#: segment (AM02, transaction-level in a claim) among its segments; AM37 Last Known 4Rx.
+LITERAL_F6_E1 = (
+    b"F6E161001400SYNPCN    1011999999976     20261123SYNVEND001"
+    b"\x1e\x1cAM04\x1cC2ZQX90817263\x1cC61"
+    b"\x1e\x1cAM01\x1cC419610407\x1cCBQUIXOTESYNTH"
+    b"\x1e\x1cAM02\x1cEY01\x1cE91999999976"
+    b"\x1e\x1cAM37\x1c3E61001400\x1c3J2026\x1c3K11"
+)
+
 #: A payer's 75 reject sent without a group separator in a D.0 response whose header
 #: says accepted: the view used to drop the status (accepted, not PA-eligible).
 LITERAL_D0_NO_GROUP_75 = (
@@ -330,6 +340,16 @@ SAMPLES += (
         code="B1",
         groups=1,
         expect=((0, "21", "AN", "P"),),
+    ),
+    Sample(
+        name="literal F6 E1 eligibility request (no transaction, AM37)",
+        raw=LITERAL_F6_E1,
+        source="hand-written",
+        kind="request",
+        version="F6",
+        code="E1",
+        groups=0,
+        expect=((None, "02", "E9", "1999999976"), (None, "37", "3K", "11")),
     ),
     # --- what real claims showed (issue 17) -------------------------------------
     Sample(
