@@ -125,6 +125,7 @@ _CHECKED: dict[int, tuple[int, int, int, int]] = {
     _REQ_F6_LEN: (*_span(REQUEST_HEADER_F6, "A1"), *_span(REQUEST_HEADER_F6, "D1")),
     _RESP_LEN: (0, 0, *_span(ResponseHeader.LAYOUT, "D1")),
 }
+_DATE_AT = {hlen: d0 for hlen, (_, _, d0, _) in _CHECKED.items()}
 _REQ_LEN_OF = {code: sum(s.width for s in spec.request_header) for code, spec in VERSIONS.items()}
 _DATES: dict[str, bool] = {}
 
@@ -255,12 +256,13 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     if spec is None or (hlen != _RESP_LEN and hlen != _REQ_LEN_OF[version]):
         _version_error(version, spec, hlen, base + version_at)
 
-    i0, i1, d0, d1 = _CHECKED[hlen]  # 101-A1 digits (requests), 401-D1 a date
-    dos = text[d0:d1]
-    if strict:  # the grammar checked the digits; the calendar is left
+    if strict:  # the grammar checked the digits of 101-A1 and 401-D1; the calendar is left
+        dos = text[_DATE_AT[hlen] : _DATE_AT[hlen] + 8]
         if not (_DATES.get(dos) or _valid_date(dos)):
             _check_header(text, hlen, base, strict, tolerated)
     else:
+        i0, i1, d0, d1 = _CHECKED[hlen]
+        dos = text[d0:d1]
         iss = text[i0:i1]
         if not ((iss.isdigit() or i0 == i1) and iss.isascii() and _valid_date(dos)):
             _check_header(text, hlen, base, strict, tolerated)
