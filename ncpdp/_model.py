@@ -11,7 +11,14 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Self, overload
 
 from ._errors import ModelError
-from ._versions import REQUEST_HEADER, REQUEST_LAYOUTS, RESPONSE_HEADER, VERSIONS, HeaderSlot
+from ._versions import (
+    REQUEST_HEADER,
+    REQUEST_LAYOUTS,
+    RESPONSE_HEADER,
+    TRANSACTION_START,
+    VERSIONS,
+    HeaderSlot,
+)
 
 if TYPE_CHECKING:
     from ._views import RequestView, ResponseView
@@ -29,6 +36,10 @@ __all__ = [
     "Transmission",
     "segment_name",
 ]
+
+#: The parser's mark for an F6 body whose transaction it has seen but not yet located
+#: (compared by identity: no chunk of a body is this object).
+UNSPLIT = "".join(["<not split>"])
 
 SEGMENT_SEPARATOR = "\x1e"
 FIELD_SEPARATOR = "\x1c"
@@ -525,6 +536,10 @@ class Transmission:
         wire = self._wire
         if wire is None:
             return
+        if wire[-1] is UNSPLIT:  # F6: find where its one transaction starts
+            body = wire[0]
+            m = TRANSACTION_START[self._header.version](body)
+            wire = [body] if m is None else [body[: m.start()], body[m.start() :]]
         make = Segment._from_wire
         chunks = [chunk.split("\x1e")[1:] for chunk in wire]
         self._segments = tuple(map(make, chunks[0]))

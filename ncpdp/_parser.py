@@ -46,7 +46,15 @@ from ._model import (
     ResponseHeader,
     Transmission,
 )
-from ._versions import REQUEST_HEADER, REQUEST_HEADER_F6, VERSIONS, HeaderSlot, VersionSpec
+from ._model import UNSPLIT
+from ._versions import (
+    REQUEST_HEADER,
+    REQUEST_HEADER_F6,
+    TRANSACTION_START,
+    VERSIONS,
+    HeaderSlot,
+    VersionSpec,
+)
 
 __all__ = ["parse"]
 
@@ -279,6 +287,10 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
             chunks = ["", body]
         elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
             chunks = [body]
+        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
+            # It has its transaction (a Claim or a Response Status segment); where the
+            # transaction starts is found when the segments are first read.
+            chunks = [body, UNSPLIT]
         else:
             tx = _TX_START[version](body)
             if tx is None:
@@ -313,21 +325,8 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     return t
 
 
-def _tx_start(tx_ids: frozenset[str]) -> re.Pattern[str]:
-    """Where the first transaction-level segment starts. The ids are written as
-    ``0[2-9]|1[0-69]|...`` (a class test per segment, not one try per id)."""
-    by_first: dict[str, list[str]] = {}
-    for i in sorted(tx_ids):
-        by_first.setdefault(i[0], []).append(i[1])
-    ids = "|".join(
-        re.escape(first) + "[" + "".join(re.escape(c) for c in seconds) + "]"
-        for first, seconds in by_first.items()
-    )
-    return re.compile(f"\x1e\x1cAM(?:{ids})(?=[\x1c\x1e]|\\Z)")
-
-
 _TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
-_TX_START = {c: _tx_start(v.transaction_segments).search for c, v in VERSIONS.items()}
+_TX_START = TRANSACTION_START
 
 
 def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:

@@ -7,6 +7,8 @@ F6 facts and their sources: ``docs/decisions/0011-ncpdp-f6-and-batch-files.md``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -185,4 +187,23 @@ VERSIONS: dict[str, VersionSpec] = {
         group_separator=False,
         issuer_width=8,
     ),
+}
+
+
+def _transaction_start(tx_ids: frozenset[str]) -> Callable[[str], re.Match[str] | None]:
+    """A search for the first transaction-level segment (versions without group
+    separators). The ids are written ``0[2-9]|1[0-69]|...``: a class test per segment."""
+    by_first: dict[str, list[str]] = {}
+    for i in sorted(tx_ids):
+        by_first.setdefault(i[0], []).append(i[1])
+    ids = "|".join(
+        re.escape(first) + "[" + "".join(re.escape(c) for c in seconds) + "]"
+        for first, seconds in by_first.items()
+    )
+    return re.compile(f"\x1e\x1cAM(?:{ids})(?=[\x1c\x1e]|\\Z)").search
+
+
+#: By version: where in a transmission body its first transaction-level segment starts.
+TRANSACTION_START = {
+    code: _transaction_start(spec.transaction_segments) for code, spec in VERSIONS.items()
 }
