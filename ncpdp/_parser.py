@@ -42,11 +42,11 @@ from typing import NoReturn
 
 from ._errors import ParseError
 from ._model import (
+    UNSPLIT,
     RequestHeader,
     ResponseHeader,
     Transmission,
 )
-from ._model import UNSPLIT
 from ._versions import (
     REQUEST_HEADER,
     REQUEST_HEADER_F6,
