@@ -9,7 +9,7 @@ import pytest
 import ncpdp
 from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
 
-from .samples import LITERAL_D0_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
+from .samples import LITERAL_D0_B1, LITERAL_F6_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
 
 
 def _segment(t: Transmission, group: int | None, seg_id: str) -> Segment:
@@ -163,3 +163,26 @@ def test_unknown_segments_and_punctuation_field_ids_are_kept() -> None:
     assert am99 is not None and am99.get_all("&B") == ("PRIVATE", "2")
     assert t.header.service_provider_id == ""  # all spaces
     assert t.header.slot("B1") == " " * 15
+
+
+def test_f6_transaction_starts_at_its_first_transaction_level_segment() -> None:
+    """F6 has no group separator: an unknown segment before the first transaction-level
+    segment stays at transmission level, one after it goes with the transaction, and a
+    Pharmacy Provider segment before the Claim starts the transaction."""
+    header = LITERAL_F6_B1[:58]
+    raw = (
+        header
+        + b"\x1e\x1cAM04\x1cC2ZQX90817263"
+        + b"\x1e\x1cAM98\x1c&BX"
+        + b"\x1e\x1cAM02\x1cEY01\x1cE91999999976"
+        + b"\x1e\x1cAM07\x1cD2000001234567"
+        + b"\x1e\x1cAM99\x1c&BY"
+    )
+    t = ncpdp.parse(raw)
+    assert [s.id for s in t.segments] == ["04", "98"]
+    assert [s.id for s in t.groups[0]] == ["02", "07", "99"]
+    assert ncpdp.serialize(t) == raw
+    assert ncpdp.serialize(t.canonical()) == raw
+    # no transaction-level segment at all: a B1 with 109-A9 = 1 is refused
+    with pytest.raises(ncpdp.ParseError, match="109-A9 says 1 but 0"):
+        ncpdp.parse(header + b"\x1e\x1cAM04\x1cC2ZQX90817263\x1e\x1cAM98\x1c&BX")
