@@ -52,6 +52,18 @@ _ETX = "\x03"
 _BETWEEN = frozenset("\r\n")
 
 
+def _check_record_text(text: object, what: str) -> None:
+    """Record text is single-byte and holds no STX or ETX (they delimit records)."""
+    if not isinstance(text, str):
+        raise ModelError(f"batch {what} must be text")
+    if _STX in text or _ETX in text:
+        raise ModelError(f"batch {what} holds STX or ETX")
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ModelError(f"batch {what} is not single-byte text") from None
+
+
 class BatchSlot(NamedTuple):
     """One fixed-width field of a batch header or trailer record (0-based, counted
     from the record type, i.e. after STX)."""
@@ -107,6 +119,8 @@ class _Fixed:
     def __init__(
         self, raw: str, *, leading: str = "", offset: int = 0, tolerated: Iterable[str] = ()
     ) -> None:
+        _check_record_text(raw, "record")
+        _check_record_text(leading, "text before the record")
         self._raw = raw
         self._leading = leading
         self._offset = offset
@@ -198,6 +212,7 @@ class BatchTrailer(_Fixed):
         trailing: str = "",
     ) -> None:
         super().__init__(raw, leading=leading, offset=offset, tolerated=tolerated)
+        _check_record_text(trailing, "text after the trailer")
         self._trailing = trailing
 
     @property
@@ -237,6 +252,16 @@ class BatchDetail:
     error: ParseError | None = None
     leading: str = ""
     tolerated: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reference, str) or len(self.reference) != 10:
+            raise ModelError("a detail record's reference has exactly 10 characters")
+        for text, what in (
+            (self.reference, "reference"),
+            (self.raw, "transmission"),
+            (self.leading, "text before the record"),
+        ):
+            _check_record_text(text, what)
 
     def to_text(self) -> str:
         return self.leading + _STX + "G1" + self.reference + self.raw + _ETX
@@ -351,6 +376,17 @@ def iter_batch(
             at = etx + 1
             if trailer is not None:
                 raise ParseError("a record after the batch trailer", offset=offset)
+            inner = body.find(_STX)
+            if inner >= 0:
+                raise ParseError(
+                    "STX inside a batch record (the record before it has no ETX)",
+                    offset=offset + 1 + inner,
+                )
+            if _ETX in leading:
+                raise ParseError(
+                    "ETX between batch records without its STX",
+                    offset=offset - len(leading) + leading.index(_ETX),
+                )
             notes: list[str] = []
             _check_leading(leading, offset, strict, notes)
             kind = body[:2]
@@ -383,6 +419,10 @@ def iter_batch(
         raise ParseError("no batch header record (STX '00' ... ETX)", offset=base + at)
     if trailer is None:
         raise ParseError("no batch trailer record (STX '99' ... ETX) at the end", offset=end)
+    if _ETX in rest:
+        raise ParseError(
+            "ETX after the batch trailer without its STX", offset=base + at + rest.index(_ETX)
+        )
     if rest:
         notes = list(trailer.tolerated)
         if not set(rest) <= _BETWEEN:

@@ -118,6 +118,9 @@ def test_lenient_batch_reports_what_each_transmission_tolerated() -> None:
         (b.batch_bytes(CLAIMS) + b.batch_trailer(5), "a record after the batch trailer"),
         (b.batch_header() + b"\x02G1SHORT\x03" + b.batch_trailer(3), "this one has 7"),
         (b.batch_header() + b"\x02XX\x03" + b.batch_trailer(3), "batch record type 'XX'"),
+        (b.batch_header()[:-1] + b.batch_trailer(2), "STX inside a batch record"),
+        (b.batch_header() + b"\x03" + b.batch_trailer(2), "ETX between batch records"),
+        (b.batch_bytes([]) + b"\r\n\x03", "ETX after the batch trailer"),
     ],
 )
 def test_structural_errors_are_refused_in_both_modes(data: bytes, reason: str) -> None:
@@ -240,3 +243,16 @@ def test_records_round_trip_through_json() -> None:
 def test_record_from_jsonable_raises_model_error(doc: object) -> None:
     with pytest.raises(ncpdp.ModelError):
         ncpdp.record_from_jsonable(doc)
+
+
+def test_batch_records_cannot_be_built_invalid() -> None:
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.BatchHeader("00\x03")
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.BatchTrailer("99", trailing="\x02")
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.BatchHeader("00", leading="\u20ac")
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.BatchDetail(index=0, offset=0, reference="SHORT", raw="", transmission=None)
+    with pytest.raises(ncpdp.ModelError):
+        ncpdp.BatchDetail(index=0, offset=0, reference="0123456789", raw="\x03", transmission=None)
