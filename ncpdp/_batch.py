@@ -600,6 +600,8 @@ def record_to_jsonable(record: BatchRecord) -> dict[str, Any]:
                 for slot, value in record.items()
             ],
         }
+        if len(record.raw) != sum(slot.width for slot in record.LAYOUT):
+            out["raw"] = record.raw  # a record of the wrong length (lenient): kept whole
         if isinstance(record, BatchHeader):
             out["batch_version"] = BATCH_VERSIONS.get(record.version)
     if record.leading:
@@ -650,11 +652,14 @@ def record_from_jsonable(doc: Any) -> BatchRecord:
             leading=leading,
         )
     fields = doc.get("fields")
-    if not isinstance(fields, list) or not all(
+    if "raw" in doc:
+        raw = _text(doc, "raw")
+    elif not isinstance(fields, list) or not all(
         isinstance(f, dict) and isinstance(f.get("value"), str) for f in fields
     ):
         raise ModelError("a header or trailer record needs 'fields' with string values")
-    raw = "".join(f["value"] for f in fields)
+    else:
+        raw = "".join(f["value"] for f in fields)
     if any(c in raw for c in (_STX, _ETX)) or any(c in leading for c in (_STX, _ETX)):
         raise ModelError("a batch record holds STX or ETX")
     _text({"raw": raw}, "raw")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -205,6 +207,10 @@ def test_any_damage_parses_or_raises_parse_error(
         assert 0 <= e.offset <= len(damaged)
         return
     assert bytes(batch) == damaged
+    # and every record through JSON and back, whatever lenient mode kept
+    for record in ncpdp.iter_batch(damaged, strict=strict):
+        doc = json.loads(json.dumps(ncpdp.record_to_jsonable(record)))
+        assert ncpdp.record_from_jsonable(doc).to_text() == record.to_text()
 
 
 def test_a_single_detail_record_where_a_transmission_is_expected() -> None:
