@@ -1,13 +1,30 @@
-"""ncpdp: a parser and serializer for NCPDP Telecommunication claims (D.0 and 5.1).
+"""ncpdp: a parser and serializer for NCPDP Telecommunication claims (D.0, 5.1, F6)
+and NCPDP batch files (Batch 1.x).
 
 Sans-IO and dependency-free: bytes or str in, immutable typed objects out, and back,
-byte for byte (``serialize(parse(x)) == x``).
+byte for byte (``serialize(parse(x)) == x``; ``serialize(parse_batch(x)) == x``).
 
 >>> import ncpdp
 >>> t = ncpdp.parse(raw)                    # doctest: +SKIP
 >>> t.as_request().transactions[0].rx_number  # doctest: +SKIP
 """
 
+from ._batch import (
+    BATCH_HEADER,
+    BATCH_TRAILER,
+    BATCH_VERSIONS,
+    Batch,
+    BatchDetail,
+    BatchHeader,
+    BatchRecord,
+    BatchSlot,
+    BatchTrailer,
+    is_batch,
+    iter_batch,
+    parse_batch,
+    record_from_jsonable,
+    record_to_jsonable,
+)
 from ._codecs import (
     decode_date,
     decode_implied,
@@ -40,6 +57,7 @@ from ._views import (
     PA_REJECT_CODES,
     PatientView,
     PreferredProduct,
+    QualifiedId,
     RejectCode,
     RequestTransactionView,
     RequestView,
@@ -50,6 +68,20 @@ from ._views import (
 __all__ = [
     "parse",
     "serialize",
+    "parse_batch",
+    "iter_batch",
+    "is_batch",
+    "record_to_jsonable",
+    "record_from_jsonable",
+    "Batch",
+    "BatchHeader",
+    "BatchDetail",
+    "BatchTrailer",
+    "BatchRecord",
+    "BatchSlot",
+    "BATCH_HEADER",
+    "BATCH_TRAILER",
+    "BATCH_VERSIONS",
     "Transmission",
     "TransactionGroup",
     "Segment",
@@ -88,6 +120,7 @@ __all__ = [
     "ResponseTransactionView",
     "RejectCode",
     "PreferredProduct",
+    "QualifiedId",
     "PA_REJECT_CODES",
     "OUTCOMES_FIRST_CODES",
 ]

@@ -70,10 +70,15 @@ def encode_implied(value: Decimal, places: int, width: int | None = None) -> str
 
 
 def decode_overpunch(value: str, places: int = 2) -> Decimal:
-    """Signed overpunch: ``"123{"`` -> ``12.30``, ``"123}"`` -> ``-12.30``."""
-    if not value:
+    """Signed overpunch: ``"123{"`` -> ``12.30``, ``"123}"`` -> ``-12.30``.
+
+    Leading and trailing blanks are ignored, as :func:`decode_implied` ignores them
+    (padded amounts in batch lines: ``" 123{ "``).
+    """
+    text = value.strip(" ")
+    if not text:
         raise CodecError("empty overpunch value", value=value)
-    head, last = value[:-1], value[-1]
+    head, last = text[:-1], text[-1]
     if last.isdigit():  # unsigned, seen from some payers; positive
         sign, digit = 1, last
     else:

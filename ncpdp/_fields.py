@@ -10,17 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FieldDef", "FIELDS", "field_name", "codec_of", "Codec"]
+__all__ = ["FieldDef", "FIELDS", "field_name", "codec_of", "Codec", "F6_FIELD_IDS"]
 
 Codec = Literal["text", "number", "date", "implied", "overpunch"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FieldDef:
+    """One field of the data dictionary. ``number`` is ``None`` and ``format`` ``"?"``
+    where the public sources do not give them (the F6-only fields); ``since`` names
+    the version that introduced the field (``"F6"``), ``None`` for D.0 fields."""
+
     id: str
-    number: int
+    number: int | None
     name: str
     format: str
+    since: str | None = None
 
     @property
     def codec(self) -> Codec:
@@ -34,6 +39,8 @@ class FieldDef:
 
 
 def codec_of(fmt: str) -> Codec:
+    if fmt == "?":
+        return "text"
     if fmt == "CCYYMMDD":
         return "date"
     if fmt.startswith("s9"):
@@ -261,12 +268,245 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
 )
 
 
+# F6-only fields, from the public schema of transactrx/NCPDPSerDe (decision 0011):
+# id and name only. Their data dictionary numbers and widths are not public; dates
+# are marked CCYYMMDD and counts 9(?) where the schema types them so, every other
+# format is unknown ("?", read as text).
+_F6_TABLE: tuple[tuple[str, str, str], ...] = (
+    # patient (01; RR also in the response patient segment 29)
+    ("RR", "Patient ID Count", "9(?)"),
+    ("0C", "Patient Middle Name", "?"),
+    ("0D", "Patient Name Prefix", "?"),
+    ("0E", "Patient Name Suffix", "?"),
+    ("7A", "Patient Street Address Line 1", "?"),
+    ("7B", "Patient Street Address Line 2", "?"),
+    ("1K", "Patient Country Code", "?"),
+    ("YR", "Patient ID Associated State/Province Address", "?"),
+    ("1Y", "Patient ID Associated Country Code", "?"),
+    ("1R", "Veterinary Use Indicator", "?"),
+    ("S8", "Species", "?"),
+    # claim (07)
+    ("XZ", "Associated Prescription/Service Reference Number Qualifier", "?"),
+    ("XX", "Associated Prescription/Service Provider ID Qualifier", "?"),
+    ("XY", "Associated Prescription/Service Provider ID", "?"),
+    ("X0", "Associated Prescription/Service Fill Number", "?"),
+    ("34", "Reconciliation ID", "?"),
+    ("KZ", "Submission Type Code Count", "9(?)"),
+    ("K8", "Submission Type Code", "?"),
+    ("M3", "Multiple Order Group ID", "?"),
+    ("M4", "Multiple Order Group Reason Code", "?"),
+    ("KW", "Total Prescribed Quantity Remaining", "?"),
+    ("KU", "Preparation Environment Type", "?"),
+    ("KT", "Preparation Environment Event Code", "?"),
+    ("Y6", "Time of Service", "?"),
+    ("ZF", "Sales Transaction ID", "?"),
+    ("ZS", "Reported Adjudicated Program Type", "?"),
+    ("4P", "Original Manufacturer Product ID Qualifier", "?"),
+    ("4N", "Original Manufacturer Product ID", "?"),
+    ("KK", "LTPAC Dispense Frequency", "?"),
+    ("KH", "LTPAC Billing Methodology", "?"),
+    ("KM", "Number of LTPAC Dispensing Events", "?"),
+    ("K9", "Do Not Dispense Before Date", "CCYYMMDD"),
+    # pricing (11) and response pricing (23)
+    ("RK", "Regulatory Fee Count", "9(?)"),
+    ("RL", "Regulatory Fee Type Code", "?"),
+    ("RM", "Regulatory Fee Exempt Indicator", "?"),
+    ("KX", "Subrogation Amount Requested", "?"),
+    ("KP", "Patient Pay Component Count", "9(?)"),
+    ("KQ", "Patient Pay Component Qualifier", "?"),
+    ("KN", "Patient Pay Component Amount", "?"),
+    ("RS", "Patient Regulatory Fee Amount", "?"),
+    ("6G", "Professional Service Fee Contracted/Reimbursable Amount", "?"),
+    # pharmacy provider (02), prescriber (03)
+    ("4A", "Provider First Name", "?"),
+    ("4M", "Provider Last Name", "?"),
+    ("7U", "Prescriber Street Address Line 1", "?"),
+    ("7V", "Prescriber Street Address Line 2", "?"),
+    ("3C", "Prescriber Country Code", "?"),
+    ("ZK", "Prescriber ID Associated State/Province Address", "?"),
+    ("3B", "Prescriber ID Associated Country Code", "?"),
+    ("7T", "Prescriber Telephone Number Extension", "?"),
+    ("0F", "Prescriber Middle Name", "?"),
+    ("ZM", "Prescriber Alternate ID Qualifier", "?"),
+    ("ZP", "Prescriber Alternate ID", "?"),
+    ("ZQ", "Prescriber Alternate ID Associated State/Province Address", "?"),
+    ("3A", "Prescriber Alternate ID Associated Country Code", "?"),
+    ("KV", "Prescriber DEA Number", "?"),
+    ("RG", "Prescriber Place of Service", "?"),
+    # COB (05, 28)
+    ("9T", "Other Payer Adjudicated Program Type", "?"),
+    ("9V", "Other Payer Reconciliation ID", "?"),
+    ("P7", "Other Payer Percentage Tax Exempt Indicator", "?"),
+    ("P9", "Other Payer Regulatory Fee Type Count", "9(?)"),
+    ("RN", "Other Payer Regulatory Fee Type Code", "?"),
+    ("P8", "Other Payer Regulatory Fee Exempt Indicator", "?"),
+    ("9W", "Benefit Stage Indicator Count", "9(?)"),
+    ("9X", "Benefit Stage Indicator", "?"),
+    ("PQ", "Other Payer Relationship Type", "?"),
+    ("P6", "Other Payer Benefit Classification", "?"),
+    ("M5", "Other Payer Name", "?"),
+    ("7Q", "Other Payer Help Desk Telephone Number Extension", "?"),
+    # workers' compensation (06), facility (15), prior authorization (12), compound (10)
+    ("8D", "Employer Street Address Line 1", "?"),
+    ("7G", "Employer Street Address Line 2", "?"),
+    ("1V", "Employer Country Code", "?"),
+    ("7K", "Employer Telephone Number Extension", "?"),
+    ("7H", "Employer Contact First Name", "?"),
+    ("7J", "Employer Contact Last Name", "?"),
+    ("7R", "Pay To Street Address Line 1", "?"),
+    ("7S", "Pay To Street Address Line 2", "?"),
+    ("1Z", "Pay To Country Code", "?"),
+    ("3Z", "Facility ID Qualifier", "?"),
+    ("7M", "Facility Street Address Line 1", "?"),
+    ("7N", "Facility Street Address Line 2", "?"),
+    ("1X", "Facility Country Code", "?"),
+    ("7D", "Prior Authorization Authorized Representative Street Address Line 1", "?"),
+    ("8B", "Prior Authorization Authorized Representative Street Address Line 2", "?"),
+    ("1U", "Prior Authorization Authorized Representative Country Code", "?"),
+    ("AG", "Compound Level of Complexity", "?"),
+    # intermediary (19, request)
+    ("8G", "Intermediary ID Count", "9(?)"),
+    ("8H", "Intermediary Type Code", "?"),
+    ("8J", "Intermediary Type Entity", "?"),
+    ("8K", "Intermediary ID Qualifier", "?"),
+    ("8M", "Intermediary ID", "?"),
+    ("8N", "Intermediary State/Province Address", "?"),
+    ("8U", "Intermediary Country Code", "?"),
+    # last known 4Rx (37)
+    ("3E", "Last Known IIN Number", "?"),
+    ("3F", "Last Known Processor Control Number", "?"),
+    ("3G", "Last Known Group ID", "?"),
+    ("3H", "Last Known Cardholder ID", "?"),
+    ("3J", "Year of Last Paid Claim", "?"),
+    ("3K", "Month of Last Paid Claim", "?"),
+    # N transaction payer identification (38)
+    ("9Y", "Payer IIN", "?"),
+    ("9Z", "Payer Processor Control Number", "?"),
+    ("AA", "Payer Cardholder ID", "?"),
+    ("AB", "Payer Group ID", "?"),
+    ("9U", "Payer Adjudicated Program Type", "?"),
+    ("AC", "Transaction Source Type", "?"),
+    ("AD", "Transaction Reconciliation ID", "?"),
+    # response insurance (25), insurance additional information (27)
+    ("KR", "Payer ID Count", "9(?)"),
+    ("96", "Plan Name", "?"),
+    # response status (21)
+    ("BH", "Help Desk Support Type Count", "9(?)"),
+    ("BG", "Help Desk Support Type", "?"),
+    ("BB", "Help Desk Business Unit Type Count", "9(?)"),
+    ("BA", "Help Desk Business Unit Type", "?"),
+    ("BF", "Help Desk Contact Information Qualifier", "?"),
+    ("BC", "Help Desk Contact Information", "?"),
+    ("BD", "Help Desk Contact Information Extension", "?"),
+    ("ZR", "Adjudicated Program Type", "?"),
+    ("BT", "Next Available Fill Date", "CCYYMMDD"),
+    # response claim (22)
+    ("ZO", "Preferred Product Effective Date", "CCYYMMDD"),
+    ("PV", "Preferred Product Plan Benefit Tier", "?"),
+    ("PZ", "Preferred Product Reason Code", "?"),
+    ("P0", "Required Therapy Indicator Count", "9(?)"),
+    ("P1", "Required Therapy Indicator", "?"),
+    ("P2", "Required Therapy Time Period Qualifier", "?"),
+    ("P3", "Required Therapy Time Period Duration", "?"),
+    ("P4", "Required Therapy Time Period Start Date", "CCYYMMDD"),
+    ("P5", "Required Therapy Time Period End Date", "CCYYMMDD"),
+    ("RC", "Plan Benefit Override Indicator", "?"),
+    ("RD", "Plan Benefit Override Value Count", "9(?)"),
+    ("RF", "Plan Benefit Override Value", "?"),
+    ("F8", "Maximum Age Qualifier", "?"),
+    ("GA", "Maximum Age", "?"),
+    ("GQ", "Minimum Age Qualifier", "?"),
+    ("GR", "Minimum Age", "?"),
+    ("M2", "Minimum Amount Qualifier", "?"),
+    ("M1", "Minimum Amount", "?"),
+    ("GC", "Maximum Amount Qualifier", "?"),
+    ("GB", "Maximum Amount", "?"),
+    ("GF", "Maximum Amount Time Period", "?"),
+    ("GH", "Maximum Amount Time Period End Date", "CCYYMMDD"),
+    ("GG", "Maximum Amount Time Period Start Date", "CCYYMMDD"),
+    ("GJ", "Maximum Amount Time Period Units", "?"),
+    ("M7", "Remaining Amount Qualifier", "?"),
+    ("M6", "Remaining Amount", "?"),
+    ("AF", "Benefit Type Opportunity Count", "9(?)"),
+    ("AE", "Benefit Type Opportunity", "?"),
+    ("KY", "Subrogation Requestor's Reconciliation ID", "?"),
+    # response DUR/PPS (24)
+    ("ZC", "DUR Co-Agent Description", "?"),
+    ("Z9", "Other Pharmacy ID Qualifier", "?"),
+    ("Z8", "Other Pharmacy ID", "?"),
+    ("Z7", "Other Pharmacy Name", "?"),
+    ("Z6", "Other Pharmacy Telephone Number", "?"),
+    ("ZA", "Unit of Measure for Previous Dispensed Quantity", "?"),
+    ("Z4", "Other Prescriber ID Qualifier", "?"),
+    ("Z3", "Other Prescriber ID", "?"),
+    ("Z5", "Other Prescriber Last Name", "?"),
+    ("Z2", "Other Prescriber Telephone Number", "?"),
+    ("Z0", "Compound Product ID Qualifier (DUR)", "?"),
+    ("Z1", "Compound Product ID (DUR)", "?"),
+    ("YO", "Maximum Daily Dose Quantity", "?"),
+    ("YL", "Maximum Daily Dose Unit of Measure", "?"),
+    ("YJ", "Minimum Daily Dose Quantity", "?"),
+    ("YI", "Minimum Daily Dose Unit of Measure", "?"),
+    # response intermediary (36)
+    ("8R", "Intermediary Authorization Count", "9(?)"),
+    ("8S", "Intermediary Authorization Type ID", "?"),
+    ("8T", "Intermediary Authorization ID", "?"),
+    ("8Q", "Intermediary Message", "?"),
+    ("KC", "Intermediary Help Desk Support Type Count", "9(?)"),
+    ("KB", "Intermediary Help Desk Support Type", "?"),
+    ("G9", "Intermediary Help Desk Business Unit Type Count", "9(?)"),
+    ("G8", "Intermediary Help Desk Business Unit Type", "?"),
+    ("KA", "Intermediary Help Desk Contact Information Qualifier", "?"),
+    ("JP", "Intermediary Help Desk Contact Information", "?"),
+    ("JR", "Intermediary Help Desk Contact Information Extension", "?"),
+    # response other related benefit detail (39)
+    ("KS", "Plan Type", "?"),
+    ("KF", "LIS Level", "?"),
+    ("KD", "LIS Effective Date", "CCYYMMDD"),
+    ("KG", "LIS Termination Date", "CCYYMMDD"),
+    ("AH", "Disability Effective Date", "CCYYMMDD"),
+    ("A5", "ESRD Indicator", "?"),
+    ("AJ", "ESRD Effective Date", "CCYYMMDD"),
+    ("A6", "ESRD Termination Date", "CCYYMMDD"),
+    ("G4", "Hospice Effective Date", "CCYYMMDD"),
+    ("G7", "Hospice Termination Date", "CCYYMMDD"),
+    ("G6", "Hospice Provider Number", "?"),
+    ("G5", "Hospice Facility Name", "?"),
+    ("A8", "Hospice Telephone Number", "?"),
+    ("BJ", "Institutional Indicator", "?"),
+    ("BK", "Institutional Effective Date", "CCYYMMDD"),
+    ("GD", "Institutional Termination Date", "CCYYMMDD"),
+    ("M8", "Other Benefit Count", "9(?)"),
+    ("PN", "Other Benefit Type Code", "?"),
+    ("MZ", "Other Benefit Effective Date", "CCYYMMDD"),
+    ("NN", "Other Benefit Termination Date", "CCYYMMDD"),
+    ("TA", "Other Benefit State/Province Address", "?"),
+    ("N9", "Other Benefit Type ID", "?"),
+    ("N1", "Other Benefit Facility Name", "?"),
+    ("N7", "Other Benefit Facility Telephone Number", "?"),
+    ("N8", "Other Benefit Detail Information Count", "9(?)"),
+    ("MS", "Other Benefit Detail Information Indicator", "?"),
+    ("MM", "Other Benefit Detail Information Effective Date", "CCYYMMDD"),
+    ("MX", "Other Benefit Detail Information Termination Date", "CCYYMMDD"),
+    ("MR", "Other Benefit Detail Information Provider Number", "?"),
+    ("MN", "Other Benefit Detail Information Facility Name", "?"),
+    ("MP", "Other Benefit Detail Information Facility Telephone Number", "?"),
+    # response provider (40)
+    ("ZV", "Data Source of Invalid Provider Determination", "?"),
+    ("ZZ", "State Code for Data Source of Invalid Provider Determination", "?"),
+)
+
+
 def _build() -> dict[str, FieldDef]:
     out: dict[str, FieldDef] = {}
     for fid, number, name, fmt in _TABLE:
         if fid in out:  # a data error in this table, caught at import and by a test
             raise AssertionError(f"field id {fid} listed twice")
         out[fid] = FieldDef(id=fid, number=number, name=name, format=fmt)
+    for fid, name, fmt in _F6_TABLE:
+        if fid in out:  # an F6 id the D.0 table already names: a data error
+            raise AssertionError(f"F6 field id {fid} is already a D.0 field")
+        out[fid] = FieldDef(id=fid, number=None, name=name, format=fmt, since="F6")
     return out
 
 
@@ -278,3 +518,7 @@ def field_name(field_id: str) -> str | None:
     """``"D2"`` -> ``"Prescription/Service Reference Number"``; ``None`` if unknown."""
     fd = FIELDS.get(field_id)
     return fd.name if fd is not None else None
+
+
+#: The ids of the fields F6 added (names from the public schema; numbers unknown).
+F6_FIELD_IDS = frozenset(fid for fid, _, _ in _F6_TABLE)

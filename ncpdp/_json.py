@@ -21,6 +21,7 @@ from ._model import (
     Transmission,
     segment_name,
 )
+from ._versions import VERSIONS
 
 __all__ = ["to_jsonable", "from_jsonable", "decode_value"]
 
@@ -84,6 +85,9 @@ def to_jsonable(t: Transmission) -> dict[str, Any]:
         "segments": [_segment_json(s, version) for s in t.segments],
         "transactions": [{"segments": [_segment_json(s, version) for s in g]} for g in t.groups],
     }
+    spec = VERSIONS.get(version)
+    if t.group_separators != (spec.group_separator if spec is not None else True):
+        out["group_separators"] = t.group_separators
     if t.leading or t.trailing or t.tolerated:
         out["framing"] = {"leading": t.leading, "trailing": t.trailing}
         out["tolerated"] = list(t.tolerated)
@@ -133,7 +137,8 @@ def from_jsonable(obj: Any) -> Transmission:
         if isinstance(h, dict) and isinstance(h.get("id"), str):
             values[h["id"]] = h.get("value")
     raw_parts = []
-    for slot in header_cls.LAYOUT:
+    version = values.get("A2")
+    for slot in header_cls.layout_for(version if isinstance(version, str) else ""):
         v = values.get(slot.field_id)
         if not isinstance(v, str) or len(v) != slot.width:
             raise ModelError(
@@ -159,6 +164,9 @@ def from_jsonable(obj: Any) -> Transmission:
     if not isinstance(leading, str) or not isinstance(trailing, str):
         raise ModelError("'framing' values must be strings")
     tolerated = _list(obj.get("tolerated", []), "'tolerated'")
+    grouped = obj.get("group_separators")
+    if grouped is not None and not isinstance(grouped, bool):
+        raise ModelError("'group_separators' must be true or false")
     return Transmission(
         header,
         segs,
@@ -166,4 +174,5 @@ def from_jsonable(obj: Any) -> Transmission:
         leading=leading,
         trailing=trailing,
         tolerated=[str(x) for x in tolerated],
+        group_separators=grouped,
     )

@@ -8,10 +8,17 @@ on demand. Public constructors validate; the parser uses a private trusted path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, NamedTuple, Self, overload
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Self, overload
 
 from ._errors import ModelError
-from ._versions import REQUEST_HEADER, RESPONSE_HEADER, VERSIONS, HeaderSlot
+from ._versions import (
+    REQUEST_HEADER,
+    REQUEST_LAYOUTS,
+    RESPONSE_HEADER,
+    TRANSACTION_START,
+    VERSIONS,
+    HeaderSlot,
+)
 
 if TYPE_CHECKING:
     from ._views import RequestView, ResponseView
@@ -29,6 +36,10 @@ __all__ = [
     "Transmission",
     "segment_name",
 ]
+
+#: The parser's mark for an F6 body whose transaction it has seen but not yet located
+#: (compared by identity: no chunk of a body is this object).
+UNSPLIT = "".join(["<not split>"])
 
 SEGMENT_SEPARATOR = "\x1e"
 FIELD_SEPARATOR = "\x1c"
@@ -221,20 +232,38 @@ class TransactionGroup:
 
 
 class _FixedHeader:
-    """A fixed-width header kept as its exact characters; fields are slices."""
+    """A fixed-width header kept as its exact characters; fields are slices.
+
+    ``LAYOUTS`` maps each allowed length to its layout (a request header is 56
+    characters in D.0 and 5.1, 58 in F6); ``LAYOUT``/``LENGTH`` name the D.0 one.
+    """
 
     __slots__ = ("_raw",)
     _raw: str
-    LAYOUT: tuple[HeaderSlot, ...] = ()
-    LENGTH: int = 0
+    LAYOUT: ClassVar[tuple[HeaderSlot, ...]] = ()
+    LENGTH: ClassVar[int] = 0
+    LAYOUTS: ClassVar[dict[int, tuple[HeaderSlot, ...]]] = {}
 
     def __init__(self, raw: str) -> None:
-        if len(raw) != self.LENGTH:
-            raise ModelError(
-                f"{type(self).__name__} must be {self.LENGTH} characters, got {len(raw)}"
-            )
+        if not isinstance(raw, str) or len(raw) not in self.LAYOUTS:
+            lengths = " or ".join(str(n) for n in self.LAYOUTS)
+            got = len(raw) if isinstance(raw, str) else type(raw).__name__
+            raise ModelError(f"{type(self).__name__} must be {lengths} characters, got {got}")
         _check_text(raw, "header")
         self._raw = raw
+
+    @property
+    def layout(self) -> tuple[HeaderSlot, ...]:
+        """This header's slots (the F6 request layout for a 58-character header)."""
+        return self.LAYOUTS[len(self._raw)]
+
+    @classmethod
+    def layout_for(cls, version: str) -> tuple[HeaderSlot, ...]:
+        """The layout a header of ``version`` uses (D.0's for unknown versions)."""
+        spec = VERSIONS.get(version)
+        if spec is None:
+            return cls.LAYOUT
+        return spec.request_header if cls is RequestHeader else spec.response_header
 
     @classmethod
     def _trusted(cls, raw: str) -> Self:
@@ -248,18 +277,18 @@ class _FixedHeader:
 
     def slot(self, field_id: str) -> str:
         """The raw (padded) value of the header field ``field_id``."""
-        for s in self.LAYOUT:
+        for s in self.LAYOUTS[len(self._raw)]:
             if s.field_id == field_id:
                 return self._raw[s.start : s.start + s.width]
         raise KeyError(field_id)
 
     def items(self) -> tuple[tuple[HeaderSlot, str], ...]:
-        return tuple((s, self._raw[s.start : s.start + s.width]) for s in self.LAYOUT)
+        return tuple((s, self._raw[s.start : s.start + s.width]) for s in self.layout)
 
     @classmethod
     def _from_values(cls, values: dict[str, str]) -> str:
         parts: list[str] = []
-        for s in cls.LAYOUT:
+        for s in cls.layout_for(values.get("version", "")):
             v = values.get(s.attr, values.get(s.field_id, ""))
             if len(v) > s.width:
                 raise ModelError(f"header field {s.field_id} ({s.name}) is longer than {s.width}")
@@ -304,11 +333,13 @@ class _FixedHeader:
 
 
 class RequestHeader(_FixedHeader):
-    """The 56-character request header."""
+    """The request header: 56 characters in D.0 and 5.1, 58 in F6 (whose 101-A1 is
+    the 8-character IIN, after the version and transaction code)."""
 
     __slots__ = ()
     LAYOUT = REQUEST_HEADER
     LENGTH = 56
+    LAYOUTS = REQUEST_LAYOUTS
 
     @classmethod
     def build(
@@ -342,7 +373,12 @@ class RequestHeader(_FixedHeader):
 
     @property
     def bin(self) -> str:
+        """101-A1: the 6-character BIN (D.0, 5.1) or the 8-character IIN (F6)."""
         return self.slot("A1").strip()
+
+    @property
+    def is_f6_layout(self) -> bool:
+        return len(self._raw) == 58
 
     @property
     def pcn(self) -> str:
@@ -359,6 +395,7 @@ class ResponseHeader(_FixedHeader):
     __slots__ = ()
     LAYOUT = RESPONSE_HEADER
     LENGTH = 31
+    LAYOUTS: ClassVar[dict[int, tuple[HeaderSlot, ...]]] = {31: RESPONSE_HEADER}
 
     @classmethod
     def build(
@@ -399,11 +436,16 @@ class Transmission:
     transaction groups. ``leading``/``trailing`` hold framing that lenient parsing
     tolerated (STX, ETX, CR/LF, a trailing separator); ``tolerated`` says what.
 
+    ``group_separators`` says whether the groups are written with a group separator
+    (0x1D) before each: yes in D.0 and 5.1, no in F6, whose one transaction follows
+    the transmission-level segments directly. ``None`` takes the version's rule.
+
     A parsed transmission keeps its validated wire text: its segment objects are
     built on first access, and writing it back returns the text it was read from.
     """
 
     __slots__ = (
+        "_grouped",
         "_groups",
         "_header",
         "_leading",
@@ -414,6 +456,7 @@ class Transmission:
         "_wire",
     )
     _header: Header
+    _grouped: bool
     _segments: tuple[Segment, ...]
     _groups: tuple[TransactionGroup, ...]
     _leading: str
@@ -431,6 +474,7 @@ class Transmission:
         leading: str = "",
         trailing: str = "",
         tolerated: Iterable[str] = (),
+        group_separators: bool | None = None,
     ) -> None:
         if not isinstance(header, (RequestHeader, ResponseHeader)):
             raise ModelError("header must be a RequestHeader or a ResponseHeader")
@@ -447,7 +491,16 @@ class Transmission:
                 text.encode("latin-1")
             except UnicodeEncodeError:
                 raise ModelError(f"{what} framing is not single-byte text") from None
+        if group_separators is None:
+            spec = VERSIONS.get(header.version)
+            group_separators = spec.group_separator if spec is not None else True
+        if not group_separators and len(grps) > 1:
+            raise ModelError(
+                "without group separators (F6) a transmission carries one transaction, "
+                f"got {len(grps)}"
+            )
         self._header = header
+        self._grouped = bool(group_separators)
         self._segments = segs
         self._groups = grps
         self._leading = leading
@@ -465,9 +518,11 @@ class Transmission:
         leading: str,
         trailing: str,
         tolerated: tuple[str, ...],
+        grouped: bool = True,
     ) -> Transmission:
         t = cls.__new__(cls)
         t._header = header
+        t._grouped = grouped
         t._segments = segments
         t._groups = groups
         t._leading = leading
@@ -481,6 +536,10 @@ class Transmission:
         wire = self._wire
         if wire is None:
             return
+        if wire[-1] is UNSPLIT:  # F6: find where its one transaction starts
+            body = wire[0]
+            m = TRANSACTION_START[self._header.version](body)
+            wire = [body] if m is None else [body[: m.start()], body[m.start() :]]
         make = Segment._from_wire
         chunks = [chunk.split("\x1e")[1:] for chunk in wire]
         self._segments = tuple(map(make, chunks[0]))
@@ -505,6 +564,11 @@ class Transmission:
         if self._wire is not None:
             self._materialize()
         return self._groups
+
+    @property
+    def group_separators(self) -> bool:
+        """Whether the groups are written after group separators (not in F6)."""
+        return self._grouped
 
     @property
     def leading(self) -> str:
@@ -557,7 +621,9 @@ class Transmission:
 
     def canonical(self) -> Transmission:
         """The same transmission without tolerated framing."""
-        return Transmission._trusted(self._header, self.segments, self.groups, "", "", ())
+        return Transmission._trusted(
+            self._header, self.segments, self.groups, "", "", (), self._grouped
+        )
 
     def to_text(self) -> str:
         text = self._text
@@ -566,7 +632,7 @@ class Transmission:
                 self._leading
                 + self._header._raw
                 + "".join(s.to_text() for s in self.segments)
-                + "".join(g.to_text() for g in self.groups)
+                + "".join(g.to_text() if self._grouped else g.to_text()[1:] for g in self.groups)
                 + self._trailing
             )
         return text

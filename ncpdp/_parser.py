@@ -9,31 +9,52 @@ transmission serializes back to the very text it was read from.
 
 Decisions (see also the tests in ``tests/ncpdp``):
 
-* strict (default): the input is exactly header + segments + groups. Transaction
-  count 109-A9 must be 1-4 and equal the number of groups; a response with no group
-  at all (a transmission rejected at header level) is allowed.
+* strict (default): the input is exactly header + segments + groups, every byte of
+  it printable ASCII (0x20-0x7E) apart from the separators; no field has the id
+  ``AM`` after the first field of a segment (that is a missing segment separator);
+  101-A1 is all digits and 401-D1 a calendar date. Transaction count 109-A9 must be
+  1-4 (1 in F6) and equal the number of groups, with two exceptions that carry no
+  group at all: an eligibility request (E1, 109-A9 = 1) and a response rejected at
+  header level (501-F1 = ``R``). Strict mode raises at the first problem it meets;
+  lenient mode lists every problem it tolerated in ``Transmission.tolerated``.
 * lenient: also accepts STX (0x02) before and ETX (0x03) after, trailing CR/LF, a
-  trailing separator, and a 109-A9 that disagrees with the groups; what was tolerated
-  is listed in ``Transmission.tolerated`` and kept in ``leading``/``trailing`` so the
-  bytes still round-trip.
+  trailing separator, a 109-A9 that disagrees with the groups, a response without a
+  group that is not rejected at header level, bytes outside printable ASCII, a field
+  ``AM`` inside a segment, and header slots of the wrong format; what was tolerated
+  is listed in ``Transmission.tolerated`` (with its offset) and framing is kept in
+  ``leading``/``trailing`` so the bytes still round-trip.
+* F6 (``F6`` in 102-A2, 58-character request header) has no group separators: its
+  one transaction starts at the first transaction-level segment of the version's
+  table (none for an E1 request). A group separator in F6 is refused in strict mode.
 * never errors: unknown segment ids (``AMXX``, ``AM99``), unknown or punctuation
   field ids (``&B``), all-space values, text glued after the last field, counts inside
   segments (510-FA vs the 511-FB codes) that disagree with what follows: those are
   data, kept as they are, and the views read what is really there.
+* an NCPDP batch record (STX ``G1`` ...) or batch file (STX ``00`` ...) given here is
+  refused with an error that says so: :func:`ncpdp.parse_batch` reads those.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from typing import NoReturn
 
 from ._errors import ParseError
 from ._model import (
+    UNSPLIT,
     RequestHeader,
     ResponseHeader,
     Transmission,
 )
-from ._versions import VERSIONS
+from ._versions import (
+    REQUEST_HEADER,
+    REQUEST_HEADER_F6,
+    TRANSACTION_START,
+    VERSIONS,
+    HeaderSlot,
+    VersionSpec,
+)
 
 __all__ = ["parse"]
 
@@ -41,6 +62,7 @@ _SS = "\x1e"
 _FS = "\x1c"
 _GS = "\x1d"
 _REQ_LEN = RequestHeader.LENGTH
+_REQ_F6_LEN = sum(s.width for s in REQUEST_HEADER_F6)
 _RESP_LEN = ResponseHeader.LENGTH
 _TRAILING_JUNK = "\r\n\x03\x1c\x1d\x1e"
 _STRICT_TAIL = ("\r", "\n", "\x03")
@@ -49,22 +71,87 @@ _DIGITS = frozenset("0123456789")
 
 # The grammar as data. One C-level regex match validates a whole transmission; the
 # splits that follow can then trust their input. Possessive quantifiers: no
-# backtracking, so the match is linear in the input.
+# backtracking, so the match is linear in the input. Strict mode allows printable
+# ASCII only and no field id "AM" after a segment's first field; lenient mode any
+# byte but the separators (and reports the rest after the match).
+_PRINTABLE = "[\x20-\x7e]"
 _NOT_SEP = "[^\x1c-\x1e]"
-_FIELD = f"\x1c{_NOT_SEP}{{2,}}+"  # 0x1C, 2-character id, value
-_SEGMENT = f"\x1e\x1cAM{_NOT_SEP}{{2}}(?:{_FIELD})*+"  # 0x1E, AMnn, fields
-_GROUPS_STRICT = f"(?:\x1d(?:{_SEGMENT})++)*+"  # each group holds a segment
-_GROUPS_LENIENT = f"(?:\x1d(?:{_SEGMENT})*+)*+"  # empty groups tolerated
-_GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
-    (hlen, strict): re.compile(
-        f"{_NOT_SEP}{{{hlen}}}(?:{_SEGMENT})*+" + (_GROUPS_STRICT if strict else _GROUPS_LENIENT)
+
+
+def _header_pattern(layout: tuple[HeaderSlot, ...], strict: bool) -> str:
+    """Strict: 101-A1 and 401-D1 digits, the other slots printable; lenient: any byte
+    but the separators (lenient mode reports the rest after the match)."""
+    if not strict:
+        return f"{_NOT_SEP}{{{sum(s.width for s in layout)}}}"
+    return "".join(
+        f"[0-9]{{{s.width}}}" if s.field_id in ("A1", "D1") else f"{_PRINTABLE}{{{s.width}}}"
+        for s in layout
     )
-    for hlen in (RequestHeader.LENGTH, ResponseHeader.LENGTH)
+
+
+def _grammar(hlen: int, strict: bool) -> re.Pattern[str]:
+    ch = _PRINTABLE if strict else _NOT_SEP
+    field = f"\x1c(?!AM){ch}{{2,}}+" if strict else f"\x1c{ch}{{2,}}+"
+    segment = f"\x1e\x1cAM{ch}{{2}}(?:{field})*+"  # 0x1E, AMnn, fields
+    groups = (
+        f"(?:\x1d(?:{segment})++)*+"  # each group holds a segment
+        if strict
+        else f"(?:\x1d(?:{segment})*+)*+"  # empty groups tolerated
+    )
+    layout = {
+        _REQ_LEN: REQUEST_HEADER,
+        _REQ_F6_LEN: REQUEST_HEADER_F6,
+        _RESP_LEN: ResponseHeader.LAYOUT,
+    }[hlen]
+    return re.compile(_header_pattern(layout, strict) + f"(?:{segment})*+" + groups)
+
+
+_GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
+    (hlen, strict): _grammar(hlen, strict)
+    for hlen in (_REQ_LEN, _REQ_F6_LEN, _RESP_LEN)
     for strict in (True, False)
 }
 _REQ_STRICT = _GRAMMAR[_REQ_LEN, True].fullmatch
 _RESP_STRICT = _GRAMMAR[_RESP_LEN, True].fullmatch
+_REQ_F6_STRICT = _GRAMMAR[_REQ_F6_LEN, True].fullmatch
+_NON_PRINTABLE = re.compile("[^\x20-\x7e\x1c-\x1e]")
+_AM_INSIDE = re.compile("(?<!\x1e)\x1cAM")
 _new = object.__new__
+
+
+def _span(layout: tuple[HeaderSlot, ...], field_id: str) -> tuple[int, int]:
+    for s in layout:
+        if s.field_id == field_id:
+            return s.start, s.start + s.width
+    return 0, 0
+
+
+# Where the header slots the parser checks stand, by header length: 101-A1 (none in
+# a response) and 401-D1.
+_CHECKED: dict[int, tuple[int, int, int, int]] = {
+    _REQ_LEN: (*_span(REQUEST_HEADER, "A1"), *_span(REQUEST_HEADER, "D1")),
+    _REQ_F6_LEN: (*_span(REQUEST_HEADER_F6, "A1"), *_span(REQUEST_HEADER_F6, "D1")),
+    _RESP_LEN: (0, 0, *_span(ResponseHeader.LAYOUT, "D1")),
+}
+_DATE_AT = {hlen: d0 for hlen, (_, _, d0, _) in _CHECKED.items()}
+_REQ_LEN_OF = {code: sum(s.width for s in spec.request_header) for code, spec in VERSIONS.items()}
+_DATES: dict[str, bool] = {}
+
+
+def _valid_date(value: str) -> bool:
+    """CCYYMMDD and a real calendar date; memoized (claims share few dates)."""
+    ok = _DATES.get(value)
+    if ok is None:
+        ok = len(value) == 8 and value.isdigit() and value.isascii()
+        if ok:
+            try:
+                _dt.date(int(value[:4]), int(value[4:6]), int(value[6:]))
+            except ValueError:
+                ok = False
+        if len(_DATES) >= 4096:
+            _DATES.clear()
+        _DATES[value] = ok
+    return ok
 
 
 def _decode(data: bytes | bytearray | memoryview | str) -> str:
@@ -79,11 +166,33 @@ def _decode(data: bytes | bytearray | memoryview | str) -> str:
     raise TypeError(f"parse() takes bytes or str, not {type(data).__name__}")
 
 
+def _batch_record_error(text: str) -> None:
+    """Refuse a batch record or file given where a bare transmission is expected."""
+    kind = text[1:3]
+    if kind == "G1":
+        raise ParseError(
+            "this is an NCPDP batch detail record (STX, 'G1', a 10-character reference, "
+            "the transmission, ETX), not a bare transmission: read it with "
+            "ncpdp.parse_batch() or `pa-bridge claim parse`, or pass the transmission "
+            "that starts at byte 13",
+            offset=0,
+        )
+    if kind in ("00", "99"):
+        raise ParseError(
+            "this is an NCPDP batch file (STX and a '00' header record), not a bare "
+            "transmission: read it with ncpdp.parse_batch() or `pa-bridge claim parse`",
+            offset=0,
+        )
+
+
 def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) -> Transmission:
-    """Parse one NCPDP request or response (auto-detected by header length).
+    """Parse one NCPDP request or response (auto-detected: a 31-character header is a
+    response; 56 characters a D.0/5.1 request; 58 an F6 request).
 
     ``bytes`` are read as single-byte text (every byte maps to one character), so any
-    input round-trips: ``serialize(parse(x)) == x``. Raises :class:`ParseError`.
+    input round-trips: ``serialize(parse(x)) == x``. Raises :class:`ParseError`: in
+    strict mode at the first problem found; lenient mode lists what it tolerated in
+    ``Transmission.tolerated``.
     """
     full = text = data.decode("latin-1") if type(data) is bytes else _decode(data)
 
@@ -92,6 +201,7 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     if strict:
         if text[:1] == "\x02" or text[-1:] in _STRICT_TAIL:
             if text[:1] == "\x02":
+                _batch_record_error(text)
                 raise ParseError(
                     "STX framing before the header (lenient mode accepts it)", offset=0
                 )
@@ -101,6 +211,7 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
             )
     else:
         if text[:1] == "\x02":
+            _batch_record_error(text)
             leading = "\x02"
             text = text[1:]
             tolerated.append("STX framing before the header")
@@ -132,26 +243,71 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         header = _new(RequestHeader)
         version_at = 6
         count_at = 20
+    elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
+        hlen = _REQ_F6_LEN
+        match = _REQ_F6_STRICT if strict else _GRAMMAR[_REQ_F6_LEN, False].fullmatch
+        header = _new(RequestHeader)
+        version_at = 0
+        count_at = 22
     else:
         _header_error(text, base)
 
     if match(text) is None:  # the slow path: say exactly where and what
         if any(c in text[:hlen] for c in "\x1c\x1d\x1e"):
             _header_error(text, base)
+        _check_header(text, hlen, base, strict, tolerated)
         _diagnose(text, hlen, base, strict)
         raise ParseError("malformed transmission", offset=base + hlen)
 
     version = text[version_at : version_at + 2]
     spec = VERSIONS.get(version)
-    if spec is None:
-        raise ParseError(
-            f"unknown version/release {version!r} (known: {', '.join(VERSIONS)})",
-            offset=base + version_at,
-            field_id="A2",
-        )
+    if spec is None or (hlen != _RESP_LEN and hlen != _REQ_LEN_OF[version]):
+        _version_error(version, spec, hlen, base + version_at)
+
+    if strict:  # the grammar checked the digits of 101-A1 and 401-D1; the calendar is left
+        dos = text[_DATE_AT[hlen] : _DATE_AT[hlen] + 8]
+        if not (_DATES.get(dos) or _valid_date(dos)):
+            _check_header(text, hlen, base, strict, tolerated)
+    else:
+        i0, i1, d0, d1 = _CHECKED[hlen]
+        dos = text[d0:d1]
+        iss = text[i0:i1]
+        if not ((iss.isdigit() or i0 == i1) and iss.isascii() and _valid_date(dos)):
+            _check_header(text, hlen, base, strict, tolerated)
+        _lenient_checks(text, hlen, base, tolerated)
 
     header._raw = text[:hlen]
-    chunks = text[hlen:].split(_GS)  # segments are split on first access
+    body = text[hlen:]
+    grouped = True
+    if spec.group_separator:
+        chunks = body.split(_GS)  # segments are split on first access
+    elif _GS not in body:
+        grouped = False
+        if hlen == _RESP_LEN and body[4:6] in _TX_IDS[version]:  # starts with its transaction
+            chunks = ["", body]
+        elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
+            chunks = [body]
+        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
+            # It has its transaction (a Claim or a Response Status segment); where the
+            # transaction starts is found when the segments are first read.
+            chunks = [body, UNSPLIT]
+        else:
+            tx = _TX_START[version](body)
+            if tx is None:
+                chunks = [body]
+            else:
+                at = tx.start()
+                chunks = [body[:at], body[at:]]
+    else:
+        at = base + hlen + body.index(_GS)
+        problem = (
+            f"group separator (0x1D) at byte offset {at}: {spec.code} transmissions have "
+            "none (one transaction follows the transmission-level segments)"
+        )
+        if strict:
+            raise ParseError(problem, offset=at)
+        tolerated.append(problem)
+        chunks = body.split(_GS)
     ngroups = len(chunks) - 1
     if not (
         strict and 0 < ngroups <= spec.max_transactions and text[count_at] == "0123456789"[ngroups]
@@ -160,12 +316,104 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
 
     t: Transmission = _new(Transmission)
     t._header = header
+    t._grouped = grouped
     t._leading = leading
     t._trailing = trailing
     t._tolerated = tuple(tolerated) if tolerated else ()
     t._text = full
     t._wire = chunks
     return t
+
+
+_TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
+_TX_START = TRANSACTION_START
+
+
+def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:
+    if spec is None:
+        raise ParseError(
+            f"unknown version/release {version!r} (known: {', '.join(VERSIONS)})",
+            offset=offset,
+            field_id="A2",
+        )
+    want = sum(s.width for s in spec.request_header)
+    raise ParseError(
+        f"version {spec.code} has a {want}-character request header, this one has {hlen}",
+        offset=offset,
+        field_id="A2",
+    )
+
+
+def _slot_at(layout: tuple[HeaderSlot, ...], col: int) -> HeaderSlot:
+    return next(s for s in layout if s.start <= col < s.start + s.width)
+
+
+def _check_header(text: str, hlen: int, base: int, strict: bool, tolerated: list[str]) -> None:
+    """The header's slots: printable ASCII, 101-A1 digits, 401-D1 a calendar date."""
+    if hlen == _RESP_LEN:
+        layout = ResponseHeader.LAYOUT
+    else:
+        layout = REQUEST_HEADER_F6 if hlen == _REQ_F6_LEN else REQUEST_HEADER
+    problems: list[tuple[str, int, str]] = []
+    for i, ch in enumerate(text[:hlen]):
+        if not " " <= ch <= "~":
+            slot = _slot_at(layout, i)
+            problems.append(
+                (
+                    f"byte 0x{ord(ch):02X} outside printable ASCII in header field "
+                    f"{slot.field_id} ({slot.name})",
+                    i,
+                    slot.field_id,
+                )
+            )
+    for slot in layout:
+        value = text[slot.start : slot.start + slot.width]
+        if slot.field_id == "A1" and not (value.isdigit() and value.isascii()):
+            problems.append(
+                (
+                    f"header field A1 ({slot.name}) must be {slot.width} digits, got {value!r}",
+                    slot.start,
+                    "A1",
+                )
+            )
+        elif slot.field_id == "D1" and not _valid_date(value):
+            problems.append(
+                (
+                    f"header field D1 (Date of Service) must be a CCYYMMDD calendar date, "
+                    f"got {value!r}",
+                    slot.start,
+                    "D1",
+                )
+            )
+    for reason, col, fid in problems:
+        if strict:
+            raise ParseError(reason, offset=base + col, field_id=fid)
+        tolerated.append(f"{reason} (at byte offset {base + col})")
+
+
+def _where(text: str, pos: int) -> tuple[str | None, str | None]:
+    """The segment and field ids around ``pos`` in a validated body."""
+    seg = text.rfind(_SS, 0, pos + 1)
+    fld = text.rfind(_FS, 0, pos + 1)
+    if seg < 0:
+        return None, None
+    return text[seg + 4 : seg + 6], (text[fld + 1 : fld + 3] if fld > seg + 1 else "AM")
+
+
+def _lenient_checks(text: str, hlen: int, base: int, tolerated: list[str]) -> None:
+    """What strict mode refuses inside the body; lenient mode reports each one."""
+    for m in _NON_PRINTABLE.finditer(text, hlen):
+        sid, fid = _where(text, m.start())
+        tolerated.append(
+            f"byte 0x{ord(m.group()):02X} outside printable ASCII in segment AM{sid}, "
+            f"field {fid} (at byte offset {base + m.start()})"
+        )
+    for m in _AM_INSIDE.finditer(text, hlen):
+        sid, _ = _where(text, m.start() - 1)
+        tolerated.append(
+            f"field id AM inside segment AM{sid}: a segment separator (0x1E) is missing "
+            f"(at byte offset {base + m.start()})"
+        )
 
 
 def _check_count(
@@ -178,17 +426,34 @@ def _check_count(
     strict: bool,
     tolerated: list[str],
 ) -> None:
-    """109-A9 against the groups that follow; lenient mode notes what it tolerates."""
+    """109-A9 against the groups that follow; lenient mode notes what it tolerates.
+
+    No group at all is standard in two cases: an eligibility request (E1, with
+    109-A9 = 1) and a response rejected at header level (501-F1 = R).
+    """
     ngroups = len(chunks) - 1
+    response = hlen == _RESP_LEN
     if not strict and ngroups and not all(chunks[1:]):
         tolerated.append("empty transaction group (a group separator with no segment)")
     count_text = text[count_at]
+    code_at = 8 if count_at == 20 else 2  # D.0/5.1 request header vs F6
+    eligibility = not response and text[code_at : code_at + 2] == "E1"
     if count_text not in _DIGITS or not 1 <= int(count_text) <= max_tx:
         problem = f"transaction count 109-A9 must be 1 to {max_tx}, got {count_text!r}"
         if strict:
             raise ParseError(problem, offset=base + count_at, field_id="A9")
         tolerated.append(problem)
-    elif int(count_text) != ngroups and not (ngroups == 0 and hlen == _RESP_LEN):
+    elif ngroups == 0 and response:
+        status = text[5]
+        if status != "R":
+            problem = (
+                "a response with no transaction group must be rejected at header level "
+                f"(501-F1 = 'R'), this one says {status!r}"
+            )
+            if strict:
+                raise ParseError(problem, offset=base + 5, field_id="F1")
+            tolerated.append(problem)
+    elif int(count_text) != ngroups and not (ngroups == 0 and eligibility and count_text == "1"):
         problem = (
             f"transaction count 109-A9 says {count_text} but {ngroups} transaction group(s) follow"
         )
@@ -211,38 +476,38 @@ def _nth(text: str, sep: str, n: int) -> int:
 
 
 def _header_error(text: str, base: int) -> NoReturn:
-    """Explain why no 31- or 56-character header is found."""
+    """Explain why no 31-, 56- or 58-character header is found."""
     if not text:
         raise ParseError("empty input", offset=base)
     if text[0] == "\x02":
         raise ParseError("STX framing before the header (lenient mode accepts it)", offset=base)
-    for i, ch in enumerate(text[: _REQ_LEN + 1]):
-        if ch == _FS and i not in (_RESP_LEN, _REQ_LEN):
+    for i, ch in enumerate(text[: _REQ_F6_LEN + 1]):
+        if ch == _FS and i not in (_RESP_LEN, _REQ_LEN, _REQ_F6_LEN):
             raise ParseError(
                 f"field separator (0x1C) inside the fixed-width header at column {i + 1}",
                 offset=base + i,
             )
         if ch in _BREAKS or ch == _FS:
             raise ParseError(
-                f"header must be {_REQ_LEN} (request) or {_RESP_LEN} (response) "
-                f"characters before the first segment, found {i}",
+                f"header must be {_REQ_LEN} (request), {_REQ_F6_LEN} (F6 request) or "
+                f"{_RESP_LEN} (response) characters before the first segment, found {i}",
                 offset=base + i,
             )
     if len(text) < _RESP_LEN:
         raise ParseError(
             f"too short for a header: {len(text)} bytes, a response header has "
-            f"{_RESP_LEN} and a request header {_REQ_LEN}",
+            f"{_RESP_LEN} and a request header {_REQ_LEN} ({_REQ_F6_LEN} in F6)",
             offset=base + len(text),
         )
-    if len(text) <= _REQ_LEN:
+    if len(text) <= _REQ_F6_LEN:
         raise ParseError(
             f"{len(text)} bytes and no segment: a response header has {_RESP_LEN} "
-            f"and a request header {_REQ_LEN}",
+            f"and a request header {_REQ_LEN} ({_REQ_F6_LEN} in F6)",
             offset=base + len(text),
         )
     raise ParseError(
-        f"no segment or group separator after a {_REQ_LEN}-character request header "
-        f"or a {_RESP_LEN}-character response header",
+        f"no segment or group separator after a {_REQ_LEN}- or {_REQ_F6_LEN}-character "
+        f"request header or a {_RESP_LEN}-character response header",
         offset=base + _REQ_LEN,
     )
 
@@ -295,6 +560,8 @@ def _diagnose(text: str, hlen: int, base: int, strict: bool) -> None:
                     field_id="AM",
                 )
             sid = sid_field[2:]
+            if strict:
+                _check_printable(sid_field, segpos + 1, base, sid, "AM")
             prev = "AM"
             fpos = segpos + 1 + len(sid_field)
             for f in fparts[2:]:
@@ -310,7 +577,31 @@ def _diagnose(text: str, hlen: int, base: int, strict: bool) -> None:
                             f"field {f!r} after field {prev} is shorter than its 2-character id"
                         )
                     raise ParseError(reason, offset=base + fpos, segment_id=sid, field_id=prev)
+                if strict and f[:2] == "AM":
+                    raise ParseError(
+                        f"field id AM (segment identification) after field {prev} of segment "
+                        f"AM{sid}: a segment separator (0x1E) is missing before it (lenient "
+                        "mode accepts it and reports it)",
+                        offset=base + fpos,
+                        segment_id=sid,
+                        field_id="AM",
+                    )
+                if strict:
+                    _check_printable(f, fpos + 1, base, sid, f[:2])
                 prev = f[:2]
                 fpos += 1 + len(f)
             segpos += len(sp)
         pos += len(chunk)
+
+
+def _check_printable(part: str, pos: int, base: int, sid: str, fid: str) -> None:
+    """Strict mode: a byte outside printable ASCII inside a field is refused."""
+    m = _NON_PRINTABLE.search(part)
+    if m is not None:
+        raise ParseError(
+            f"byte 0x{ord(m.group()):02X} outside printable ASCII in field {fid} (lenient "
+            "mode keeps it and reports it)",
+            offset=base + pos + m.start(),
+            segment_id=sid,
+            field_id=fid,
+        )

@@ -15,6 +15,7 @@ from ._errors import CodecError, NcpdpError
 from ._model import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
 
 __all__ = [
+    "QualifiedId",
     "PatientView",
     "RequestTransactionView",
     "RequestView",
@@ -53,6 +54,39 @@ def _get(seg: Segment | None, field_id: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QualifiedId:
+    """An id with its qualifier: a patient id (331-CX/332-CY, repeating in F6) or a
+    payer id (J7/J8, repeating in F6)."""
+
+    qualifier: str | None
+    id: str | None
+
+
+def _pairs(seg: Segment | None, qualifier_id: str, value_id: str) -> tuple[QualifiedId, ...]:
+    """Qualifier/value pairs in wire order; a pair starts at each qualifier, or when a
+    value repeats without one."""
+    if seg is None:
+        return ()
+    out: list[QualifiedId] = []
+    q: str | None = None
+    v: str | None = None
+    started = False
+    for f in seg:
+        if f.id == qualifier_id:
+            if started:
+                out.append(QualifiedId(qualifier=q, id=v))
+            q, v, started = _clean(f.value), None, True
+        elif f.id == value_id:
+            if started and v is not None:
+                out.append(QualifiedId(qualifier=q, id=v))
+                q = None
+            v, started = _clean(f.value), True
+    if started:
+        out.append(QualifiedId(qualifier=q, id=v))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PatientView:
     first_name: str | None
     last_name: str | None
@@ -62,6 +96,10 @@ class PatientView:
     city: str | None
     state: str | None
     zip: str | None
+    #: 331-CX/332-CY pairs in order (F6 repeats them, counted by 9R-RR).
+    ids: tuple[QualifiedId, ...] = ()
+    #: F6 0C Patient Middle Name.
+    middle_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +124,7 @@ class RequestTransactionView:
 class RequestView:
     version: str
     transaction_code: str
+    #: 101-A1 as sent: the 6-digit BIN (D.0, 5.1) or the 8-digit IIN (F6).
     bin: str
     pcn: str
     service_provider_id: str
@@ -98,6 +137,8 @@ class RequestView:
     patient_relationship_code: str | None
     patient: PatientView
     transactions: tuple[RequestTransactionView, ...]
+    #: F6: the 8-digit IIN (the same value as ``bin``); ``None`` before F6.
+    iin: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +195,13 @@ class ResponseView:
     date_of_service: str
     message: str | None
     transactions: tuple[ResponseTransactionView, ...]
+    #: Response Insurance (AM25) J7/J8 pairs in order (F6 repeats them, count KR).
+    payer_ids: tuple[QualifiedId, ...] = ()
+
+    @property
+    def rejected(self) -> bool:
+        """Rejected at header level (501-F1 = R) or in any transaction."""
+        return self.header_response_status == "R" or any(t.rejected for t in self.transactions)
 
 
 def request_view(t: Transmission) -> RequestView:
@@ -211,8 +259,11 @@ def request_view(t: Transmission) -> RequestView:
             city=_get(pat, "CN"),
             state=_get(pat, "CO"),
             zip=_get(pat, "CP"),
+            ids=_pairs(pat, "CX", "CY"),
+            middle_name=_get(pat, "0C"),
         ),
         transactions=tuple(txs),
+        iin=h.bin if h.is_f6_layout else None,
     )
 
 
@@ -273,6 +324,11 @@ def response_view(t: Transmission) -> ResponseView:
     if not isinstance(h, ResponseHeader):
         raise NcpdpError("as_response() needs a response transmission; this is a request")
     msg = t.segment("20")
+    txs = tuple(_status_view(i, g) for i, g in enumerate(t.groups))
+    if not txs and t.segment("21") is not None:
+        # A Response Status segment sent without its group (lenient mode): read it
+        # rather than drop it, so that a reject never turns into an accept.
+        txs = (_status_view(0, TransactionGroup._trusted(t.segments)),)
     return ResponseView(
         version=h.version,
         transaction_code=h.transaction_code,
@@ -281,5 +337,6 @@ def response_view(t: Transmission) -> ResponseView:
         service_provider_id_qualifier=h.service_provider_id_qualifier,
         date_of_service=h.date_of_service,
         message=_get(msg, "F4"),
-        transactions=tuple(_status_view(i, g) for i, g in enumerate(t.groups)),
+        transactions=txs,
+        payer_ids=_pairs(t.segment("25"), "J7", "J8"),
     )

@@ -236,3 +236,51 @@ REJECT_TWO = Outcome(
     messages=("PLAN LIMITATIONS EXCEEDED",),
 )
 DUPLICATE = Outcome(status="D", authorization="SYNAUTH001")
+
+
+# --- NCPDP batch files (Batch 1.2) ---------------------------------------------------
+
+
+def batch_header(
+    *,
+    batch_number: str = "0000042",
+    version: str = "12",
+    sender: str = "SYNSENDER01",
+    receiver: str = "SYNRECEIVER01",
+    date: str = "20261123",
+    time: str = "1632",
+    transmission_type: str = "T",
+    file_type: str = "T",
+) -> bytes:
+    raw = (
+        "00" + transmission_type + sender.ljust(24) + batch_number + date + time + file_type
+        + version + receiver.ljust(24)
+    )  # fmt: skip
+    assert len(raw) == 73
+    return b"\x02" + raw.encode("latin-1") + b"\x03"
+
+
+def batch_detail(transmission: bytes, reference: str) -> bytes:
+    return b"\x02G1" + reference.ljust(10).encode("latin-1") + transmission + b"\x03"
+
+
+def batch_trailer(count: int, *, batch_number: str = "0000042", message: str = "") -> bytes:
+    raw = "99" + batch_number + str(count).zfill(10) + message.ljust(35)
+    return b"\x02" + raw.encode("latin-1") + b"\x03"
+
+
+def batch_bytes(
+    transmissions: Sequence[bytes],
+    *,
+    between: bytes = b"",
+    count: int | None = None,
+    **header: str,
+) -> bytes:
+    """A whole batch file: header, one detail record per transmission, trailer."""
+    records = [batch_header(**header)]
+    records += [batch_detail(t, f"SYNREF{i:04d}") for i, t in enumerate(transmissions, 1)]
+    number = header.get("batch_number", "0000042")
+    records.append(
+        batch_trailer(len(transmissions) + 2 if count is None else count, batch_number=number)
+    )
+    return between.join(records)

@@ -100,3 +100,89 @@ def test_format_rejects_bad_json(tmp_path: Path, content: bytes) -> None:
     assert r.returncode == 2 and r.stdout == b""
     err = r.stderr.decode()
     assert err.startswith("error: ") and len(err.splitlines()) == 1
+
+
+# --- issue 17: F6 and batch files --------------------------------------------------
+
+
+def test_parse_and_format_an_f6_claim(tmp_path: Path) -> None:
+    raw = b.request_bytes(version="F6", bin="61001400")
+    src = tmp_path / "f6.bin"
+    src.write_bytes(raw)
+    r = run("parse", str(src))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["version"] == "F6" and len(doc["transactions"]) == 1
+    hdr = {h["id"]: h for h in doc["header"]}
+    assert hdr["A1"]["value"] == "61001400" and hdr["A1"]["name"] == "IIN"
+    assert run("format", "-", stdin=r.stdout).stdout == raw
+
+
+def _documents(text: str) -> list[dict[str, object]]:
+    decoder, pos, out = json.JSONDecoder(), 0, []
+    while text[pos:].strip():
+        while text[pos].isspace():
+            pos += 1
+        doc, pos = decoder.raw_decode(text, pos)
+        out.append(doc)
+    return out
+
+
+def _batch(n: int, between: bytes = b"\r\n") -> bytes:
+    claims = [
+        b.request_bytes(),
+        b.response_bytes([b.REJECT_75]),
+        b.request_bytes(version="F6", bin="61001400"),
+    ]
+    return b.batch_bytes([claims[i % 3] for i in range(n)], between=between)
+
+
+def test_parse_a_batch_file_one_document_per_record(tmp_path: Path) -> None:
+    data = _batch(3)
+    src = tmp_path / "batch.bin"
+    src.write_bytes(data)
+    r = run("parse", str(src))
+    assert r.returncode == 0, r.stderr
+    docs = _documents(r.stdout.decode())
+    assert [d["record"] for d in docs] == ["header", "detail", "detail", "detail", "trailer"]
+    assert docs[2]["transmission"]["kind"] == "response"
+    assert "3 detail record(s)" in r.stderr.decode()
+    # the same with --jsonl, and back to the very bytes with `claim format`
+    jl = run("parse", "--jsonl", str(src))
+    lines = jl.stdout.decode().splitlines()
+    assert len(lines) == 5 and json.loads(lines[1])["reference"] == "SYNREF0001"
+    assert run("format", "-", stdin=jl.stdout).stdout == data
+    assert run("format", "-", stdin=r.stdout).stdout == data
+
+
+def test_a_large_batch_reports_progress_on_stderr(tmp_path: Path) -> None:
+    data = _batch(4000, between=b"\n")
+    assert len(data) > 1 << 20
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    r = run("parse", "--jsonl", str(src))
+    assert r.returncode == 0, r.stderr[-500:]
+    assert len(r.stdout.splitlines()) == 4002
+    err = r.stderr.decode().splitlines()
+    assert any(line.startswith("batch: ") and "MiB" in line for line in err), err
+    assert err[-1].startswith("batch: 4000 detail record(s)")
+
+
+def test_a_batch_with_a_bad_count_fails_strict_and_passes_lenient(tmp_path: Path) -> None:
+    data = b.batch_bytes([b.request_bytes()], count=9)
+    src = tmp_path / "batch.bin"
+    src.write_bytes(data)
+    r = run("parse", str(src))
+    assert r.returncode == 2
+    assert "record count says '0000000009'" in r.stderr.decode().splitlines()[-1]
+    lenient = run("parse", "--lenient", "--jsonl", str(src))
+    assert lenient.returncode == 0
+    trailer = json.loads(lenient.stdout.splitlines()[-1])
+    assert any("record count" in x for x in trailer["tolerated"])
+
+
+def test_a_single_detail_record_says_what_it_is() -> None:
+    record = b.batch_detail(b.request_bytes(), "SYNREF0001")
+    r = run("parse", "-", stdin=record)
+    assert r.returncode == 2
+    assert "batch detail record" in r.stderr.decode() and "parse_batch" in r.stderr.decode()

@@ -23,6 +23,24 @@ class Sample:
     code: str
     groups: int
     expect: tuple[tuple[int | None, str, str, str], ...] = ()
+    #: For the defects real claims showed: what strict mode refuses, as (reason
+    #: fragment, offset, segment_id, field_id); lenient mode then keeps the bytes and
+    #: lists ``lenient_note`` (a fragment) in ``tolerated``.
+    strict_error: tuple[str, int, str | None, str | None] | None = None
+    lenient_note: str | None = None
+    #: Transactions the view shows, when not ``groups`` (a status segment sent at
+    #: transmission level still makes a transaction of the view).
+    view_transactions: int | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.strict_error is None
+
+    @property
+    def header_length(self) -> int:
+        if self.kind == "response":
+            return 31
+        return 58 if self.version == "F6" else 56
 
 
 # --- hand-written literals (read them against the primer's layout) -----------------
@@ -62,6 +80,70 @@ LITERAL_SWITCH = (
     b"\x1e\x1cAM99\x1c&BPRIVATE\x1c&B2"
     b"\x1e\x1cAM23\x1cF5123}\x1cF6000{\x1cF9250E*AD0SYNTHETIC GLUE"
 )
+
+#: F6 B1 request (hand-written from the public facts, decision 0011): 58-character
+#: header (version and code first, then the 8-digit IIN), no group separator (the
+#: transaction starts at AM07), Patient ID repeating with its count RR, the F6
+#: middle name 0C, and the new Intermediary segment AM19 in the transaction.
+LITERAL_F6_B1 = (
+    b"F6B161001400SYNPCN    1"  # version, code, IIN (8), PCN (10), count
+    b"011999999976     20261123SYNVEND001"  # B2, B1 (15), D1, AK (10)
+    b"\x1e\x1cAM04\x1cC2ZQX90817263\x1cC1SYNGRP01\x1cC3001\x1cC61"
+    b"\x1e\x1cAM01\x1cRR2\x1cCX01\x1cCYSYNPAT0001\x1cCX99\x1cCYSYNPAT0002\x1cC419610407"
+    b"\x1cC52\x1cCAZEBULONTEST\x1c0CQ\x1cCBQUIXOTESYNTH"
+    b"\x1e\x1cAM07\x1cEM1\x1cD2000001234567\x1cE103\x1cD700093505601\x1cE730000"
+    b"\x1cD300\x1cD5030"
+    b"\x1e\x1cAM03\x1cEZ01\x1cDB1999999984\x1cDRDRSYNTH"
+    b"\x1e\x1cAM11\x1cD91234{\x1cDC050{\x1cDU1299E\x1cDN01"
+    b"\x1e\x1cAM19\x1c8G1\x1c8H01\x1c8KQQ\x1c8MSYNINTERMED1"
+)
+
+#: F6 rejected response (75, PA required): 31-character header as in D.0, the Response
+#: Insurance segment with the F6 Payer ID count KR and two J7/J8 pairs, then the one
+#: transaction without a group separator, with the new AM40 Provider segment.
+LITERAL_F6_REJECT = (
+    b"F6B11R011999999976     20261123"
+    b"\x1e\x1cAM25\x1cC1SYNGRP01\x1cKR2\x1cJ701\x1cJ8SYNPAYER1\x1cJ702\x1cJ8SYNPAYER2"
+    b"\x1e\x1cAM21\x1cANR\x1cFA01\x1cFB75\x1c4F01\x1cFQPRIOR AUTH REQUIRED"
+    b"\x1c7F03\x1c8F8005550100"
+    b"\x1e\x1cAM22\x1cEM1\x1cD2000001234567\x1c9F1\x1cAP03\x1cAR00093505602"
+    b"\x1e\x1cAM40\x1cZVSYNSRC\x1cZZXX"
+)
+
+#: D.0 E1 eligibility request: Insurance and Patient segments and no transaction group,
+#: with 109-A9 = 1. Standard; strict mode refused it before issue 17.
+LITERAL_D0_E1 = (
+    b"610014D0E1SYNPCN    1011999999976     20261123SYNVEND001"
+    b"\x1e\x1cAM04\x1cC2ZQX90817263\x1cC1SYNGRP01\x1cC61"
+    b"\x1e\x1cAM01\x1cC419610407\x1cC52\x1cCAZEBULONTEST\x1cCBQUIXOTESYNTH"
+)
+
+#: F6 E1 eligibility request: no transaction at all, even with a Pharmacy Provider
+#: segment (AM02, transaction-level in a claim) among its segments; AM37 Last Known 4Rx.
+LITERAL_F6_E1 = (
+    b"F6E161001400SYNPCN    1011999999976     20261123SYNVEND001"
+    b"\x1e\x1cAM04\x1cC2ZQX90817263\x1cC61"
+    b"\x1e\x1cAM01\x1cC419610407\x1cCBQUIXOTESYNTH"
+    b"\x1e\x1cAM02\x1cEY01\x1cE91999999976"
+    b"\x1e\x1cAM37\x1c3E61001400\x1c3J2026\x1c3K11"
+)
+
+#: A payer's 75 reject sent without a group separator in a D.0 response whose header
+#: says accepted: the view used to drop the status (accepted, not PA-eligible).
+LITERAL_D0_NO_GROUP_75 = (
+    b"D0B11A011999999976     20261123"
+    b"\x1e\x1cAM20\x1cF4SYNTHETIC PLAN MESSAGE"
+    b"\x1e\x1cAM21\x1cANR\x1cFA01\x1cFB75\x1cFQPRIOR AUTH REQUIRED"
+)
+
+#: A response rejected at header level, with a message and no group: standard.
+LITERAL_D0_HEADER_REJECT = b"D0B11R011999999976     20261123\x1e\x1cAM20\x1cF4SYNTHETIC HOST DOWN"
+
+_REQ = b.request_bytes()
+_AM01_AT = _REQ.index(b"\x1e\x1cAM01")
+_D2_AT = _REQ.index(b"\x1cD2")
+_CA_AT = _REQ.index(b"\x1cCA")
+_DN_END = len(_REQ)
 
 # --- builder-made samples -----------------------------------------------------------
 
@@ -210,6 +292,168 @@ SAMPLES: tuple[Sample, ...] = (
         code="B2",
         groups=1,
         expect=((0, "21", "AN", "A"),),
+    ),
+)
+
+SAMPLES += (
+    Sample(
+        name="literal F6 B1 request (58-character header, no group separator, AM19)",
+        raw=LITERAL_F6_B1,
+        source="hand-written",
+        kind="request",
+        version="F6",
+        code="B1",
+        groups=1,
+        expect=(
+            (None, "01", "RR", "2"),
+            (None, "01", "0C", "Q"),
+            (0, "07", "D2", "000001234567"),
+            (0, "19", "8M", "SYNINTERMED1"),
+        ),
+    ),
+    Sample(
+        name="literal F6 rejected response (KR payer ids, AM40)",
+        raw=LITERAL_F6_REJECT,
+        source="hand-written",
+        kind="response",
+        version="F6",
+        code="B1",
+        groups=1,
+        expect=((None, "25", "KR", "2"), (0, "21", "FB", "75"), (0, "40", "ZV", "SYNSRC")),
+    ),
+    Sample(
+        name="F6 B2 reversal request",
+        raw=b.request_bytes(version="F6", code="B2", bin="61001400"),
+        source="builders.request",
+        kind="request",
+        version="F6",
+        code="B2",
+        groups=1,
+        expect=((None, "04", "C2", "ZQX90817263"), (0, "07", "D2", "000001234567")),
+    ),
+    Sample(
+        name="F6 paid response",
+        raw=b.response_bytes([b.PAID], version="F6"),
+        source="builders.response",
+        kind="response",
+        version="F6",
+        code="B1",
+        groups=1,
+        expect=((0, "21", "AN", "P"),),
+    ),
+    Sample(
+        name="literal F6 E1 eligibility request (no transaction, AM37)",
+        raw=LITERAL_F6_E1,
+        source="hand-written",
+        kind="request",
+        version="F6",
+        code="E1",
+        groups=0,
+        expect=((None, "02", "E9", "1999999976"), (None, "37", "3K", "11")),
+    ),
+    # --- what real claims showed (issue 17) -------------------------------------
+    Sample(
+        name="D.0 E1 eligibility request, no transaction group",
+        raw=LITERAL_D0_E1,
+        source="hand-written",
+        kind="request",
+        version="D0",
+        code="E1",
+        groups=0,
+        expect=((None, "04", "C2", "ZQX90817263"), (None, "01", "CB", "QUIXOTESYNTH")),
+    ),
+    Sample(
+        name="D.0 response rejected at header level, no group",
+        raw=LITERAL_D0_HEADER_REJECT,
+        source="hand-written",
+        kind="response",
+        version="D0",
+        code="B1",
+        groups=0,
+        expect=((None, "20", "F4", "SYNTHETIC HOST DOWN"),),
+    ),
+    Sample(
+        name="D.0 response, no group, not rejected at header level (75 at transmission level)",
+        raw=LITERAL_D0_NO_GROUP_75,
+        source="hand-written",
+        kind="response",
+        version="D0",
+        code="B1",
+        groups=0,
+        expect=((None, "21", "FB", "75"),),
+        strict_error=("must be rejected at header level (501-F1 = 'R')", 5, None, "F1"),
+        lenient_note="must be rejected at header level",
+        view_transactions=1,
+    ),
+    Sample(
+        name="missing segment separator (a field AM after the first field)",
+        raw=_REQ[:_AM01_AT] + _REQ[_AM01_AT + 1 :],
+        source="builders.request, 0x1E removed",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=((None, "04", "AM", "01"),),
+        strict_error=("a segment separator (0x1E) is missing", _AM01_AT, "04", "AM"),
+        lenient_note="field id AM inside segment AM04",
+    ),
+    Sample(
+        name="byte 0xFF inside a field",
+        raw=_REQ[: _D2_AT + 5] + b"\xff" + _REQ[_D2_AT + 6 :],
+        source="builders.request, one byte replaced",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=((0, "07", "D2", "00\xff001234567"),),
+        strict_error=("byte 0xFF outside printable ASCII in field D2", _D2_AT + 5, "07", "D2"),
+        lenient_note="byte 0xFF outside printable ASCII in segment AM07, field D2",
+    ),
+    Sample(
+        name="NUL inside a field",
+        raw=_REQ[: _CA_AT + 3] + b"\x00" + _REQ[_CA_AT + 3 :],
+        source="builders.request, one byte inserted",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=((None, "01", "CA", "\x00ZEBULONTEST"),),
+        strict_error=("byte 0x00 outside printable ASCII in field CA", _CA_AT + 3, "01", "CA"),
+        lenient_note="byte 0x00 outside printable ASCII in segment AM01, field CA",
+    ),
+    Sample(
+        name="line feed with a second message glued on",
+        raw=_REQ + b"\n" + _REQ,
+        source="builders.request, twice, joined by LF",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=2,
+        expect=((0, "11", "DN", "01\n" + _REQ[:56].decode()),),
+        strict_error=("byte 0x0A outside printable ASCII in field DN", _DN_END, "11", "DN"),
+        lenient_note="byte 0x0A outside printable ASCII in segment AM11, field DN",
+    ),
+    Sample(
+        name="letters in the BIN",
+        raw=b"61OO14" + _REQ[6:],
+        source="builders.request, header slot changed",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        strict_error=("header field A1 (BIN Number) must be 6 digits", 0, None, "A1"),
+        lenient_note="header field A1 (BIN Number) must be 6 digits, got '61OO14'",
+    ),
+    Sample(
+        name="impossible date of service",
+        raw=_REQ[:38] + b"20261131" + _REQ[46:],
+        source="builders.request, header slot changed",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        strict_error=("must be a CCYYMMDD calendar date", 38, None, "D1"),
+        lenient_note="header field D1 (Date of Service) must be a CCYYMMDD calendar date",
     ),
 )
 

@@ -141,3 +141,22 @@ def test_decode_value_uses_the_field_dictionary() -> None:
     assert ncpdp.decode_value("F9", "250E*AD0") is None  # glued text: raw only
     assert ncpdp.decode_value("CA", "NAME") is None
     assert ncpdp.decode_value("&B", "X") is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(" 123{", Decimal("12.30")), ("123} ", Decimal("-12.30")), ("  0050J  ", Decimal("-5.01"))],
+)
+def test_overpunch_ignores_leading_and_trailing_blanks_like_implied(
+    raw: str, value: Decimal
+) -> None:
+    """Issue 17: padded amounts in batch lines got no decoded value."""
+    assert ncpdp.decode_overpunch(raw) == value
+    assert ncpdp.decode_implied(" 30000 ", 3) == Decimal("30.000")
+    assert ncpdp.decode_value("D9", " 1234{ ") == "123.40"
+
+
+@pytest.mark.parametrize("bad", ["   ", " 1 2{ "])
+def test_overpunch_blanks_inside_or_only_are_still_refused(bad: str) -> None:
+    with pytest.raises(ncpdp.CodecError):
+        ncpdp.decode_overpunch(bad)

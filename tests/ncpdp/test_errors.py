@@ -7,7 +7,7 @@ import pytest
 import ncpdp
 from ncpdp import ParseError
 
-from .samples import LITERAL_51_REJECT, LITERAL_D0_B1
+from .samples import LITERAL_51_REJECT, LITERAL_D0_B1, LITERAL_F6_B1
 
 REQ = LITERAL_D0_B1
 RESP = LITERAL_51_REJECT
@@ -43,7 +43,15 @@ CASES: list[tuple[str, bytes, str, int, str | None, str | None]] = [
         None,
         None,
     ),
-    ("unknown version", REQ[:6] + b"F6" + REQ[8:], "unknown version/release 'F6'", 6, None, "A2"),
+    ("unknown version", REQ[:6] + b"E9" + REQ[8:], "unknown version/release 'E9'", 6, None, "A2"),
+    (
+        "F6 in a 56-character header",
+        REQ[:6] + b"F6" + REQ[8:],
+        "version F6 has a 58-character request header, this one has 56",
+        6,
+        None,
+        "A2",
+    ),
     ("count not a digit", REQ[:20] + b"X" + REQ[21:], "must be 1 to 4, got 'X'", 20, None, "A9"),
     ("count disagrees", REQ[:20] + b"2" + REQ[21:], "says 2 but 1", 20, None, "A9"),
     ("count zero", REQ[:20] + b"0" + REQ[21:], "must be 1 to 4", 20, None, "A9"),
@@ -241,3 +249,74 @@ def test_from_jsonable_checks_every_part() -> None:
     ]:
         with pytest.raises(ncpdp.ModelError):
             ncpdp.from_jsonable({**good, key: bad})
+
+
+# --- issue 17 ----------------------------------------------------------------------
+
+F6_REQ = LITERAL_F6_B1
+F6_CLAIM_AT = F6_REQ.index(b"\x1e\x1cAM07")
+
+
+def test_f6_refuses_a_group_separator_in_strict_mode_and_reports_it_in_lenient() -> None:
+    data = F6_REQ[:F6_CLAIM_AT] + b"\x1d" + F6_REQ[F6_CLAIM_AT:]
+    e = _err(data)
+    assert "F6 transmissions have none" in e.reason and e.offset == F6_CLAIM_AT
+    t = ncpdp.parse(data, strict=False)
+    assert t.group_separators and len(t.groups) == 1
+    assert any("F6 transmissions have none" in x for x in t.tolerated)
+    assert ncpdp.serialize(t) == data
+    assert ncpdp.serialize(ncpdp.from_jsonable(ncpdp.to_jsonable(t))) == data
+
+
+def test_f6_carries_one_transaction() -> None:
+    e = _err(F6_REQ[:22] + b"2" + F6_REQ[23:])
+    assert "must be 1 to 1" in e.reason and (e.offset, e.field_id) == (22, "A9")
+
+
+def test_f6_header_slots_are_checked_at_their_f6_places() -> None:
+    e = _err(F6_REQ[:4] + b"6100140X" + F6_REQ[12:])
+    assert "A1 (IIN) must be 8 digits" in e.reason and (e.offset, e.field_id) == (4, "A1")
+    e = _err(F6_REQ[:40] + b"20260229" + F6_REQ[48:])
+    assert (e.offset, e.field_id) == (40, "D1")
+
+
+def test_a_58_character_header_must_say_f6() -> None:
+    e = _err(b"D0" + F6_REQ[2:])
+    assert "version D0 has a 56-character request header" in e.reason and e.offset == 0
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_batch_detail_record_is_named_as_such(strict: bool) -> None:
+    record = b"\x02G1SYNREF0001" + REQ + b"\x03"
+    e = _err(record, strict=strict)
+    assert "batch detail record" in e.reason and "parse_batch" in e.reason
+    assert e.offset == 0
+    e = _err(b"\x0200T" + b" " * 70 + b"\x03", strict=strict)
+    assert "batch file" in e.reason
+
+
+def test_strict_mode_raises_at_the_first_problem_lenient_lists_every_one() -> None:
+    data = b"61OO14" + REQ[6 : D2_AT + 5] + b"\x00" + REQ[D2_AT + 6 :]
+    e = _err(data)
+    assert e.field_id == "A1"  # the first problem only
+    t = ncpdp.parse(data, strict=False)
+    assert len(t.tolerated) == 2
+    assert "A1 (BIN Number)" in t.tolerated[0] and "0x00" in t.tolerated[1]
+    assert ncpdp.serialize(t) == data
+
+
+def test_a_non_printable_byte_in_the_header_names_its_slot() -> None:
+    e = _err(REQ[:12] + b"\x7f" + REQ[13:])
+    assert "0x7F outside printable ASCII in header field A4" in e.reason
+    assert (e.offset, e.field_id) == (12, "A4")
+
+
+def test_a_non_printable_segment_id_is_refused() -> None:
+    e = _err(REQ.replace(b"AM07", b"AM0\xe9", 1))
+    assert "0xE9" in e.reason and e.segment_id == "0\xe9" and e.field_id == "AM"
+
+
+def test_a_response_without_group_and_a_bad_count_says_so() -> None:
+    assert ncpdp.parse(RESP[:31]).groups == ()
+    e = _err(b"D0B11A011999999976     20261123")
+    assert "must be rejected at header level" in e.reason and e.field_id == "F1"

@@ -94,7 +94,11 @@ def test_no_duplicate_ids_and_well_formed_entries() -> None:
     ids = [row[0] for row in _TABLE]
     assert len(ids) == len(set(ids))
     for fd in FIELDS.values():
-        assert len(fd.id) == 2 and 100 <= fd.number <= 999 and fd.name
+        assert len(fd.id) == 2 and fd.name
+        if fd.since is None:
+            assert fd.number is not None and 100 <= fd.number <= 999
+        else:  # F6-only fields: the public sources give no number
+            assert fd.since == "F6" and fd.number is None
         assert fd.codec in ("text", "number", "date", "implied", "overpunch")
 
 
@@ -115,11 +119,34 @@ def test_formats_map_to_codecs() -> None:
 
 
 def test_versions_are_data() -> None:
-    assert set(ncpdp.VERSIONS) == {"D0", "51"}
-    for spec in ncpdp.VERSIONS.values():
+    assert set(ncpdp.VERSIONS) == {"D0", "51", "F6"}
+    for code in ("D0", "51"):
+        spec = ncpdp.VERSIONS[code]
         assert sum(s.width for s in spec.request_header) == 56
         assert sum(s.width for s in spec.response_header) == 31
-        assert spec.max_transactions == 4
+        assert spec.max_transactions == 4 and spec.group_separator
         assert spec.segments["07"] == ("Claim", "transaction")
+    f6 = ncpdp.VERSIONS["F6"]
+    assert sum(s.width for s in f6.request_header) == 58
+    assert sum(s.width for s in f6.response_header) == 31
+    assert (f6.max_transactions, f6.group_separator, f6.issuer_width) == (1, False, 8)
+    assert [s.field_id for s in f6.request_header][:3] == ["A2", "A3", "A1"]
+    assert f6.segments["19"] == ("Intermediary", "transaction")
+    assert {"19", "37", "38", "36", "39", "40"} <= set(f6.segments)
     assert ncpdp.segment_name("21") == "Response Status"
     assert ncpdp.segment_name("XX") is None
+    assert ncpdp.segment_name("39", "F6") == "Response Other Related Benefit Detail"
+    assert ncpdp.segment_name("39") is None  # not a D.0 segment
+
+
+def test_the_dictionary_names_the_f6_fields() -> None:
+    from ncpdp._fields import F6_FIELD_IDS
+
+    assert len(F6_FIELD_IDS) > 150
+    assert FIELDS["RR"].name == "Patient ID Count" and FIELDS["RR"].codec == "number"
+    assert FIELDS["KR"].name == "Payer ID Count" and FIELDS["KR"].since == "F6"
+    assert FIELDS["8M"].name == "Intermediary ID"
+    assert FIELDS["K9"].codec == "date" and FIELDS["0C"].codec == "text"
+    assert ncpdp.decode_value("KD", "20261123") == "2026-11-23"
+    assert ncpdp.field_name("ZV") == "Data Source of Invalid Provider Determination"
+    assert FIELDS["C2"].since is None  # D.0 fields keep their numbers

@@ -21,14 +21,25 @@ PROFILE = settings(
 )
 SEPARATORS = "\x1c\x1d\x1e"
 
-# Values are printable single-byte text: no separators, no control characters (a
-# value ending in CR, LF or ETX would look like framing to the strict parser).
-text_char = st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_categories=("Cc",))
-field_id = st.text(text_char, min_size=2, max_size=2)
+# Values are printable ASCII: strict mode refuses anything else inside a field, and a
+# field id "AM" after a segment's first field (a missing segment separator).
+text_char = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+field_id = st.text(text_char, min_size=2, max_size=2).filter(lambda i: i != "AM")
 value = st.text(text_char, max_size=12)
 segment = st.builds(
     Segment,
     field_id,
+    st.lists(st.tuples(field_id, value), max_size=6),
+)
+F6 = ncpdp.VERSIONS["F6"]
+top_segment = st.builds(
+    Segment,
+    field_id.filter(lambda i: i not in F6.transaction_segments),
+    st.lists(st.tuples(field_id, value), max_size=6),
+)
+tx_segment = st.builds(
+    Segment,
+    st.sampled_from(sorted(F6.transaction_segments)),
     st.lists(st.tuples(field_id, value), max_size=6),
 )
 
@@ -37,21 +48,38 @@ def _fixed(width: int) -> st.SearchStrategy[str]:
     return st.text(text_char, min_size=width, max_size=width)
 
 
+def _digits(width: int) -> st.SearchStrategy[str]:
+    return st.text(st.sampled_from("0123456789"), min_size=width, max_size=width)
+
+
+dates = st.dates().map(lambda d: f"{d.year:04d}{d.month:02d}{d.day:02d}")
+
+
 @st.composite
 def transmissions(draw: st.DrawFn) -> Transmission:
     version = draw(st.sampled_from(sorted(ncpdp.VERSIONS)))
-    groups = draw(st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4))
-    top = draw(st.lists(segment, max_size=3))
+    f6 = version == "F6"
+    if f6:  # one transaction, no group separator: it starts at a transaction segment
+        groups = [[draw(tx_segment), *draw(st.lists(segment, max_size=3))]]
+        top = draw(st.lists(top_segment, max_size=3))
+    else:
+        groups = draw(st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4))
+        top = draw(st.lists(segment, max_size=3))
     if draw(st.booleans()):
-        raw = (
-            draw(_fixed(6)) + version + draw(_fixed(2)) + draw(_fixed(10)) + str(len(groups))
-            + draw(_fixed(2)) + draw(_fixed(15)) + draw(_fixed(8)) + draw(_fixed(10))
+        code = draw(_fixed(2).filter(lambda c: c != "E1"))
+        rest = (
+            draw(_fixed(10)) + str(len(groups)) + draw(_fixed(2)) + draw(_fixed(15))
+            + draw(dates) + draw(_fixed(10))
         )  # fmt: skip
+        if f6:
+            raw = version + code + draw(_digits(8)) + rest
+        else:
+            raw = draw(_digits(6)) + version + code + rest
         header: RequestHeader | ResponseHeader = RequestHeader(raw)
     else:
         raw = (
             version + draw(_fixed(2)) + str(len(groups)) + draw(_fixed(1)) + draw(_fixed(2))
-            + draw(_fixed(15)) + draw(_fixed(8))
+            + draw(_fixed(15)) + draw(dates)
         )  # fmt: skip
         header = ResponseHeader(raw)
     return Transmission(header, top, [TransactionGroup(g) for g in groups])
@@ -85,6 +113,7 @@ def _check_any(data: bytes, strict: bool) -> None:
         [TransactionGroup(Segment(s.id, s.fields) for s in g) for g in t.groups],
         leading=t.leading,
         trailing=t.trailing,
+        group_separators=t.group_separators,
     )
     assert ncpdp.serialize(rebuilt) == data
     ncpdp.to_jsonable(t)
@@ -92,7 +121,9 @@ def _check_any(data: bytes, strict: bool) -> None:
         view = t.as_request() if t.is_request else t.as_response()
     except ncpdp.NcpdpError:
         raise AssertionError("a view raised on a parsed transmission") from None
-    assert len(view.transactions) == len(t.groups)
+    # a response's status segment sent without its group still makes a transaction
+    status_without_group = t.is_response and not t.groups and t.segment("21") is not None
+    assert len(view.transactions) == (1 if status_without_group else len(t.groups))
 
 
 # Bytes biased towards the structure: separators, 'AM', digits and framing bytes.
@@ -116,7 +147,7 @@ structured = st.lists(
     | st.binary(max_size=4),
     max_size=60,
 ).map(b"".join)
-headers = st.sampled_from([s.raw[:56] if s.kind == "request" else s.raw[:31] for s in SAMPLES])
+headers = st.sampled_from(sorted({s.raw[: s.header_length] for s in SAMPLES}))
 
 
 @PROFILE
@@ -175,3 +206,33 @@ def test_no_hang_on_large_pathological_input() -> None:
     except ncpdp.ParseError as e:
         assert e.offset == len(bad) - 1
     assert time.perf_counter() - start < 5
+
+
+@PROFILE
+@given(
+    st.sampled_from([s.raw for s in SAMPLES if s.strict]),
+    st.data(),
+    st.sampled_from([b"\x00", b"\x7f", b"\xff", b"\n", b"\t", b"\x03"]),
+)
+def test_a_non_printable_byte_is_refused_strictly_and_kept_leniently(
+    raw: bytes, data: st.DataObject, byte: bytes
+) -> None:
+    """Issue 17: inside a field, strict names the byte's offset; lenient keeps it."""
+    hlen = 31 if raw[31:32] in (b"\x1e", b"\x1d", b"") else (58 if raw[:1] == b"F" else 56)
+    # a place inside a field value: after a field separator's 2-character id
+    places = [
+        i + 3
+        for i in range(hlen, len(raw))
+        if raw[i : i + 1] == b"\x1c" and raw[i + 1 : i + 3] != b"AM"
+    ]
+    at = data.draw(st.sampled_from(places))
+    bad = raw[:at] + byte + raw[at:]
+    try:
+        ncpdp.parse(bad)
+    except ncpdp.ParseError as e:
+        assert e.offset == at and e.field_id is not None
+    else:
+        raise AssertionError("strict mode accepted a byte outside printable ASCII")
+    t = ncpdp.parse(bad, strict=False)
+    assert ncpdp.serialize(t) == bad
+    assert any(f"0x{byte[0]:02X} outside printable ASCII" in x for x in t.tolerated)

@@ -9,7 +9,7 @@ import pytest
 import ncpdp
 from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
 
-from .samples import LITERAL_D0_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
+from .samples import LITERAL_D0_B1, LITERAL_F6_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
 
 
 def _segment(t: Transmission, group: int | None, seg_id: str) -> Segment:
@@ -18,27 +18,49 @@ def _segment(t: Transmission, group: int | None, seg_id: str) -> Segment:
     return seg
 
 
+def _parse(sample: Sample, data: bytes | str | None = None) -> Transmission:
+    """Strict for well-formed samples; lenient for the defects strict mode refuses."""
+    return ncpdp.parse(sample.raw if data is None else data, strict=sample.strict)
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
 def test_parse_reads_the_sample(sample: Sample) -> None:
-    t = ncpdp.parse(sample.raw)
+    t = _parse(sample)
     assert t.kind == sample.kind
     assert t.version == sample.version
     assert t.transaction_code == sample.code
     assert len(t.groups) == sample.groups
-    assert t.tolerated == ()
+    assert len(t.header.raw) == sample.header_length
+    if sample.strict:
+        assert t.tolerated == ()
+    else:
+        assert sample.lenient_note is not None
+        assert any(sample.lenient_note in x for x in t.tolerated), t.tolerated
     for group, seg_id, field_id, value in sample.expect:
         assert _segment(t, group, seg_id).get(field_id) == value
 
 
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if not s.strict], ids=lambda s: s.name)
+def test_strict_mode_refuses_the_defect_with_its_place(sample: Sample) -> None:
+    assert sample.strict_error is not None
+    reason, offset, segment_id, field_id = sample.strict_error
+    with pytest.raises(ncpdp.ParseError) as info:
+        ncpdp.parse(sample.raw)
+    e = info.value
+    assert reason in e.reason
+    assert (e.offset, e.segment_id, e.field_id) == (offset, segment_id, field_id)
+    assert f"byte offset {offset}" in str(e)
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
 def test_serialize_is_the_exact_inverse(sample: Sample) -> None:
-    assert ncpdp.serialize(ncpdp.parse(sample.raw)) == sample.raw
-    assert bytes(ncpdp.parse(sample.raw)) == sample.raw
+    assert ncpdp.serialize(_parse(sample)) == sample.raw
+    assert bytes(_parse(sample)) == sample.raw
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
 def test_str_input_and_rebuilt_objects_round_trip(sample: Sample) -> None:
-    t = ncpdp.parse(sample.raw.decode("latin-1"))
+    t = _parse(sample, sample.raw.decode("latin-1"))
     assert ncpdp.serialize(t) == sample.raw
     # Rebuild through the validating public constructors: the writer, not the cached
     # text, must give the same bytes.
@@ -47,6 +69,7 @@ def test_str_input_and_rebuilt_objects_round_trip(sample: Sample) -> None:
         header_cls(t.header.raw),
         [Segment(s.id, s.fields) for s in t.segments],
         [TransactionGroup(Segment(s.id, s.fields) for s in g) for g in t.groups],
+        group_separators=t.group_separators,
     )
     assert ncpdp.serialize(rebuilt) == sample.raw
     assert rebuilt == t
@@ -54,7 +77,7 @@ def test_str_input_and_rebuilt_objects_round_trip(sample: Sample) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
 def test_json_round_trip(sample: Sample) -> None:
-    t = ncpdp.parse(sample.raw)
+    t = _parse(sample)
     doc = json.loads(json.dumps(ncpdp.to_jsonable(t)))
     assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == sample.raw
 
@@ -73,9 +96,10 @@ def test_lenient_framing_round_trips(sample: Sample) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
 def test_views_read_every_sample(sample: Sample) -> None:
-    t = ncpdp.parse(sample.raw)
+    t = _parse(sample)
     view = t.as_request() if t.is_request else t.as_response()
-    assert len(view.transactions) == sample.groups
+    want = sample.groups if sample.view_transactions is None else sample.view_transactions
+    assert len(view.transactions) == want
 
 
 def test_the_writer_builds_the_literal_from_objects() -> None:
@@ -139,3 +163,26 @@ def test_unknown_segments_and_punctuation_field_ids_are_kept() -> None:
     assert am99 is not None and am99.get_all("&B") == ("PRIVATE", "2")
     assert t.header.service_provider_id == ""  # all spaces
     assert t.header.slot("B1") == " " * 15
+
+
+def test_f6_transaction_starts_at_its_first_transaction_level_segment() -> None:
+    """F6 has no group separator: an unknown segment before the first transaction-level
+    segment stays at transmission level, one after it goes with the transaction, and a
+    Pharmacy Provider segment before the Claim starts the transaction."""
+    header = LITERAL_F6_B1[:58]
+    raw = (
+        header
+        + b"\x1e\x1cAM04\x1cC2ZQX90817263"
+        + b"\x1e\x1cAM98\x1c&BX"
+        + b"\x1e\x1cAM02\x1cEY01\x1cE91999999976"
+        + b"\x1e\x1cAM07\x1cD2000001234567"
+        + b"\x1e\x1cAM99\x1c&BY"
+    )
+    t = ncpdp.parse(raw)
+    assert [s.id for s in t.segments] == ["04", "98"]
+    assert [s.id for s in t.groups[0]] == ["02", "07", "99"]
+    assert ncpdp.serialize(t) == raw
+    assert ncpdp.serialize(t.canonical()) == raw
+    # no transaction-level segment at all: a B1 with 109-A9 = 1 is refused
+    with pytest.raises(ncpdp.ParseError, match="109-A9 says 1 but 0"):
+        ncpdp.parse(header + b"\x1e\x1cAM04\x1cC2ZQX90817263\x1e\x1cAM98\x1c&BX")

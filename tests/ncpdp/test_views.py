@@ -7,7 +7,16 @@ from decimal import Decimal
 import ncpdp
 from tests import builders as b
 
-from .samples import LITERAL_51_REJECT, LITERAL_D0_B1, LITERAL_SWITCH
+from .samples import (
+    LITERAL_51_REJECT,
+    LITERAL_D0_B1,
+    LITERAL_D0_E1,
+    LITERAL_D0_HEADER_REJECT,
+    LITERAL_D0_NO_GROUP_75,
+    LITERAL_F6_B1,
+    LITERAL_F6_REJECT,
+    LITERAL_SWITCH,
+)
 
 
 def test_request_view() -> None:
@@ -32,7 +41,8 @@ def test_request_view_of_four_transactions() -> None:
 
 
 def test_request_view_tolerates_bad_values() -> None:
-    t = ncpdp.parse(b.request_bytes(rxs=(b.Rx(quantity="3O000", fill_number="²"),)))
+    raw = b.request_bytes(rxs=(b.Rx(quantity="3O000", fill_number="²"),))
+    t = ncpdp.parse(raw, strict=False)  # "²" is outside printable ASCII: strict refuses it
     tx = t.as_request().transactions[0]
     assert tx.quantity is None and tx.fill_number is None
 
@@ -122,3 +132,62 @@ def test_view_kind_mismatch_is_an_ncpdp_error() -> None:
 def test_pa_code_sets_follow_the_interface() -> None:
     assert ncpdp.PA_REJECT_CODES == {"MR", "AG", "A6", "70", "75", "76"}
     assert ncpdp.OUTCOMES_FIRST_CODES == {"70", "75", "76"}
+
+
+# --- issue 17: what real claims showed, and F6 ------------------------------------
+
+
+def test_a_status_sent_without_its_group_is_read_never_dropped() -> None:
+    """A payer's 75 given at transmission level used to come out accepted."""
+    t = ncpdp.parse(LITERAL_D0_NO_GROUP_75, strict=False)
+    assert t.groups == ()
+    v = t.as_response()
+    assert v.header_response_status == "A"  # what the header claims
+    (tx,) = v.transactions
+    assert tx.rejected and tx.pa_eligible and tx.outcomes_first
+    assert [r.code for r in tx.reject_codes] == ["75"]
+    assert v.rejected
+
+
+def test_a_header_level_reject_without_group_is_rejected() -> None:
+    v = ncpdp.parse(LITERAL_D0_HEADER_REJECT).as_response()
+    assert v.transactions == () and v.rejected and v.message == "SYNTHETIC HOST DOWN"
+
+
+def test_eligibility_request_view_has_no_transactions() -> None:
+    v = ncpdp.parse(LITERAL_D0_E1).as_request()
+    assert v.transaction_code == "E1" and v.transactions == ()
+    assert v.cardholder_id == "ZQX90817263" and v.iin is None
+
+
+def test_f6_request_view() -> None:
+    v = ncpdp.parse(LITERAL_F6_B1).as_request()
+    assert (v.version, v.bin, v.iin, v.pcn) == ("F6", "61001400", "61001400", "SYNPCN")
+    assert v.date_of_service == "20261123" and v.software_vendor_id == "SYNVEND001"
+    assert [(i.qualifier, i.id) for i in v.patient.ids] == [
+        ("01", "SYNPAT0001"),
+        ("99", "SYNPAT0002"),
+    ]
+    assert v.patient.middle_name == "Q"
+    (tx,) = v.transactions
+    assert (tx.rx_number, tx.quantity, tx.prescriber_id) == (
+        "000001234567",
+        Decimal("30.000"),
+        "1999999984",
+    )
+
+
+def test_f6_response_view() -> None:
+    v = ncpdp.parse(LITERAL_F6_REJECT).as_response()
+    assert v.version == "F6" and v.header_response_status == "R"
+    assert [(p.qualifier, p.id) for p in v.payer_ids] == [("01", "SYNPAYER1"), ("02", "SYNPAYER2")]
+    (tx,) = v.transactions
+    assert tx.rejected and tx.pa_eligible and tx.outcomes_first
+    assert tx.help_desk_phone == "8005550100"
+    assert [p.id for p in tx.preferred_products] == ["00093505602"]
+
+
+def test_d0_request_view_has_no_iin() -> None:
+    v = ncpdp.parse(LITERAL_D0_B1).as_request()
+    assert v.iin is None and v.bin == "610014"
+    assert v.patient.ids == () and v.patient.middle_name is None
