@@ -47,11 +47,6 @@ def test_an_f6_75_reject_gets_the_outcomes_message(api: httpx.Client) -> None:
     assert body["pa_eligible"] is True and body["reject_codes"] == ["75"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sandbox's claim interface accepts D.0 and 5.1 only (sandbox/app.py, being "
-    "rewritten for another issue); F6 there is left for later (issue 17 report)",
-)
 def test_an_f6_75_reject_gets_a_pa(api: httpx.Client) -> None:
     body = _f6_75(api)
     pa = api.post(f"/v1/claims/{body['claim_id']}/pa")
