@@ -54,6 +54,7 @@ import ncpdp
 
 from ._outcomes_http import Deadline as FastDeadline
 from ._outcomes_http import OutcomesHttp, TooLarge, direct_route
+from .logs import log_event
 
 __all__ = [
     "CLAIM_FRAMINGS",
@@ -1003,7 +1004,9 @@ class OutcomesCall:
     def fail(self, exc: BaseException) -> OutcomeResult:
         error = str(exc) if isinstance(exc, _Deadline | _BadOutcome) else _outcome_error(exc)
         elapsed = (time.monotonic() - self.started) * 1000
-        log.warning("outcomes fallback after %.0f ms: %s", elapsed, error)
+        log_event(
+            "outcomes.fallback", level=logging.WARNING, elapsed_ms=round(elapsed), error=error
+        )
         self._result = OutcomeResult(
             message=self._fallback,
             button_label="",
@@ -1180,29 +1183,36 @@ class PaServiceClient:
             resp = self._claim_http.post(self.claim_url, data=form)
         except httpx.TransportError as exc:
             err = _transport_error(exc, "claim interface")
-            log.warning("claim %s failed: %s (%s)", code, err.code, type(exc).__name__)
+            log_event(
+                "service.claim_failed",
+                level=logging.WARNING,
+                transaction_code=code,
+                reason=err.code,
+                error=type(exc).__name__,
+            )
             raise err from None
         elapsed_ms = (time.monotonic() - started) * 1000
         if not 200 <= resp.status_code < 300:
             err = _status_error(resp, "claim interface", form.values())
-            log.warning(
-                "claim %s answered HTTP %d (%s) in %.0f ms",
-                code,
-                resp.status_code,
-                err.code,
-                elapsed_ms,
+            log_event(
+                "service.claim_refused",
+                level=logging.WARNING,
+                transaction_code=code,
+                http_status=resp.status_code,
+                reason=err.code,
+                elapsed_ms=round(elapsed_ms),
             )
             raise err
         result = self._read_claim_answer(resp, code)
-        log.info(
-            "claim %s answered HTTP %d format=%s pa_id=%s urls=%d framing=%s in %.0f ms",
-            code,
-            resp.status_code,
-            result.format,
-            result.pa_id,
-            len(result.pa_urls),
-            self.claim_framing,
-            elapsed_ms,
+        log_event(
+            "service.claim_answered",
+            transaction_code=code,
+            http_status=resp.status_code,
+            format=result.format,
+            pa_id=result.pa_id,
+            links=len(result.pa_urls),
+            framing=self.claim_framing,
+            elapsed_ms=round(elapsed_ms),
         )
         return result
 
@@ -1215,12 +1225,13 @@ class PaServiceClient:
         if code == "B1" and not urls and fmt != "empty":
             # Any 2xx means the PA exists at the service (the evidence): never answer it
             # with an error. Its link comes with its callback, as for the empty format.
-            log.warning(
-                "claim B1 answered HTTP %d (%s, %d bytes) without a PA link; "
-                "the link is expected with the PA's callback",
-                resp.status_code,
-                fmt,
-                len(resp.content),
+            log_event(
+                "service.claim_answered_without_link",
+                level=logging.WARNING,
+                http_status=resp.status_code,
+                format=fmt,
+                size=len(resp.content),
+                note="the link is expected with the PA's callback",
             )
         return ClaimResult(
             pa_urls=urls,
@@ -1372,13 +1383,18 @@ class PaServiceClient:
             )
         except httpx.TransportError as exc:
             err = _transport_error(exc, "dashboard login")
-            log.warning("dashboard login failed: %s", err.code)
+            log_event("service.dashboard_login_failed", level=logging.WARNING, reason=err.code)
             raise err from None
         if not 200 <= resp.status_code < 300:
             err = _status_error(
                 resp, "dashboard login", (self._username, self._password, self._api_key)
             )
-            log.warning("dashboard login answered HTTP %d (%s)", resp.status_code, err.code)
+            log_event(
+                "service.dashboard_login_refused",
+                level=logging.WARNING,
+                http_status=resp.status_code,
+                reason=err.code,
+            )
             raise err
         token = resp.text.strip()
         ctype = resp.headers.get("content-type", "")
@@ -1394,7 +1410,7 @@ class PaServiceClient:
                 detail=f"dashboard login answered HTTP {resp.status_code} without a usable token",
                 status_code=resp.status_code,
             )
-        log.info("dashboard login succeeded")
+        log_event("service.dashboard_login")
         return token
 
     def dashboard_url_with_token(self, token: str) -> str:

@@ -144,7 +144,9 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
         view = t.as_request()
         code = view.transaction_code.strip()
         if view.version.strip() not in ("D0", "51", "F6"):
-            return _errors(500, (500003, "Only NCPDP D.0, 5.1 and F6 claims are accepted", "102-A2"))
+            return _errors(
+                500, (500003, "Only NCPDP D.0, 5.1 and F6 claims are accepted", "102-A2")
+            )
         if code not in ("B1", "B2"):
             return _errors(
                 500, (500004, "Only B1 and B2 transactions are accepted", f"103-A3 {code!r}")
