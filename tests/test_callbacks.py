@@ -350,3 +350,25 @@ def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
         assert items[0]["attempts"] == 2
     finally:
         server.stop()
+
+
+def test_event_times_are_compared_as_instants_not_strings() -> None:
+    """Issue 19: compared as text, these moved a PA back (and lost its outcome)."""
+    cur = ("2026-01-01T10:00:00.500Z", "Sent to Plan", None)
+    # half a second earlier, written without fractions: older, although "Z" > "."
+    assert not is_newer(("2026-01-01T10:00:00Z", "Sent to Plan", None), cur)
+    # 14:00 at +05:00 is 09:00Z: older, although "14" > "10"
+    assert not is_newer(
+        ("2026-01-01T14:00:00+05:00", "Sent to Plan", None),
+        ("2026-01-01T10:00:00Z", "Sent to Plan", None),
+    )
+    # +00:00 and Z: the same instant, so arrival decides
+    assert is_newer(
+        ("2026-01-01T10:00:00+00:00", "Sent to Plan", None),
+        ("2026-01-01T10:00:00Z", "Sent to Plan", None),
+    )
+    # and a later instant written with an offset is newer
+    assert is_newer(
+        ("2026-01-01T06:00:01-04:00", "Sent to Plan", None),
+        ("2026-01-01T10:00:00Z", "Sent to Plan", None),
+    )
