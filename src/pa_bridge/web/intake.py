@@ -67,7 +67,7 @@ def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
 
 @bp.before_app_request
 def _guard_origin() -> tuple[Response, int] | None:
-    """Cross-site requests and foreign host names (issue 19, decision 0011): a page
+    """Cross-site requests and foreign host names (issue 19, decision 0012): a page
     on another origin may not change anything here, and a rebound name may not read."""
     if request.path in _UNGUARDED:
         return None
