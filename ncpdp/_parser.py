@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Callable
 from typing import NoReturn
 
 from ._errors import ParseError
@@ -194,6 +195,22 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     strict mode at the first problem found; lenient mode lists what it tolerated in
     ``Transmission.tolerated``.
     """
+    if strict:  # well-formed input takes the fast path; anything else the full one
+        kind = type(data)
+        fast = (
+            _fast(data.decode("latin-1"))  # type: ignore[union-attr]
+            if kind is bytes
+            else _fast(data)  # type: ignore[arg-type]
+            if kind is str
+            else None
+        )
+        if fast is not None:
+            return fast
+    return _parse_full(data, strict)
+
+
+def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Transmission:
+    """The full path: every input the fast path passed on, with the diagnostics."""
     full = text = data.decode("latin-1") if type(data) is bytes else _decode(data)
 
     leading = trailing = ""
@@ -327,6 +344,102 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
 
 _TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
 _TX_START = TRANSACTION_START
+_DIGIT = "0123456789"
+
+
+_Entry = tuple[int, bool, frozenset[str], Callable[[str], re.Match[str] | None]]
+_Plan = tuple[
+    int,
+    Callable[[str], re.Match[str] | None],
+    type[RequestHeader] | type[ResponseHeader],
+    int,
+    int,
+    dict[str, _Entry],
+    int,
+]
+
+
+def _plan(
+    hlen: int, header: type[RequestHeader] | type[ResponseHeader], version_at: int, count_at: int
+) -> _Plan:
+    """What the fast path needs for one header length: the strict grammar, the header
+    class, where 102-A2 and 109-A9 stand, the versions that use this header length (each
+    with its transaction limit, whether it has group separators, its transaction-level
+    segment ids and the search for its first one), and where 401-D1 stands."""
+    specs = {
+        code: (
+            spec.max_transactions,
+            spec.group_separator,
+            _TX_IDS[code],
+            _TX_START[code],
+        )
+        for code, spec in VERSIONS.items()
+        if hlen == _RESP_LEN or _REQ_LEN_OF[code] == hlen
+    }
+    return hlen, _GRAMMAR[hlen, True].fullmatch, header, version_at, count_at, specs, _DATE_AT[hlen]
+
+
+_PLAN_RESP = _plan(_RESP_LEN, ResponseHeader, 0, 4)
+_PLAN_REQ = _plan(_REQ_LEN, RequestHeader, 6, 20)
+_PLAN_F6 = _plan(_REQ_F6_LEN, RequestHeader, 0, 22)
+
+
+def _fast(text: str) -> Transmission | None:
+    """Strict parsing of well-formed input, or ``None`` for anything the full path must
+    look at (which then accepts it or says exactly what is wrong). Accepts exactly what
+    the full path accepts in strict mode, and builds the same objects."""
+    n = len(text)
+    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
+        plan = _PLAN_RESP
+    elif text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
+        plan = _PLAN_REQ
+    elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
+        plan = _PLAN_F6
+    else:
+        return None
+    hlen, match, header_class, version_at, count_at, specs, d0 = plan
+    if match(text) is None:
+        return None
+    entry = specs.get(text[version_at : version_at + 2])
+    if entry is None:
+        return None
+    dos = text[d0 : d0 + 8]
+    if not (_DATES.get(dos) or _valid_date(dos)):
+        return None
+    max_tx, grouped, tx_ids, tx_start = entry
+    body = text[hlen:]
+    chunks: list[str]
+    if grouped:
+        chunks = body.split(_GS)
+        ngroups = len(chunks) - 1
+        if not (0 < ngroups <= max_tx and text[count_at] == _DIGIT[ngroups]):
+            return None
+    else:  # one transaction, no group separator (F6)
+        if text[count_at] != "1" or _GS in body:
+            return None
+        if hlen == _RESP_LEN and body[4:6] in tx_ids:
+            chunks = ["", body]
+        elif hlen != _RESP_LEN and text[2:4] == "E1":
+            return None  # no transaction: the count check's exception, on the full path
+        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
+            chunks = [body, UNSPLIT]
+        else:
+            tx = tx_start(body)
+            if tx is None:
+                return None
+            at = tx.start()
+            chunks = [body[:at], body[at:]]
+    header = _new(header_class)
+    header._raw = text[:hlen]
+    t: Transmission = _new(Transmission)
+    t._header = header
+    t._grouped = grouped
+    t._leading = ""
+    t._trailing = ""
+    t._tolerated = ()
+    t._text = text
+    t._wire = chunks
+    return t
 
 
 def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:
