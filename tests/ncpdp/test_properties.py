@@ -97,6 +97,22 @@ def test_every_model_claim_round_trips(t: Transmission) -> None:
     assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == data
 
 
+@PROFILE
+@given(transmissions(), st.data())
+def test_only_transaction_round_trips(t: Transmission, data: st.DataObject) -> None:
+    """Any transaction of any transmission, alone: the same header but for 109-A9 = 1,
+    the same transmission-level segments, that group; it parses back to itself."""
+    i = data.draw(st.integers(0, len(t.groups) - 1))
+    one = ncpdp.only_transaction(t, i)
+    assert one.header.transaction_count == "1"
+    assert len(one.header.raw) == len(t.header.raw)
+    assert one.header.with_slot("A9", t.header.transaction_count) == t.header
+    assert one.segments == t.segments and one.groups == (t.groups[i],)
+    back = ncpdp.parse(ncpdp.serialize(one))
+    assert back == one and back.groups == one.groups
+    assert ncpdp.only_transaction(one, 0) == one
+
+
 def _check_any(data: bytes, strict: bool) -> None:
     try:
         t = ncpdp.parse(data, strict=strict)
