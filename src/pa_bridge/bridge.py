@@ -19,7 +19,7 @@ import httpx
 
 import ncpdp
 
-from . import policy
+from . import idempotency, policy
 from .callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
 from .client import (
     ClaimResult,
@@ -28,10 +28,20 @@ from .client import (
     ServiceError,
     best_urls,
     claim_metadata,
+    fallback_reason,
     outcome_variables,
 )
 from .config import Settings
+from .exchange_rules import missing_for_decision
 from .logs import log_event
+from .lookups import (
+    claim_keys_of,
+    newest_change,
+    pas_for_claim,
+    reversal_outcome,
+    reversal_pas,
+    set_pa_drug,
+)
 from .metrics import Metrics
 from .outbox import DeliveryFailed, Outbox, enqueue
 from .store import Database, Store, StoreUnavailable, now_iso
@@ -159,6 +169,14 @@ def _prescriber_fax(metadata: Any) -> str:
     return ""
 
 
+def _key_reused() -> BridgeError:
+    return BridgeError(
+        422,
+        "idempotency_key_reused",
+        "this Idempotency-Key was used before with another request; use a new key for new content",
+    )
+
+
 @dataclass(frozen=True)
 class _TxDecision:
     index: int
@@ -248,7 +266,11 @@ class Bridge:
         }
 
     # ---- claim intake ----------------------------------------------------------
-    def intake(self, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+    def intake(
+        self, body: Mapping[str, Any], actor: str, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """The answer for one claim exchange; with ``idempotency_key``, a key used
+        before gives that claim's answer again (an :class:`idempotency.Replayed`)."""
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
         req, req_bytes = _parse(body.get("request"), "request", want="request")
@@ -256,7 +278,21 @@ class Bridge:
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        missing = missing_for_decision(req, resp)
+        if missing:  # lenient parsing tolerates framing, not missing substance
+            raise BridgeError(
+                400,
+                "malformed_claim",
+                "the claim exchange lacks what a decision needs: " + "; ".join(missing),
+                {"missing": missing},
+            )
         _check_counts(req, resp)
+        fp = ""
+        if idempotency_key is not None:
+            fp = idempotency.fingerprint(body.get("request"), body.get("response"), metadata)
+            earlier = self._idempotent("claims", idempotency_key, fp)
+            if earlier is not None:
+                return self._replayed_claim(earlier)
         rv = req.as_request()
         sv = resp.as_response()
         decisions = self._decide(sv)
@@ -274,8 +310,11 @@ class Bridge:
                     "transaction_status": first.transaction_status,
                     "reject_codes": ",".join(first.reject_codes),
                     "pa_eligible": int(any(d.pa_eligible for d in decisions)),
+                    "claim_keys": json.dumps([claim_key(req, i) for i in range(len(req.groups))]),
                 },
             )
+            if idempotency_key is not None:
+                idempotency.record(db, "claims", idempotency_key, fp, claim_id)
             self._audit(
                 db,
                 actor,
@@ -322,6 +361,10 @@ class Bridge:
             stored_error: StoreUnavailable | None = None
         except StoreUnavailable as e:
             stored_error = e
+        except idempotency.KeyTaken as e:  # the same key, at the same moment
+            return self._replayed_claim(e.object_id)
+        except idempotency.IdempotencyConflict:
+            raise _key_reused() from None
 
         answers = []
         for d in decisions:
@@ -330,6 +373,7 @@ class Bridge:
             if d.pa_eligible:
                 label = self.settings.intake.default_button_label
             call = calls.get(d.index)
+            reason: dict[str, Any] = {}
             if call is not None:
                 res = call.result()  # never raises: the answer or the fallback
                 self.metrics.outcomes_calls.labels(
@@ -343,6 +387,7 @@ class Bridge:
                     source = "outcomes"
                 else:
                     source = "fallback"
+                    reason = fallback_reason(res.error)
             answers.append(
                 {
                     "index": d.index,
@@ -352,6 +397,7 @@ class Bridge:
                     "message": message,
                     "button_label": label,
                     "message_source": source,
+                    **reason,
                     **({"outcomes_elapsed_ms": outcomes_ms} if outcomes_ms is not None else {}),
                 }
             )
@@ -400,6 +446,33 @@ class Bridge:
             outcomes_ms=answer.get("outcomes_elapsed_ms"),
         )
         return answer
+
+    # ---- Idempotency-Key (decision 0017) ------------------------------------------
+    def _idempotent(self, scope: str, key: str, fp: str) -> str | None:
+        try:
+            return idempotency.lookup(self.store, scope, key, fp)
+        except idempotency.IdempotencyConflict:
+            raise _key_reused() from None
+
+    def _replayed_claim(self, claim_id: str) -> idempotency.Replayed:
+        """The answer given for ``claim_id``, again. It is recorded just after it is
+        sent; a replay that arrives while the first request is still being answered
+        waits for it (up to the outcomes budget and a margin)."""
+        deadline = time.monotonic() + self.settings.outcomes.budget_ms / 1000.0 + 2.0
+        while True:
+            rows = self.store.query("SELECT answer_json FROM exchanges WHERE id = ?", [claim_id])
+            if rows and rows[0]["answer_json"]:
+                answer = json.loads(rows[0]["answer_json"])
+                return idempotency.Replayed(answer)
+            if time.monotonic() > deadline:
+                raise BridgeError(
+                    409,
+                    "idempotency_in_progress",
+                    "a request with this Idempotency-Key is still being answered; send it"
+                    " again in a moment",
+                    {"claim_id": claim_id},
+                )
+            time.sleep(0.01)
 
     @staticmethod
     def _decide(sv: ncpdp.ResponseView) -> list[_TxDecision]:
@@ -486,9 +559,38 @@ class Bridge:
         return bool(rows)
 
     def submit_pa(
+        self,
+        claim_id: str,
+        body: Mapping[str, Any],
+        actor: str,
+        idempotency_key: str | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (the PA, created now?). A key used before answers that PA again
+        (not created now) and sends nothing to the service."""
+        if idempotency_key is None:
+            return self._submit_pa(claim_id, body, actor)
+        fp = idempotency.fingerprint(claim_id, dict(body))
+        earlier = self._idempotent("submit", idempotency_key, fp)
+        if earlier is not None:
+            row = self.get_pa_row(earlier)
+            if row is not None:
+                return self.pa_json(row), False
+        pa, created = self._submit_pa(claim_id, body, actor)
+        try:
+            self.store.write(
+                lambda db: idempotency.record(db, "submit", idempotency_key, fp, pa["pa_id"])
+            )
+        except idempotency.KeyTaken:
+            pass  # a concurrent request with the key: the claim's lock gave both this PA
+        except idempotency.IdempotencyConflict:
+            raise _key_reused() from None
+        except StoreUnavailable as e:  # the PA stands; a replay finds it by its claim
+            log_event("idempotency.not_saved", level=logging.WARNING, error=type(e).__name__)
+        return pa, created
+
+    def _submit_pa(
         self, claim_id: str, body: Mapping[str, Any], actor: str
     ) -> tuple[dict[str, Any], bool]:
-        """Returns (the PA, created now?)."""
         ex = self._exchange(claim_id)
         index = body.get("transaction", 0)
         if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
@@ -553,7 +655,8 @@ class Bridge:
                 t.product_id if t else None,
                 t.rx_number if t else None,
             )
-            pa, known = self._store_pa(claim_id, index, key, result, actor, match)
+            drug = (t.rx_number, t.product_id) if t else (None, None)
+            pa, known = self._store_pa(claim_id, index, key, result, actor, match, drug)
         outcome = "duplicate" if known else ("created" if pa["url"] else "started")
         self.metrics.pa_submits.labels(outcome).inc()
         log_event(
@@ -589,6 +692,7 @@ class Bridge:
         result: ClaimResult,
         actor: str,
         match: dict[str, str],
+        drug: tuple[str | None, str | None] = (None, None),
     ) -> tuple[dict[str, Any], bool]:
         """Store the PA the service answered for; (the PA, already known to our records?).
 
@@ -649,6 +753,7 @@ class Bridge:
                 [pa_id, now, None if row is not None else "New", "; ".join(notes) or None],
             )
             self._audit(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
+            set_pa_drug(db, pa_id, *drug)
             return pa_id, known
 
         try:
@@ -682,8 +787,11 @@ class Bridge:
         return found[0] if len(found) == 1 else None
 
     # ---- reversal ----------------------------------------------------------------
-    def reversal(self, body: Mapping[str, Any], actor: str) -> tuple[dict[str, Any], bool]:
-        """Returns (answer, delivered now?)."""
+    def reversal(
+        self, body: Mapping[str, Any], actor: str, idempotency_key: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (answer, delivered now?). Raises ``422 reversal_refused`` when the
+        service refused the B2 for good (it stays in the queue, ``failed``)."""
         req, raw = _parse(body.get("request"), "request", want="request")
         if req.transaction_code != "B2":
             raise BridgeError(
@@ -721,6 +829,13 @@ class Bridge:
             )
         exchange_id = uuid.uuid4().hex
         keys = [claim_key(req, i) for i in range(len(req.groups))]
+        fp = ""
+        if idempotency_key is not None:
+            fp = idempotency.fingerprint(body.get("request"))
+            earlier = self._idempotent("reversals", idempotency_key, fp)
+            if earlier is not None:
+                return self._reversal_answer(earlier, keys)
+        held = reversal_pas(self.store, keys)
 
         def job(db: Database) -> int:
             _insert_exchange(
@@ -738,10 +853,16 @@ class Bridge:
                 now=self.clock(),
             )
             self._audit(db, actor, "reversal.accepted", exchange_id, f"queue item {item}")
+            if idempotency_key is not None:
+                idempotency.record(db, "reversals", idempotency_key, fp, exchange_id)
             return item
 
         try:
             item_id = self.store.write(job)
+        except idempotency.KeyTaken as e:
+            return self._reversal_answer(e.object_id, keys)
+        except idempotency.IdempotencyConflict:
+            raise _key_reused() from None
         except StoreUnavailable as e:
             raise BridgeError(
                 503,
@@ -766,11 +887,49 @@ class Bridge:
             "queue_id": item_id,
             "status": status,
             "last_error": last_error,
+            **reversal_outcome(status, held),
         }
         log_event(
             "reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=answer["status"]
         )
+        if status == "failed":  # refused for good: store IT sees it in `queue list`
+            raise BridgeError(
+                422,
+                "reversal_refused",
+                "the PA service refused this reversal; it is kept in the queue as failed"
+                " (pa-bridge queue list) and is not retried by itself",
+                answer,
+            )
         return answer, delivered
+
+    def _reversal_answer(self, exchange_id: str, keys: list[str]) -> tuple[dict[str, Any], bool]:
+        """The answer for a reversal accepted before (a replayed Idempotency-Key):
+        its queue item's state now; nothing is sent again."""
+        rows = self.store.query(
+            "SELECT id, status, last_error FROM outbox WHERE kind = 'reversal' AND claim_id = ?"
+            " ORDER BY id LIMIT 1",
+            [exchange_id],
+        )
+        if not rows:
+            raise BridgeError(
+                409,
+                "idempotency_in_progress",
+                "a request with this Idempotency-Key is still being answered; send it again in"
+                " a moment",
+            )
+        status = str(rows[0]["status"])
+        answer = idempotency.Replayed(
+            reversal_id=exchange_id,
+            queue_id=rows[0]["id"],
+            status="pending" if status == "held" else status,
+            last_error=rows[0]["last_error"],
+            **reversal_outcome(status, reversal_pas(self.store, keys, live_only=False)),
+        )
+        if status == "failed":
+            raise BridgeError(
+                422, "reversal_refused", "the PA service refused this reversal", dict(answer)
+            )
+        return answer, status == "delivered"
 
     def _deliver_reversal(self, payload: dict[str, Any]) -> None:
         row = self.store.query(
@@ -834,6 +993,8 @@ class Bridge:
             "pa_id": row["id"],
             "claim_id": row["claim_id"],
             "transaction_index": row["transaction_index"],
+            "rx_number": row["rx_number"] if "rx_number" in row.keys() else None,
+            "product_id": row["product_id"] if "product_id" in row.keys() else None,
             "urls": urls,
             "url": url,
             "links": links,
@@ -851,7 +1012,11 @@ class Bridge:
             "cursor": str(row["change_seq"]),
         }
 
-    def list_pas(self, since: str | None, limit: int) -> dict[str, Any]:
+    def list_pas(
+        self, since: str | None, limit: int, claim_id: str | None = None
+    ) -> dict[str, Any]:
+        if claim_id is not None:
+            return self.pas_of_claim(claim_id)
         bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
@@ -861,11 +1026,50 @@ class Bridge:
         # bits or from the future was never handed out
         if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
             raise bad
+        newest = newest_change(self.store)
+        if after > newest:  # a restore's floor counts: cursors from before it still work
+            raise BridgeError(
+                400,
+                "invalid_cursor",
+                "'since' is beyond the newest change; it was not handed out by this"
+                " pa-bridge (start again without 'since', or from a cursor it gave)",
+                {"newest_cursor": str(newest)},
+            )
         rows = self.store.query(
             "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?", [after, limit]
         )
         cursor = str(rows[-1]["change_seq"]) if rows else str(after)
         return {"pas": [self.pa_json(r) for r in rows], "cursor": cursor}
+
+    def pas_of_claim(self, claim_id: str) -> dict[str, Any]:
+        """``GET /v1/pa?claim_id=``: the claim's PAs (see :mod:`lookups`); 404 for an
+        unknown claim."""
+        ex = self._exchange(claim_id)
+        pas = [
+            self.pa_json(row) for _, row in pas_for_claim(self.store, claim_id, claim_keys_of(ex))
+        ]
+        cursor = max((int(p["cursor"]) for p in pas), default=0)
+        return {"pas": pas, "cursor": str(cursor)}
+
+    def get_claim(self, claim_id: str) -> dict[str, Any]:
+        """``GET /v1/claims/{claim_id}``: what was answered, and the claim's PA(s)."""
+        ex = self._exchange(claim_id)
+        found = pas_for_claim(self.store, claim_id, claim_keys_of(ex))
+        by_index = {i: row["id"] for i, row in found}
+        try:
+            answer = json.loads(ex["answer_json"]) if ex["answer_json"] else None
+        except ValueError:
+            answer = None
+        count = int(ex["transaction_count"] or 1)
+        return {
+            "claim_id": claim_id,
+            "received_at": ex["received_at"],
+            "transaction_code": ex["transaction_code"],
+            "transaction_count": count,
+            "answer": answer,
+            "transactions": [{"index": i, "pa_id": by_index.get(i)} for i in range(count)],
+            "pas": [self.pa_json(row) for _, row in found],
+        }
 
     def get_pa(self, pa_id: str) -> dict[str, Any]:
         row = self.get_pa_row(pa_id)

@@ -74,6 +74,44 @@ class OutcomeResult:
     elapsed_ms: float
 
 
+#: why an outcomes call fell back, as ``fallback_reason`` says it (issue 16)
+FALLBACK_REASONS = (
+    "timeout",
+    "http_status",
+    "refused",
+    "unreachable",
+    "tls",
+    "unreadable",
+    "error",
+)
+
+
+def fallback_reason(error: str | None) -> dict[str, str | int]:
+    """``{"fallback_reason": ...}`` (and ``fallback_http_status`` for an HTTP error)
+    from an :class:`OutcomeResult`'s ``error``: ``timeout`` (the budget ran out, or a
+    read timed out), ``http_status`` (the service answered another status than 200),
+    ``refused`` (the connection was refused), ``unreachable`` (no connection: name,
+    route, reset), ``tls``, ``unreadable`` (a 200 whose body is not an outcomes answer)
+    or ``error``. Only our own words and the status code: nothing the service sent."""
+    kind, _, rest = (error or "").partition(":")
+    kind = kind.strip()
+    if kind in ("deadline", "timeout"):
+        return {"fallback_reason": "timeout"}
+    if kind == "http_status":
+        digits = "".join(c for c in rest if c.isdigit())[:3]
+        out: dict[str, str | int] = {"fallback_reason": "http_status"}
+        if digits:
+            out["fallback_http_status"] = int(digits)
+        return out
+    if kind == "unreachable":
+        return {"fallback_reason": "refused" if "Refused" in rest else "unreachable"}
+    if kind == "tls":
+        return {"fallback_reason": "tls"}
+    if kind == "bad_body":
+        return {"fallback_reason": "unreadable"}
+    return {"fallback_reason": "error"}
+
+
 class _PageParser(HTMLParser):
     """Anchors' ``href`` values, the text of ``<p>`` elements, and all visible text
     (without ``<title>``, ``<script>`` and ``<style>``)."""

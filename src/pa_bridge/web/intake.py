@@ -11,6 +11,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect,
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wrappers import Response as BaseResponse
 
+from .. import idempotency
 from ..bridge import Bridge, BridgeError
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from . import console, openapi
@@ -121,24 +122,46 @@ def _authenticate() -> tuple[Response, int] | None:
     return resp, status
 
 
+def _idempotency_key() -> str | None:
+    try:
+        return idempotency.check_key(request.headers.get("Idempotency-Key"))
+    except ValueError as e:
+        raise BridgeError(400, "invalid_idempotency_key", str(e)) from None
+
+
+def _answer(data: dict[str, Any], status: int) -> tuple[Response, int]:
+    resp = jsonify(data)
+    if isinstance(data, idempotency.Replayed):
+        resp.headers["Idempotent-Replayed"] = "true"
+    return resp, status
+
+
 @bp.post("/v1/claims")
-def post_claim() -> Response:
-    return jsonify(_bridge().intake(_json_body(), g.actor))
+def post_claim() -> tuple[Response, int]:
+    key = _idempotency_key()
+    return _answer(_bridge().intake(_json_body(), g.actor, idempotency_key=key), 200)
+
+
+@bp.get("/v1/claims/<claim_id>")
+def get_claim(claim_id: str) -> Response:
+    return jsonify(_bridge().get_claim(claim_id))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
+    key = _idempotency_key()
     body = _json_body() if request.get_data() else {}
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
-    pa, created = _bridge().submit_pa(claim_id, body, g.actor)
+    pa, created = _bridge().submit_pa(claim_id, body, g.actor, idempotency_key=key)
     return jsonify(pa), 201 if created else 200
 
 
 @bp.post("/v1/reversals")
 def post_reversal() -> tuple[Response, int]:
-    answer, delivered = _bridge().reversal(_json_body(), g.actor)
-    return jsonify(answer), 200 if delivered else 202
+    key = _idempotency_key()
+    answer, delivered = _bridge().reversal(_json_body(), g.actor, idempotency_key=key)
+    return _answer(answer, 200 if delivered else 202)
 
 
 @bp.get("/v1/pa")
@@ -147,7 +170,10 @@ def list_pas() -> Response:
         limit = min(1000, max(1, int(request.args.get("limit", "100"))))
     except ValueError:
         raise BridgeError(400, "invalid_limit", "'limit' must be a whole number") from None
-    return jsonify(_bridge().list_pas(request.args.get("since"), limit))
+    claim_id = request.args.get("claim_id")
+    if claim_id is not None and not claim_id.strip():
+        raise BridgeError(400, "invalid_claim_id", "'claim_id' must name a claim")
+    return jsonify(_bridge().list_pas(request.args.get("since"), limit, claim_id=claim_id))
 
 
 @bp.get("/v1/pa/<pa_id>")
