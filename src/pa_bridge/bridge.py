@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 import ncpdp
 
 from . import idempotency, policy
@@ -45,6 +43,7 @@ from .lookups import (
 from .metrics import Metrics
 from .outbox import DeliveryFailed, Outbox, enqueue
 from .store import Database, Store, StoreUnavailable, now_iso
+from .webhooks import WebhookSender
 
 __all__ = ["Bridge", "BridgeError"]
 
@@ -215,26 +214,18 @@ class Bridge:
         )
         self._claim_locks: dict[str, threading.Lock] = {}
         self._claim_locks_guard = threading.Lock()
-        self._webhook_http = httpx.Client(timeout=10.0)
+        cb = settings.callbacks
+        self._webhooks = WebhookSender(cb.forward_url, settings.secret(cb.forward_secret))
 
     def close(self) -> None:
-        self._webhook_http.close()
+        self._webhooks.close()
 
     def _deliver_webhook(self, payload: dict[str, Any]) -> None:
-        """POST the PA as it is now to the dispensing system's webhook."""
-        url = self.settings.callbacks.forward_url
-        if not url:
-            raise DeliveryFailed("callbacks.forward_url is not configured", retryable=False)
-        try:
-            pa = self.get_pa(str(payload.get("pa_id")))
-        except BridgeError:
-            raise DeliveryFailed("the PA is gone", retryable=False) from None
-        try:
-            r = self._webhook_http.post(url, json={"pa": pa})
-        except httpx.HTTPError as e:
-            raise DeliveryFailed(f"webhook unreachable: {type(e).__name__}") from None
-        if not 200 <= r.status_code < 300:
-            raise DeliveryFailed(f"webhook answered HTTP {r.status_code}")
+        """POST one PA change to the dispensing system's webhook (see webhooks.py)."""
+        row = self.get_pa_row(str(payload.get("pa_id")))
+        if row is None:
+            raise DeliveryFailed("the PA is gone", retryable=False)
+        self._webhooks.deliver(payload, self.pa_json(row))
 
     # ---- audit ----------------------------------------------------------------
     @staticmethod

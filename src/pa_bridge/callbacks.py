@@ -34,6 +34,7 @@ from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from .logs import log_event
 from .outbox import enqueue
 from .store import Database, Store, now_iso
+from .webhooks import change_payload
 
 __all__ = [
     "WORKFLOW_RANK",
@@ -465,6 +466,20 @@ class CallbackService:
             " events_json, note) VALUES (?, ?, 'callback', ?, ?, ?, ?, ?)",
             (cb.pa_id, now, cb.workflow_status, cb.plan_outcome, cb.event_time, new_events, note),
         )
-        if self.forward:
-            enqueue(db, "webhook", {"pa_id": cb.pa_id, "change_seq": seq})
+        if self.forward:  # the change itself, not the PA at delivery (decision 0018)
+            state = (cb.workflow_status, cb.plan_outcome) if row is None else status[:2]
+            change = {
+                "workflow_status": cb.workflow_status,
+                "plan_outcome": cb.plan_outcome,
+                "event_time": cb.event_time,
+                "events": cb.events,
+            }
+            after = {
+                "workflow_status": state[0],
+                "plan_outcome": state[1],
+                "deleted": deleted,
+                "fax_failed": fax_failed,
+                "events_json": events_json,
+            }
+            enqueue(db, "webhook", change_payload(cb.pa_id, seq, now, change, after))
         return CallbackResult("stored", cb.pa_id)
