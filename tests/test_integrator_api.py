@@ -6,6 +6,7 @@ in-process with a real SQLite file; the PA service is a purpose-built fake on
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,6 +112,7 @@ def test_a_resent_exchange_shows_and_answers_the_pa_of_its_claim(
         got = api.get(f"/v1/claims/{again}").json()
         assert [p["pa_id"] for p in got["pas"]] == [pa["pa_id"]]
         assert got["transactions"] == [{"index": 0, "pa_id": pa["pa_id"]}]
+        assert got["pa"]["pa_id"] == pa["pa_id"] and got["pa"]["claim_id"] == first
         assert got["answer"]["pa_eligible"] is True
         listed = api.get("/v1/pa", params={"claim_id": again}).json()["pas"]
         assert [p["pa_id"] for p in listed] == [pa["pa_id"]]
@@ -139,6 +141,38 @@ def test_idempotency_key_on_claims_replays_the_first_answer(
         assert other.json()["error"]["code"] == "idempotency_key_reused"
         bad = api.post("/v1/claims", json=body, headers={"Idempotency-Key": "with blank"})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_idempotency_key"
+        assert _count(api, "exchanges") == 1
+
+
+def test_the_same_key_at_the_same_moment_makes_one_claim(
+    make_daemon: Any, service: FakeService
+) -> None:
+    # the outcomes interface takes 300 ms: both requests are in flight together
+    service.outcomes_reply = Reply(
+        status=200,
+        body=json.dumps({"button_label": "Start PA", "message": "Use the PA."}).encode(),
+        mode="trickle",
+        seconds=0.3,
+    )
+    with _api(make_daemon, service) as api:
+        body = _exchange(resp=b.response_bytes([b.REJECT_75]))
+        key = {"Idempotency-Key": "same-moment-0001"}
+        start = threading.Barrier(2)
+        answers: list[httpx.Response] = []
+
+        def send() -> None:
+            with httpx.Client(base_url=str(api.base_url), timeout=10) as c:
+                start.wait()
+                answers.append(c.post("/v1/claims", json=body, headers=key))
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [r.status_code for r in answers] == [200, 200]
+        assert len({r.json()["claim_id"] for r in answers}) == 1
+        assert {r.json()["message"] for r in answers} == {"Use the PA."}
         assert _count(api, "exchanges") == 1
 
 
@@ -212,7 +246,8 @@ def test_claim_lookups_and_the_claim_filter(make_daemon: Any, service: FakeServi
         ).json()
         pa = api.post(f"/v1/claims/{mr['claim_id']}/pa").json()
         got = api.get(f"/v1/claims/{paid['claim_id']}").json()
-        assert got["pas"] == [] and got["transactions"] == [{"index": 0, "pa_id": None}]
+        assert got["pas"] == [] and got["pa"] is None
+        assert got["transactions"] == [{"index": 0, "pa_id": None}]
         assert got["answer"]["claim_id"] == paid["claim_id"]
         assert got["transaction_code"] == "B1" and got["received_at"]
         assert api.get("/v1/pa", params={"claim_id": paid["claim_id"]}).json()["pas"] == []

@@ -24,6 +24,7 @@ from tests.support import wait_until
 #: The local API table of PRODUCT.md (docs/ of the shared workspace).
 PRODUCT_TABLE = {
     ("post", "/v1/claims"),
+    ("get", "/v1/claims/{claim_id}"),
     ("post", "/v1/claims/{claim_id}/pa"),
     ("post", "/v1/reversals"),
     ("get", "/v1/pa"),

@@ -1052,6 +1052,7 @@ class Bridge:
         except ValueError:
             answer = None
         count = int(ex["transaction_count"] or 1)
+        pas = [self.pa_json(row) for _, row in found]
         return {
             "claim_id": claim_id,
             "received_at": ex["received_at"],
@@ -1059,7 +1060,8 @@ class Bridge:
             "transaction_count": count,
             "answer": answer,
             "transactions": [{"index": i, "pa_id": by_index.get(i)} for i in range(count)],
-            "pas": [self.pa_json(row) for _, row in found],
+            "pa": pas[0] if pas else None,
+            "pas": pas,
         }
 
     def get_pa(self, pa_id: str) -> dict[str, Any]:

@@ -361,6 +361,7 @@ _SCHEMAS: dict[str, Any] = {
             "transaction_count",
             "answer",
             "transactions",
+            "pa",
             "pas",
         ],
         "properties": {
@@ -382,6 +383,10 @@ _SCHEMAS: dict[str, Any] = {
                         "pa_id": _NULLABLE_STR,
                     },
                 },
+            },
+            "pa": {
+                "oneOf": [_ref("Pa"), {"type": "null"}],
+                "description": "its PA, if any (the first of `pas`)",
             },
             "pas": {
                 "type": "array",
