@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -386,3 +387,22 @@ def test_a_cursor_beyond_the_newest_change_is_a_400_but_the_restore_floor_counts
         r = api.get("/v1/pa", params={"since": str(floor)})
         assert r.status_code == 200 and r.json() == {"pas": [], "cursor": str(floor)}
         assert api.get("/v1/pa", params={"since": str(floor + 1)}).status_code == 400
+
+
+def test_idempotency_keys_are_purged_with_the_claims_content(store: Any) -> None:
+    from pa_bridge import idempotency
+    from pa_bridge.config import load_settings
+    from pa_bridge.maintenance import purge
+
+    for key in ("old-key-1", "new-key-1"):
+        store.write(lambda db, key=key: idempotency.record(db, "claims", key, "f" * 64, key))
+    store.write(
+        lambda db: db.execute(
+            "UPDATE idempotency_keys SET created_at = '2020-01-01T00:00:00.000Z'"
+            " WHERE key = 'old-key-1'"
+        )
+    )
+    report = purge(store, load_settings(), now=time.time())
+    assert report.idempotency_keys == 1
+    left = store.query("SELECT key FROM idempotency_keys")
+    assert [r["key"] for r in left] == ["new-key-1"]
