@@ -32,8 +32,22 @@ from .client import (
 from .config import Settings
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import DeliveryFailed, Outbox, enqueue
-from .store import Database, Store, StoreUnavailable, now_iso
+from .outbox import DeliveryFailed, Outbox
+from .store import (
+    Database,
+    Kind,
+    Store,
+    StoreUnavailable,
+    audit,
+    exchanges,
+    now_iso,
+    pa_history,
+    pas,
+)
+from .store import outbox as queue_items
+from .store.exchanges import NewExchange
+from .store.outbox import enqueue
+from .store.pas import PaRow
 
 __all__ = ["Bridge", "BridgeError"]
 
@@ -121,16 +135,6 @@ def _rejected_in_header(resp: ncpdp.Transmission) -> bool:
         return False
 
 
-def _insert_exchange(db: Database, row: dict[str, Any]) -> None:
-    """A plain prepared INSERT: the claim hot path (sqlite-utils' insert() inspects the
-    table and builds its SQL on every call)."""
-    cols = list(row)
-    db.conn.execute(
-        f"INSERT INTO exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608 - column names are ours
-        [row[c] for c in cols],
-    )
-
-
 def claim_key(req: ncpdp.Transmission, index: int) -> str:
     """What identifies a claim to the service's duplicate check."""
     v = req.as_request()
@@ -196,9 +200,9 @@ class Bridge:
         self.outbox = Outbox(
             store,
             {
-                "outcome_report": self._deliver_outcome_report,
-                "reversal": self._deliver_reversal,
-                "webhook": self._deliver_webhook,
+                Kind.OUTCOME_REPORT: self._deliver_outcome_report,
+                Kind.REVERSAL: self._deliver_reversal,
+                Kind.WEBHOOK: self._deliver_webhook,
             },
             settings.queue,
             clock=clock,
@@ -226,19 +230,9 @@ class Bridge:
         if not 200 <= r.status_code < 300:
             raise DeliveryFailed(f"webhook answered HTTP {r.status_code}")
 
-    # ---- audit ----------------------------------------------------------------
-    @staticmethod
-    def _audit(
-        db: Database, actor: str, action: str, object_id: str | None, detail: str | None = None
-    ) -> None:
-        db.execute(
-            "INSERT INTO audit (at, actor, action, object_id, detail) VALUES (?, ?, ?, ?, ?)",
-            [now_iso(), actor, action, object_id, detail],
-        )
-
     def _exchange_row(
         self, id: str, kind: str, actor: str, rv: ncpdp.RequestView, raw: bytes
-    ) -> dict[str, Any]:
+    ) -> NewExchange:
         """The columns every stored exchange has, from its request."""
         return {
             "id": id,
@@ -272,19 +266,15 @@ class Bridge:
         first = decisions[0]
 
         def store_exchange(db: Database) -> None:
-            _insert_exchange(
-                db,
-                {
-                    **self._exchange_row(claim_id, "claim", actor, rv, req_bytes),
-                    "transaction_count": len(decisions),
-                    "response_raw": resp_bytes,
-                    "metadata_json": json.dumps(metadata),
-                    "transaction_status": first.transaction_status,
-                    "reject_codes": ",".join(first.reject_codes),
-                    "pa_eligible": int(any(d.pa_eligible for d in decisions)),
-                },
-            )
-            self._audit(
+            row = self._exchange_row(claim_id, "claim", actor, rv, req_bytes)
+            row["transaction_count"] = len(decisions)
+            row["response_raw"] = resp_bytes
+            row["metadata_json"] = json.dumps(metadata)
+            row["transaction_status"] = first.transaction_status
+            row["reject_codes"] = ",".join(first.reject_codes)
+            row["pa_eligible"] = int(any(d.pa_eligible for d in decisions))
+            exchanges.insert(db, row)
+            audit.add(
                 db,
                 actor,
                 "claim.accepted",
@@ -295,7 +285,7 @@ class Bridge:
                 if not d.outcomes_first and d.index < len(req.groups):
                     enqueue(
                         db,
-                        "outcome_report",
+                        Kind.OUTCOME_REPORT,
                         {"claim_id": claim_id, "index": d.index},
                         claim_id=claim_id,
                         now=self.clock(),
@@ -391,10 +381,7 @@ class Bridge:
         saved = json.dumps(answer)
 
         def record_answer(db: Database) -> None:
-            db.execute(
-                "UPDATE exchanges SET answer_json = ?, message_source = ? WHERE id = ?",
-                [saved, answer["message_source"], claim_id],
-            )
+            exchanges.record_answer(db, claim_id, saved, answer["message_source"])
 
         self.store.submit(record_answer)  # not awaited: the answer never waits on it
         log_event(
@@ -437,23 +424,20 @@ class Bridge:
             )
         return out
 
-    def _exchange(self, claim_id: str) -> dict[str, Any]:
-        rows = self.store.query("SELECT * FROM exchanges WHERE id = ?", [claim_id])
-        if not rows or rows[0]["kind"] != "claim":
+    def _exchange(self, claim_id: str) -> exchanges.ExchangeRow:
+        row = exchanges.get(self.store.reader(), claim_id)
+        if row is None or row["kind"] != "claim":
             raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
-        return rows[0]
+        return row
 
     def _deliver_outcome_report(self, payload: dict[str, Any]) -> None:
-        row = self.store.query(
-            "SELECT request_raw, response_raw, metadata_json FROM exchanges WHERE id = ?",
-            [payload.get("claim_id")],
-        )
-        if not row or row[0]["request_raw"] is None:
+        content = exchanges.claim_content(self.store.reader(), str(payload.get("claim_id")))
+        if content is None or content["request_raw"] is None:
             raise DeliveryFailed("the claim's content is gone (purged)", retryable=False)
-        req = ncpdp.parse(row[0]["request_raw"], strict=False)
-        resp = ncpdp.parse(row[0]["response_raw"], strict=False)
+        req = ncpdp.parse(content["request_raw"], strict=False)
+        resp = ncpdp.parse(content["response_raw"] or b"", strict=False)
         try:
-            metadata = json.loads(row[0]["metadata_json"] or "{}")
+            metadata = json.loads(content["metadata_json"] or "{}")
         except ValueError:
             metadata = {}
         variables = outcome_variables(
@@ -475,23 +459,13 @@ class Bridge:
                 lock = self._claim_locks[key] = threading.Lock()
             return lock
 
-    def _pa_for_claim(self, claim_id: str, index: int) -> dict[str, Any] | None:
-        rows = self.store.query(
-            "SELECT * FROM pas WHERE claim_id = ? AND transaction_index = ? ORDER BY created_at LIMIT 1",
-            [claim_id, index],
-        )
-        return rows[0] if rows else None
+    def _pa_for_claim(self, claim_id: str, index: int) -> PaRow | None:
+        return pas.for_claim(self.store.reader(), claim_id, index)
 
     def _reversed_since(self, key: str, since: str) -> bool:
         """Whether a reversal of the claim with ``key`` came in after ``since`` (queued
         or delivered; one store IT dropped does not count)."""
-        rows = self.store.query(
-            "SELECT 1 AS x FROM outbox, json_each(outbox.payload_json, '$.claim_keys') AS k"
-            " WHERE outbox.kind = 'reversal' AND outbox.status != 'dropped'"
-            " AND outbox.created_at >= ? AND k.value = ? LIMIT 1",
-            [since, key],
-        )
-        return bool(rows)
+        return queue_items.reversed_since(self.store.reader(), key, since)
 
     def submit_pa(
         self, claim_id: str, body: Mapping[str, Any], actor: str
@@ -513,7 +487,7 @@ class Bridge:
                 410, "claim_purged", "this claim is older than the retention period; send it again"
             )
         req = ncpdp.parse(ex["request_raw"], strict=False)
-        resp = ncpdp.parse(ex["response_raw"], strict=False)
+        resp = ncpdp.parse(ex["response_raw"] or b"", strict=False)
         tx = resp.as_response().transactions
         if index >= len(tx) or not tx[index].pa_eligible:
             raise BridgeError(
@@ -574,13 +548,8 @@ class Bridge:
         )
         return pa, not known
 
-    def _live_pa_for_key(self, key: str) -> dict[str, Any] | None:
-        rows = self.store.query(
-            "SELECT * FROM pas WHERE claim_key = ? AND deleted = 0 AND claim_id IS NOT NULL"
-            " ORDER BY created_at LIMIT 1",
-            [key],
-        )
-        return rows[0] if rows else None
+    def _live_pa_for_key(self, key: str) -> PaRow | None:
+        return pas.live_for_claim_key(self.store.reader(), key)
 
     @staticmethod
     def _service_error(e: ServiceError) -> BridgeError:
@@ -625,38 +594,53 @@ class Bridge:
                 prefix = "local-" if urls else PENDING_PREFIX
                 pa_id = prefix + uuid.uuid4().hex[:12]
             seq = self.store.next_seq(db)
-            row = db.execute(
-                "SELECT claim_id, urls_json, links_json FROM pas WHERE id = ?", [pa_id]
-            ).fetchone()
-            known = row is not None and row[0] is not None
+            row = pas.submit_link(db, pa_id)
+            known = row is not None and row["claim_id"] is not None
             if row is None:
                 links = {"awaiting": match} if pa_id.startswith(PENDING_PREFIX) else {}
-                db.execute(
-                    "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
-                    " plan_outcome, created_at, updated_at, change_seq, matched, links_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1, ?)",
-                    [pa_id, claim_id, index, key, json.dumps(urls), "New", now, now, seq,
-                     json.dumps(links)],
-                )  # fmt: skip
+                pas.insert_submitted(
+                    db,
+                    pa_id=pa_id,
+                    claim_id=claim_id,
+                    index=index,
+                    claim_key=key,
+                    urls_json=json.dumps(urls),
+                    links_json=json.dumps(links),
+                    workflow_status="New",
+                    now=now,
+                    seq=seq,
+                )
             else:  # known already (a callback came first, or a duplicate): link it
-                merged = [*urls, *(u for u in json.loads(row[1] or "[]") if u not in urls)]
-                links = json.loads(row[2] or "{}")
+                merged = [
+                    *urls,
+                    *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls),
+                ]
+                links = json.loads(row["links_json"] or "{}")
                 links.pop("match", None)
-                if known and row[0] != claim_id:
+                if known and row["claim_id"] != claim_id:
                     notes.append(
-                        f"the service answered with this PA, already known for claim {row[0]}"
+                        f"the service answered with this PA, already known for claim {row['claim_id']}"
                     )
-                db.execute(
-                    "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
-                    " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
-                    " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
-                    [claim_id, index, key, json.dumps(merged), json.dumps(links), now, seq, pa_id],
-                )  # fmt: skip
-            db.execute(
-                "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, note) VALUES (?, ?, 'submit', ?, ?)",
-                [pa_id, now, None if row is not None else "New", "; ".join(notes) or None],
+                pas.link_submitted(
+                    db,
+                    pa_id=pa_id,
+                    claim_id=claim_id,
+                    index=index,
+                    claim_key=key,
+                    urls_json=json.dumps(merged),
+                    links_json=json.dumps(links),
+                    now=now,
+                    seq=seq,
+                )
+            pa_history.add(
+                db,
+                pa_id,
+                now,
+                "submit",
+                workflow_status=None if row is not None else "New",
+                note="; ".join(notes) or None,
             )
-            self._audit(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
+            audit.add(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
             return pa_id, known
 
         try:
@@ -677,10 +661,7 @@ class Bridge:
         """The one PA first heard of in a callback, not yet tied to a claim, whose
         identifiers agree with this claim's (for an answer that named no PA)."""
         found = []
-        for pa_id, links_json in db.execute(
-            "SELECT id, links_json FROM pas WHERE claim_id IS NULL AND deleted = 0"
-            " AND matched = 0 ORDER BY created_at DESC LIMIT 200"
-        ).fetchall():
+        for pa_id, links_json in pas.unmatched_from_callbacks(db, 200):
             try:
                 seen = json.loads(links_json or "{}").get("match") or {}
             except (ValueError, AttributeError):
@@ -731,21 +712,17 @@ class Bridge:
         keys = [claim_key(req, i) for i in range(len(req.groups))]
 
         def job(db: Database) -> int:
-            _insert_exchange(
-                db,
-                {
-                    **self._exchange_row(exchange_id, "reversal", actor, rv, raw),
-                    "transaction_count": len(req.groups),
-                },
-            )
+            row = self._exchange_row(exchange_id, "reversal", actor, rv, raw)
+            row["transaction_count"] = len(req.groups)
+            exchanges.insert(db, row)
             item = enqueue(
                 db,
-                "reversal",
+                Kind.REVERSAL,
                 {"exchange_id": exchange_id, "claim_keys": keys},
                 claim_id=exchange_id,
                 now=self.clock(),
             )
-            self._audit(db, actor, "reversal.accepted", exchange_id, f"queue item {item}")
+            audit.add(db, actor, "reversal.accepted", exchange_id, f"queue item {item}")
             return item
 
         try:
@@ -763,10 +740,10 @@ class Bridge:
         status, last_error = "delivered", None
         if not delivered:
             try:
-                row = self.store.query(
-                    "SELECT status, last_error FROM outbox WHERE id = ?", [item_id]
-                )
-                status, last_error = row[0]["status"], row[0]["last_error"]
+                state = queue_items.state(self.store.reader(), item_id)
+                if state is None:
+                    raise IndexError(item_id)
+                status, last_error = state
             except Exception as e:  # the reversal is queued all the same
                 status, last_error = "pending", f"status unknown: {type(e).__name__}"
         answer = {
@@ -781,13 +758,11 @@ class Bridge:
         return answer, delivered
 
     def _deliver_reversal(self, payload: dict[str, Any]) -> None:
-        row = self.store.query(
-            "SELECT request_raw FROM exchanges WHERE id = ?", [payload.get("exchange_id")]
-        )
-        if not row or row[0]["request_raw"] is None:
+        raw = exchanges.request_raw(self.store.reader(), str(payload.get("exchange_id")))
+        if raw is None:
             raise DeliveryFailed("the reversal's content is gone", retryable=False)
         try:
-            self.client.submit_claim(row[0]["request_raw"], None)
+            self.client.submit_claim(raw, None)
         except ServiceError as e:
             raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
         keys = payload.get("claim_keys") or []
@@ -795,13 +770,8 @@ class Bridge:
 
         def job(db: Database) -> None:
             for key in keys:
-                for (pa_id,) in db.execute(
-                    "SELECT id FROM pas WHERE claim_key = ?", [key]
-                ).fetchall():
-                    db.execute(
-                        "INSERT INTO pa_history (pa_id, received_at, source, note) VALUES (?, ?, 'reversal', ?)",
-                        [pa_id, now, "B2 delivered to the service"],
-                    )
+                for pa_id in pas.ids_for_claim_key(db, key):
+                    pa_history.add(db, pa_id, now, "reversal", note="B2 delivered to the service")
 
         # The B2 is delivered: a history note that cannot be written now (the database
         # is locked) must not make the delivery count as failed and send it again.
@@ -816,9 +786,8 @@ class Bridge:
             )
 
     # ---- PA reads ------------------------------------------------------------------
-    def get_pa_row(self, pa_id: str) -> dict[str, Any] | None:
-        rows = self.store.query("SELECT * FROM pas WHERE id = ?", [pa_id])
-        return rows[0] if rows else None
+    def get_pa_row(self, pa_id: str) -> PaRow | None:
+        return pas.get(self.store.reader(), pa_id)
 
     @staticmethod
     def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | None]:
@@ -869,9 +838,7 @@ class Bridge:
         # bits or from the future was never handed out
         if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
             raise bad
-        rows = self.store.query(
-            "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?", [after, limit]
-        )
+        rows = pas.since(self.store.reader(), after, limit)
         cursor = str(rows[-1]["change_seq"]) if rows else str(after)
         return {"pas": [self.pa_json(r) for r in rows], "cursor": cursor}
 
@@ -880,7 +847,7 @@ class Bridge:
         if row is None:
             raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
         pa = self.pa_json(row)
-        hist = self.store.query("SELECT * FROM pa_history WHERE pa_id = ? ORDER BY id", [pa_id])
+        hist = pa_history.for_pa(self.store.reader(), pa_id)
         pa["history"] = [
             {
                 "received_at": h["received_at"],

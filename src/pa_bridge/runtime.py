@@ -24,7 +24,7 @@ from .metrics import Metrics
 from .outbox import queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service_health import ServiceHealth
-from .store import Store, create_private
+from .store import Status, Store, create_private
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
@@ -237,10 +237,12 @@ class Daemon:
         degraded = self.service_health.degraded_reasons()
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
-            out["queue"] = {k: counts.get(k, 0) for k in ("pending", "failed", "held")}
-            if counts.get("held"):
+            out["queue"] = {
+                str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
+            }
+            if counts.get(Status.HELD):
                 degraded.append("queue_held_after_restore")
-            if counts.get("failed"):
+            if counts.get(Status.FAILED):
                 degraded.append("queue_failed")
         out["degraded"] = degraded
         return out
