@@ -14,7 +14,7 @@ from pa_bridge.store import outbox as queue_table
 SRC = Path(__file__).resolve().parents[1] / "src" / "pa_bridge"
 #: the simulated PA service keeps its own state: it is not pa-bridge's database
 OUTSIDE_STORE = [
-    p for p in SRC.rglob("*.py") if not p.relative_to(SRC).parts[0] in ("store", "sandbox")
+    p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in ("store", "sandbox")
 ]
 SQL = re.compile(
     r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""

@@ -88,13 +88,13 @@ class Outbox:
     def __init__(
         self,
         store: Store,
-        deliverers: dict[str, Deliverer],
+        deliverers: dict[str, Deliverer] | None,
         settings: QueueSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.deliverers = deliverers
+        self.deliverers: dict[str, Deliverer] = deliverers if deliverers is not None else {}
         self.settings = settings
         self.clock = clock
         self._inflight: dict[int, threading.Event] = {}
@@ -108,6 +108,10 @@ class Outbox:
         self._wake_scheduled = False
         self.last_drain_at = time.monotonic()
         self.observer: Observer | None = None
+
+    def register(self, kind: str, deliverer: Deliverer) -> None:
+        """Deliver items of ``kind`` with ``deliverer`` (the composition root's call)."""
+        self.deliverers[kind] = deliverer
 
     # ---- scheduling ----------------------------------------------------------
     def start(self, scheduler: BackgroundScheduler) -> None:

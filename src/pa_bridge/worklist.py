@@ -14,7 +14,8 @@ from typing import Any
 
 import ncpdp
 
-from .bridge import Bridge
+from .service import Services
+from .service.pas import pa_json
 from .store import exchanges, now_iso, pas
 from .store.pas import PaRow
 
@@ -76,11 +77,11 @@ _CONSOLE_PA_FIELDS = (
 
 
 def _pa_summary(row: PaRow) -> dict[str, Any]:
-    pa = Bridge.pa_json(row)
+    pa = pa_json(row)
     return {k: pa[k] for k in _CONSOLE_PA_FIELDS}
 
 
-def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
     newest first, with the answer's message and button label and the PA if one exists."""
     start = local_day_start(bridge.clock() if now is None else now)
@@ -134,7 +135,7 @@ def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
     return out
 
 
-def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
     start = local_day_start(bridge.clock() if now is None else now)
@@ -150,7 +151,7 @@ def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
+def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
     """Everything the console shows, in one answer."""
     t = bridge.clock() if now is None else now
     return {

@@ -8,8 +8,8 @@ from typing import Any
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..bridge import BridgeError
 from ..logs import log_event
+from ..service.errors import BridgeError
 from ..store import DatabaseError, StoreError
 
 __all__ = ["error_response", "install_error_handlers"]
