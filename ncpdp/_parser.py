@@ -112,9 +112,6 @@ _GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
     for hlen in (_REQ_LEN, _REQ_F6_LEN, _RESP_LEN)
     for strict in (True, False)
 }
-_REQ_STRICT = _GRAMMAR[_REQ_LEN, True].fullmatch
-_RESP_STRICT = _GRAMMAR[_RESP_LEN, True].fullmatch
-_REQ_F6_STRICT = _GRAMMAR[_REQ_F6_LEN, True].fullmatch
 _NON_PRINTABLE = re.compile("[^\x20-\x7e\x1c-\x1e]")
 _AM_INSIDE = re.compile("(?<!\x1e)\x1cAM")
 _new = object.__new__
@@ -244,30 +241,13 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
                 tolerated.append("trailing separator")
     base = len(leading)
 
-    # Auto-detect: the header ends where the first segment or group separator stands
-    # (a response with no transaction group may be its header alone).
-    n = len(text)
-    header: RequestHeader | ResponseHeader
-    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
-        hlen = _RESP_LEN
-        match = _RESP_STRICT if strict else _GRAMMAR[_RESP_LEN, False].fullmatch
-        header = _new(ResponseHeader)
-        version_at = 0
-        count_at = 4
-    elif text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
-        hlen = _REQ_LEN
-        match = _REQ_STRICT if strict else _GRAMMAR[_REQ_LEN, False].fullmatch
-        header = _new(RequestHeader)
-        version_at = 6
-        count_at = 20
-    elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
-        hlen = _REQ_F6_LEN
-        match = _REQ_F6_STRICT if strict else _GRAMMAR[_REQ_F6_LEN, False].fullmatch
-        header = _new(RequestHeader)
-        version_at = 0
-        count_at = 22
-    else:
+    plan = _detect(text)
+    if plan is None:
         _header_error(text, base)
+    hlen, match, header_class, version_at, count_at, _, _ = plan
+    if not strict:
+        match = _GRAMMAR[hlen, False].fullmatch
+    header = _new(header_class)
 
     if match(text) is None:  # the slow path: say exactly where and what
         if any(c in text[:hlen] for c in "\x1c\x1d\x1e"):
@@ -300,21 +280,7 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
         chunks = body.split(_GS)  # segments are split on first access
     elif _GS not in body:
         grouped = False
-        if hlen == _RESP_LEN and body[4:6] in _TX_IDS[version]:  # starts with its transaction
-            chunks = ["", body]
-        elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
-            chunks = [body]
-        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
-            # It has its transaction (a Claim or a Response Status segment); where the
-            # transaction starts is found when the segments are first read.
-            chunks = [body, UNSPLIT]
-        else:
-            tx = _TX_START[version](body)
-            if tx is None:
-                chunks = [body]
-            else:
-                at = tx.start()
-                chunks = [body[:at], body[at:]]
+        chunks = _ungrouped(text, body, hlen, _TX_IDS[version], _TX_START[version])
     else:
         at = base + hlen + body.index(_GS)
         problem = (
@@ -384,18 +350,58 @@ _PLAN_REQ = _plan(_REQ_LEN, RequestHeader, 6, 20)
 _PLAN_F6 = _plan(_REQ_F6_LEN, RequestHeader, 0, 22)
 
 
+def _detect(text: str) -> _Plan | None:
+    """The header's length and what goes with it: the header ends where the first
+    segment or group separator stands (a response with no transaction group may be its
+    header alone)."""
+    n = len(text)
+    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
+        return _PLAN_RESP
+    if text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
+        return _PLAN_REQ
+    if text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
+        return _PLAN_F6
+    return None
+
+
+def _ungrouped(
+    text: str,
+    body: str,
+    hlen: int,
+    tx_ids: frozenset[str],
+    tx_start: Callable[[str], re.Match[str] | None],
+) -> list[str]:
+    """A version without group separators (F6): the transmission-level part and the
+    one transaction, or ``[body]`` when there is no transaction (an eligibility request,
+    or none found). Where a Claim or Response Status segment shows there is one, where
+    it starts is left to the first access to the segments (``UNSPLIT``)."""
+    if hlen == _RESP_LEN and body[4:6] in tx_ids:  # starts with its transaction
+        return ["", body]
+    if hlen != _RESP_LEN and text[2:4] == "E1":
+        return [body]
+    if "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
+        return [body, UNSPLIT]
+    tx = tx_start(body)
+    if tx is None:
+        return [body]
+    at = tx.start()
+    return [body[:at], body[at:]]
+
+
 def _fast(text: str) -> Transmission | None:
     """Strict parsing of well-formed input, or ``None`` for anything the full path must
     look at (which then accepts it or says exactly what is wrong). Accepts exactly what
     the full path accepts in strict mode, and builds the same objects."""
-    n = len(text)
-    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
-        plan = _PLAN_RESP
-    elif text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
-        plan = _PLAN_REQ
-    elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
-        plan = _PLAN_F6
-    else:
+    plan = (  # _detect's answer, its common cases inline: this runs on every claim
+        _PLAN_RESP
+        if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS
+        else _PLAN_REQ
+        if text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS
+        else _PLAN_F6
+        if text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS
+        else _detect(text)
+    )
+    if plan is None:
         return None
     hlen, match, header_class, version_at, count_at, specs, d0 = plan
     if match(text) is None:
@@ -417,18 +423,12 @@ def _fast(text: str) -> Transmission | None:
     else:  # one transaction, no group separator (F6)
         if text[count_at] != "1" or _GS in body:
             return None
-        if hlen == _RESP_LEN and body[4:6] in tx_ids:
+        if hlen == _RESP_LEN and body[4:6] in tx_ids:  # the usual response, inline
             chunks = ["", body]
-        elif hlen != _RESP_LEN and text[2:4] == "E1":
-            return None  # no transaction: the count check's exception, on the full path
-        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
-            chunks = [body, UNSPLIT]
         else:
-            tx = tx_start(body)
-            if tx is None:
-                return None
-            at = tx.start()
-            chunks = [body[:at], body[at:]]
+            chunks = _ungrouped(text, body, hlen, tx_ids, tx_start)
+        if len(chunks) == 1:
+            return None  # no transaction: the count check's exceptions, on the full path
     header = _new(header_class)
     header._raw = text[:hlen]
     t: Transmission = _new(Transmission)
