@@ -10,11 +10,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .. import __version__
-from ..callbacks import WORKFLOW_RANK
-from ..client import FALLBACK_REASONS
+from ..service import bodies
 
 __all__ = ["bp", "document"]
 
@@ -38,395 +39,38 @@ def _error(description: str) -> dict[str, Any]:
 #: Every operation may answer these (auth, oversized body, storage, unexpected).
 _DEFAULT_ERROR = _error(
     "An error: 401 without a valid token, 403 for a cross-site request or a host name"
-    " not allowed (`intake.allowed_hosts`), 405 for a method the path does not take (with"
-    " `Allow` naming those it does), 413 for an oversized body, 415 for a body that is"
-    " not JSON, 503 when the database cannot be used, ..."
+    " not allowed (`intake.allowed_hosts`), 413 for an oversized body, 415 for a body"
+    " that is not JSON, 503 when the database cannot be used, ..."
 )
-
-_UNAUTHORIZED = {
-    **_error("no valid `Authorization: Bearer <token>` (only when `intake.tokens` is configured)"),
-    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
-}
-
-
-def _too_large(limit: int) -> dict[str, Any]:
-    return _error(
-        f"the body is larger than `intake.max_body_bytes` ({limit} bytes on this server);"
-        " `detail.max_body_bytes` says the limit"
-    )
-
 
 _NULLABLE_STR = {"type": ["string", "null"]}
 
-#: the body limit's default (``intake.max_body_bytes``); the served document names the
-#: configured one
-DEFAULT_MAX_BODY_BYTES = 1_048_576
-
-#: the outcomes the service reports (its OUTCOME enumeration)
-PLAN_OUTCOMES = ["Favorable", "Unfavorable", "Cancelled", "Pending", "Unknown", "Unsent", "N/A"]
-
-#: PA events kept from callbacks
-EVENT_TYPES = ["DELETE", "REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE"]
-
-
-def _open_enum(values: list[str], description: str) -> dict[str, Any]:
-    """One of ``values``, or null, or (should the service add one) another string:
-    pa-bridge passes the service's values on unchanged."""
-    return {
-        "anyOf": [{"enum": [*values, None]}, {"type": "string"}],
-        "description": description,
-    }
+#: The bodies' schemas, generated from the models the services take and return (one
+#: definition of every body). Serialization mode for answers, validation for requests.
+_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (bodies.Error, "serialization"),
+    (bodies.ClaimExchange, "validation"),
+    (bodies.TransactionAnswer, "serialization"),
+    (bodies.ClaimAnswer, "serialization"),
+    (bodies.SubmitPa, "validation"),
+    (bodies.Pa, "serialization"),
+    (bodies.PaWithHistory, "serialization"),
+    (bodies.PaList, "serialization"),
+    (bodies.Reversal, "validation"),
+    (bodies.ReversalAnswer, "serialization"),
+]
 
 
-_WORKFLOW_STATUS = _open_enum(
-    list(WORKFLOW_RANK),
-    "the service's workflow status (both workflows of its interface); null before the"
-    " first callback of a PA we did not start. A status the service adds later is passed"
-    " on as it is.",
-)
-_PLAN_OUTCOME = _open_enum(
-    PLAN_OUTCOMES,
-    "the plan's determination: Favorable approved, Unfavorable denied, Cancelled,"
-    " Pending (plan working), Unknown (no determination), Unsent (archived before"
-    " sending), N/A (PA not required); null not yet sent",
-)
-_EVENT = {
-    "type": "object",
-    "required": ["type", "time"],
-    "properties": {
-        "type": _open_enum(
-            EVENT_TYPES,
-            "DELETE: the PA was deleted (its claim reversed);"
-            " REQUEST_FAX_FAILED / REQUEST_FAX_FAILURE: the fax to the prescriber failed",
-        ),
-        "time": {"type": ["string", "null"], "description": "as the service sent it (ISO 8601)"},
-    },
-}
-_PA_DRUG = {
-    "rx_number": {
-        "type": ["string", "null"],
-        "description": "402-D2 of the claim the PA was submitted for (null for a PA known"
-        " only from its callbacks)",
-    },
-    "product_id": {
-        "type": ["string", "null"],
-        "description": "407-D7 (the NDC) of that claim",
-    },
-}
+def _generated() -> dict[str, Any]:
+    _, top = models_json_schema(_MODELS, ref_template="#/components/schemas/{model}")
+    schemas: dict[str, Any] = top["$defs"]
+    return schemas
 
+
+#: Still written by hand: the health answer (the daemon adds its own checks to it) and
+#: the console's worklist.
 _SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "description": "Every error body. `detail` is never PHI and never a secret.",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message", "detail"],
-                "properties": {
-                    "code": {"type": "string", "description": "stable, machine-readable"},
-                    "message": {"type": "string", "description": "for a person to act on"},
-                    "detail": {"description": "more about it: any JSON value, or null"},
-                },
-            }
-        },
-    },
-    "ClaimExchange": {
-        "type": "object",
-        "required": ["request", "response"],
-        "properties": {
-            "request": {
-                "type": "string",
-                "description": "the raw NCPDP request (separators as \\u001e \\u001c \\u001d)",
-            },
-            "response": {"type": "string", "description": "the raw NCPDP response"},
-            "metadata": {
-                "type": "object",
-                "description": "dispensing-system metadata passed on when a PA is submitted "
-                "(physician, plan, preferred product, BIN/PCN/group overrides)",
-                "additionalProperties": True,
-            },
-        },
-    },
-    "TransactionAnswer": {
-        "type": "object",
-        "required": [
-            "transaction_status",
-            "reject_codes",
-            "pa_eligible",
-            "message",
-            "button_label",
-            "message_source",
-        ],
-        "properties": {
-            "index": {"type": "integer", "minimum": 0},
-            "transaction_status": {"type": "string"},
-            "reject_codes": {"type": "array", "items": {"type": "string"}},
-            "pa_eligible": {"type": "boolean"},
-            "message": {"type": "string", "description": "the message to show the pharmacist"},
-            "button_label": {"type": "string", "description": "empty: show no submit-PA button"},
-            "message_source": {"enum": ["outcomes", "fallback", "payer"]},
-            "fallback_reason": {
-                "enum": list(FALLBACK_REASONS),
-                "description": "with message_source fallback only: why the outcomes call"
-                " failed (timeout: no answer within the budget; http_status: another status"
-                " than 200, see fallback_http_status; refused: connection refused;"
-                " unreachable: no connection; tls; unreadable: a 200 that is not an"
-                " outcomes answer; error)",
-            },
-            "fallback_http_status": {"type": "integer", "description": "with http_status"},
-            "outcomes_elapsed_ms": {
-                "type": "number",
-                "minimum": 0,
-                "description": "time the outcomes call took (70/75/76 rejects only)",
-            },
-        },
-    },
-    "ClaimAnswer": {
-        "allOf": [
-            _ref("TransactionAnswer"),
-            {
-                "type": "object",
-                "required": ["claim_id", "elapsed_ms"],
-                "properties": {
-                    "claim_id": {"type": "string"},
-                    "elapsed_ms": {"type": "number", "minimum": 0},
-                    "transactions": {
-                        "type": "array",
-                        "description": "one per transaction, when the claim has several",
-                        "items": _ref("TransactionAnswer"),
-                    },
-                    "tolerated": {
-                        "type": "array",
-                        "description": "deviations from the standard the parser tolerated",
-                    },
-                },
-            },
-        ]
-    },
-    "SubmitPa": {
-        "type": "object",
-        "properties": {
-            "transaction": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 0,
-                "description": "which transaction of the claim",
-            },
-            "metadata": {
-                "type": "object",
-                "description": "metadata overriding what came with the claim",
-                "additionalProperties": True,
-            },
-        },
-    },
-    "Pa": {
-        "type": "object",
-        "required": [
-            "pa_id",
-            "claim_id",
-            "urls",
-            "url",
-            "open_url",
-            "workflow_status",
-            "plan_outcome",
-            "deleted",
-            "fax_failed",
-            "cursor",
-        ],
-        "properties": {
-            "pa_id": {"type": "string"},
-            "claim_id": _NULLABLE_STR,
-            "transaction_index": {"type": ["integer", "null"]},
-            **_PA_DRUG,
-            "urls": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "the PA's links: those the claim interface answered, then the "
-                "token links its callbacks brought",
-            },
-            "url": {
-                "type": ["string", "null"],
-                "description": "the link to open: the hosted page with its token when known; "
-                "null while the link is on its way (empty-format answer, callback not yet in)",
-            },
-            "links": {
-                "type": "object",
-                "description": "links from the PA's callbacks",
-                "properties": {
-                    "html_url": {"type": "string"},
-                    "pdf_url": {"type": "string"},
-                    "token_urls": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-            "link_pending": {
-                "type": "boolean",
-                "description": "PA started, link on its way (it comes with the PA's callback)",
-            },
-            "open_url": {"type": "string", "description": "GET it to be redirected to the PA"},
-            "workflow_status": _WORKFLOW_STATUS,
-            "plan_outcome": _PLAN_OUTCOME,
-            "status": {**_WORKFLOW_STATUS, "description": "the same as workflow_status"},
-            "deleted": {"type": "boolean"},
-            "fax_failed": {"type": "boolean"},
-            "events": {"type": "array", "items": _EVENT},
-            "matched": {"type": "boolean"},
-            "created_at": {"type": "string"},
-            "updated_at": {"type": "string"},
-            "cursor": {"type": "string"},
-        },
-    },
-    "PaWithHistory": {
-        "allOf": [
-            _ref("Pa"),
-            {
-                "type": "object",
-                "required": ["history"],
-                "properties": {
-                    "history": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["received_at", "source"],
-                            "properties": {
-                                "received_at": {"type": "string"},
-                                "source": {
-                                    "enum": ["submit", "callback", "reversal"],
-                                    "description": "what made the entry",
-                                },
-                                "workflow_status": _WORKFLOW_STATUS,
-                                "plan_outcome": _PLAN_OUTCOME,
-                                "event_time": _NULLABLE_STR,
-                                "events": {"type": "array", "items": _EVENT},
-                                "note": _NULLABLE_STR,
-                            },
-                        },
-                    }
-                },
-            },
-        ]
-    },
-    "PaList": {
-        "type": "object",
-        "required": ["pas", "cursor"],
-        "properties": {
-            "pas": {"type": "array", "items": _ref("Pa")},
-            "cursor": {"type": "string", "description": "pass as `since` for later changes"},
-        },
-    },
-    "Reversal": {
-        "type": "object",
-        "required": ["request"],
-        "properties": {"request": {"type": "string", "description": "the raw NCPDP B2"}},
-    },
-    "ReversalAnswer": {
-        "type": "object",
-        "required": ["reversal_id", "queue_id", "status", "pa_found", "pas", "message"],
-        "properties": {
-            "reversal_id": {"type": "string"},
-            "queue_id": {"type": "integer"},
-            "status": {
-                "enum": ["delivered", "pending", "failed"],
-                "description": "delivered: the service took it; pending: queued, retried"
-                " until it does; failed (in a 422 reversal_refused's detail): refused for good",
-            },
-            "last_error": _NULLABLE_STR,
-            "pa_found": {
-                "type": "boolean",
-                "description": "whether pa-bridge holds a PA for the reversed claim",
-            },
-            "pas": {
-                "type": "array",
-                "description": "the PAs the service deletes; `deleted` turns true (on the PA)"
-                " when its DELETE event arrives by callback",
-                "items": {
-                    "type": "object",
-                    "required": ["pa_id", "deleted"],
-                    "properties": {
-                        "pa_id": {"type": "string"},
-                        "workflow_status": _WORKFLOW_STATUS,
-                        "deleted": {"type": "boolean"},
-                    },
-                },
-            },
-            "message": {"type": "string", "description": "what happened, in plain words"},
-        },
-    },
-    "Claim": {
-        "type": "object",
-        "required": [
-            "claim_id",
-            "received_at",
-            "transaction_code",
-            "transaction_count",
-            "answer",
-            "transactions",
-            "pa",
-            "pas",
-        ],
-        "properties": {
-            "claim_id": {"type": "string"},
-            "received_at": {"type": "string"},
-            "transaction_code": _NULLABLE_STR,
-            "transaction_count": {"type": "integer", "minimum": 1},
-            "answer": {
-                "oneOf": [_ref("ClaimAnswer"), {"type": "null"}],
-                "description": "the answer given (null for a moment after it is sent)",
-            },
-            "transactions": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["index", "pa_id"],
-                    "properties": {
-                        "index": {"type": "integer", "minimum": 0},
-                        "pa_id": _NULLABLE_STR,
-                    },
-                },
-            },
-            "pa": {
-                "oneOf": [_ref("Pa"), {"type": "null"}],
-                "description": "its PA, if any (the first of `pas`)",
-            },
-            "pas": {
-                "type": "array",
-                "items": _ref("Pa"),
-                "description": "the PA submitted for this claim, or the live PA of the same"
-                " claim key (BIN, PCN, group, Rx number, fill number, provider) submitted"
-                " from another exchange",
-            },
-        },
-    },
-    "WebhookChange": {
-        "type": "object",
-        "description": "One change of one PA, POSTed to `callbacks.forward_url`.",
-        "required": ["delivery_id", "event", "pa_id", "cursor", "change", "pa"],
-        "properties": {
-            "delivery_id": {
-                "type": "string",
-                "description": "the same on every retry of this change: deduplicate by it",
-            },
-            "event": {"enum": ["pa.changed"]},
-            "pa_id": {"type": "string"},
-            "cursor": {"type": "string", "description": "the feed cursor of this change"},
-            "change": {
-                "type": "object",
-                "description": "what this callback said",
-                "properties": {
-                    "received_at": {"type": "string"},
-                    "source": {"enum": ["callback"]},
-                    "workflow_status": _WORKFLOW_STATUS,
-                    "plan_outcome": _PLAN_OUTCOME,
-                    "event_time": _NULLABLE_STR,
-                    "events": {"type": "array", "items": _EVENT},
-                },
-            },
-            "pa": {
-                "allOf": [_ref("Pa")],
-                "description": "the PA as it was right after this change",
-            },
-        },
-    },
+    **_generated(),
     "Health": {
         "type": "object",
         "required": ["status", "database", "queue_depth"],
@@ -528,24 +172,6 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
     }
 
 
-_IDEMPOTENCY_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "description": "Send the same key again (a UUID, 1-255 printable ASCII characters) when"
-    " re-sending the same request: the first request's result is answered again (header"
-    " `Idempotent-Replayed: true`) and nothing is done twice. The same key with other"
-    " content is a 422 `idempotency_key_reused`.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
-}
-
-_REPLAYED = {
-    "Idempotent-Replayed": {
-        "schema": {"enum": ["true"]},
-        "description": "present when the answer is a replay for an Idempotency-Key",
-    }
-}
-
 _REDIRECT = {
     "description": "redirect",
     "headers": {"Location": {"schema": {"type": "string"}, "description": "where to go"}},
@@ -559,49 +185,23 @@ _PATHS: dict[str, Any] = {
             "description": "Rejections 70/75/76 ask the outcomes interface first, within "
             "the budget (1500 ms by default); MR/AG/A6 answer at once with the submit-PA "
             "option; every other claim answers at once and is reported asynchronously.",
-            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {
                 "required": True,
                 "content": {_JSON: {"schema": _ref("ClaimExchange")}},
             },
             "responses": {
-                "200": {
-                    **_json(_ref("ClaimAnswer"), "what to show the pharmacist"),
-                    "headers": _REPLAYED,
-                },
-                "400": _error(
-                    "malformed claim (with byte offset, segment and field), an exchange"
-                    " without what a decision needs (`detail.missing` names it), or body"
-                ),
-                "409": _error("a request with this Idempotency-Key is still being answered"),
-                "422": _error("the Idempotency-Key was used with another request"),
+                "200": _json(_ref("ClaimAnswer"), "what to show the pharmacist"),
+                "400": _error("malformed claim (with byte offset, segment and field) or body"),
                 "503": _error("the claim could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
             },
         }
-    },
-    "/v1/claims/{claim_id}": {
-        "parameters": [_path_param("claim_id", "the `claim_id` from the intake answer")],
-        "get": {
-            "operationId": "getClaim",
-            "summary": "A claim: the answer given, and its PA(s)",
-            "responses": {
-                "200": _json(_ref("Claim"), "the claim"),
-                "404": _error("unknown claim"),
-                "default": _DEFAULT_ERROR,
-            },
-        },
     },
     "/v1/claims/{claim_id}/pa": {
         "parameters": [_path_param("claim_id", "the `claim_id` from the intake answer")],
         "post": {
             "operationId": "submitPa",
             "summary": "Submit a PA for the claim (a second submit returns the same PA)",
-            "description": "The service is called once per claim key: a second submit, on"
-            " this claim or on another exchange of the same claim (same BIN, PCN, group, Rx"
-            " number, fill number and provider), answers 200 with the PA already held and"
-            " sends nothing.",
-            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {
                 "required": False,
                 "content": {_JSON: {"schema": _ref("SubmitPa")}},
@@ -611,14 +211,9 @@ _PATHS: dict[str, Any] = {
                 "200": _json(_ref("Pa"), "the PA created earlier for this claim"),
                 "400": _error("bad body or transaction index"),
                 "404": _error("unknown claim"),
-                "409": _error(
-                    "the claim was not rejected for a reason that allows a PA, or was reversed"
-                ),
+                "409": _error("the claim was not rejected for a reason that allows a PA"),
                 "410": _error("the claim is older than the retention period"),
-                "422": _error(
-                    "the service says claim data is missing, or the Idempotency-Key was used"
-                    " with another request"
-                ),
+                "422": _error("the service says claim data is missing"),
                 "502": _error("the service answered with an error"),
                 "503": _error("the service is unreachable, or storage is unavailable"),
                 "504": _error("the service did not answer in time"),
@@ -630,24 +225,11 @@ _PATHS: dict[str, Any] = {
         "post": {
             "operationId": "postReversal",
             "summary": "Forward a B2 so the PA is deleted; never lost",
-            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Reversal")}}},
             "responses": {
-                "200": {
-                    **_json(_ref("ReversalAnswer"), "delivered to the service"),
-                    "headers": _REPLAYED,
-                },
-                "202": {
-                    **_json(_ref("ReversalAnswer"), "queued; retried until the service takes it"),
-                    "headers": _REPLAYED,
-                },
+                "200": _json(_ref("ReversalAnswer"), "delivered to the service"),
+                "202": _json(_ref("ReversalAnswer"), "queued; it will be retried"),
                 "400": _error("malformed, or not a B2"),
-                "409": _error("a request with this Idempotency-Key is still being answered"),
-                "422": _error(
-                    "`reversal_refused`: the service refused it for good (`detail` is the"
-                    " ReversalAnswer, status failed; it stays in the queue as failed), or the"
-                    " Idempotency-Key was used with another request"
-                ),
                 "503": _error("could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
             },
@@ -672,22 +254,10 @@ _PATHS: dict[str, Any] = {
                     "description": "at most this many (clamped to 1..1000)",
                     "schema": {"type": "integer", "default": 100},
                 },
-                {
-                    "name": "claim_id",
-                    "in": "query",
-                    "required": False,
-                    "description": "only this claim's PAs (as in GET /v1/claims/{claim_id});"
-                    " `since` and `limit` do not apply",
-                    "schema": {"type": "string"},
-                },
             ],
             "responses": {
                 "200": _json(_ref("PaList"), "PAs and the cursor to ask from next"),
-                "400": _error(
-                    "bad limit, or a cursor that was never handed out (not a number,"
-                    " negative, or beyond the newest change: `detail.newest_cursor`)"
-                ),
-                "404": _error("unknown claim (with claim_id)"),
+                "400": _error("bad cursor or limit"),
                 "default": _DEFAULT_ERROR,
             },
         }
@@ -813,47 +383,6 @@ _PATHS: dict[str, Any] = {
     },
 }
 
-_WEBHOOKS: dict[str, Any] = {
-    "paChanged": {
-        "post": {
-            "operationId": "paChanged",
-            "summary": "A PA changed (sent to `callbacks.forward_url` through the durable queue)",
-            "description": "One POST per change, in the order the changes were stored, each"
-            " describing its own change. With `callbacks.forward_secret` set, signed:"
-            " `PA-Bridge-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of"
-            ' "<t>.<the exact body>" with the secret>`. `PA-Bridge-Delivery` repeats'
-            " `delivery_id`. Answer 2xx when stored; a 4xx other than 408 or 429 fails the"
-            " delivery for good (visible in `pa-bridge queue list`), anything else is"
-            " retried with backoff.",
-            "parameters": [
-                {
-                    "name": "PA-Bridge-Signature",
-                    "in": "header",
-                    "required": False,
-                    "schema": {"type": "string"},
-                },
-                {
-                    "name": "PA-Bridge-Delivery",
-                    "in": "header",
-                    "required": True,
-                    "schema": {"type": "string"},
-                },
-                {
-                    "name": "PA-Bridge-Event",
-                    "in": "header",
-                    "required": True,
-                    "schema": {"enum": ["pa.changed"]},
-                },
-            ],
-            "requestBody": {
-                "required": True,
-                "content": {_JSON: {"schema": _ref("WebhookChange")}},
-            },
-            "responses": {"2XX": {"description": "stored by the dispensing system"}},
-        }
-    }
-}
-
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -870,7 +399,6 @@ _DOCUMENT: dict[str, Any] = {
     "servers": [{"url": "/"}],
     "security": [{"intakeToken": []}, {}],
     "paths": _PATHS,
-    "webhooks": _WEBHOOKS,
     "components": {
         "schemas": _SCHEMAS,
         "securitySchemes": {
@@ -884,25 +412,13 @@ _DOCUMENT: dict[str, Any] = {
 }
 
 
-def document(max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
-    """The OpenAPI document (a copy: callers may change it), naming ``max_body_bytes``
-    as the body limit. Every operation that needs the token declares 401; every one
-    that takes a body declares 413."""
-    doc = copy.deepcopy(_DOCUMENT)
-    for item in doc["paths"].values():
-        for method, op in item.items():
-            if method not in ("get", "post", "put", "patch", "delete"):
-                continue
-            if op.get("security") != _PUBLIC:
-                op["responses"].setdefault("401", copy.deepcopy(_UNAUTHORIZED))
-            if "requestBody" in op:
-                op["responses"].setdefault("413", _too_large(max_body_bytes))
-    return doc
+def document() -> dict[str, Any]:
+    """The OpenAPI document (a copy: callers may change it)."""
+    return copy.deepcopy(_DOCUMENT)
 
 
 @bp.get("/openapi.json")
 def openapi_json() -> Response:
-    limit = current_app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY_BYTES
-    resp = jsonify(document(int(limit)))
+    resp = jsonify(_DOCUMENT)
     resp.headers["Cache-Control"] = "no-cache"
     return resp
