@@ -390,19 +390,14 @@ def test_a_cursor_beyond_the_newest_change_is_a_400_but_the_restore_floor_counts
 
 
 def test_idempotency_keys_are_purged_with_the_claims_content(store: Any) -> None:
-    from pa_bridge import idempotency
     from pa_bridge.config import load_settings
     from pa_bridge.maintenance import purge
+    from pa_bridge.store import idempotency
 
-    for key in ("old-key-1", "new-key-1"):
-        store.write(lambda db, key=key: idempotency.record(db, "claims", key, "f" * 64, key))
-    store.write(
-        lambda db: db.execute(
-            "UPDATE idempotency_keys SET created_at = '2020-01-01T00:00:00.000Z'"
-            " WHERE key = 'old-key-1'"
-        )
-    )
+    old, new = "2020-01-01T00:00:00.000Z", "2099-01-01T00:00:00.000Z"
+    store.write(lambda db: idempotency.insert(db, "claims", "old-key-1", "f" * 64, "c1", old))
+    store.write(lambda db: idempotency.insert(db, "claims", "new-key-1", "f" * 64, "c2", new))
     report = purge(store, load_settings(), now=time.time())
     assert report.idempotency_keys == 1
-    left = store.query("SELECT key FROM idempotency_keys")
-    assert [r["key"] for r in left] == ["new-key-1"]
+    assert idempotency.get(store.reader(), "claims", "old-key-1") is None
+    assert idempotency.get(store.reader(), "claims", "new-key-1") == ("f" * 64, "c2")

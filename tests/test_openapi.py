@@ -334,8 +334,9 @@ def test_the_document_types_statuses_events_and_declares_401_413() -> None:
         pa["plan_outcome"]["anyOf"][0]["enum"]
     )
     assert pa["events"]["items"]["properties"]["type"]["anyOf"][0]["enum"][0] == "DELETE"
-    history = doc["components"]["schemas"]["PaWithHistory"]["allOf"][1]["properties"]["history"]
-    assert history["items"]["properties"]["source"]["enum"] == ["submit", "callback", "reversal"]
+    entry = doc["components"]["schemas"]["HistoryEntry"]["properties"]
+    assert entry["source"]["enum"] == ["submit", "callback", "reversal"]
+    assert entry["workflow_status"] == pa["workflow_status"]
     for path, item in doc["paths"].items():
         for method, op in item.items():
             if method not in _METHODS:

@@ -35,6 +35,7 @@ from .logs import log_event
 from .store import Database, Kind, Store, now_iso, pa_history, pas
 from .store import callbacks as kept
 from .store.outbox import enqueue
+from .webhooks import change_payload
 
 __all__ = [
     "WORKFLOW_RANK",
@@ -471,6 +472,20 @@ class CallbackService:
             events_json=new_events,
             note=note,
         )
-        if self.forward:
-            enqueue(db, Kind.WEBHOOK, {"pa_id": cb.pa_id, "change_seq": seq})
+        if self.forward:  # the change itself, not the PA at delivery (decision 0018)
+            state = (cb.workflow_status, cb.plan_outcome) if row is None else status[:2]
+            change = {
+                "workflow_status": cb.workflow_status,
+                "plan_outcome": cb.plan_outcome,
+                "event_time": cb.event_time,
+                "events": cb.events,
+            }
+            after = {
+                "workflow_status": state[0],
+                "plan_outcome": state[1],
+                "deleted": deleted,
+                "fax_failed": fax_failed,
+                "events_json": events_json,
+            }
+            enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
         return CallbackResult("stored", cb.pa_id)

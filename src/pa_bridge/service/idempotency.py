@@ -18,14 +18,20 @@ import hashlib
 import json
 from typing import Any
 
-from .store import Database, Store, now_iso
+from ..store import Database, Store, now_iso
+from ..store import idempotency as idempotency_keys
+from .bodies import ClaimAnswer, ReversalAnswer
+from .errors import BridgeError
 
 __all__ = [
     "IdempotencyConflict",
     "KeyTaken",
     "Replayed",
+    "ReplayedClaimAnswer",
+    "ReplayedReversalAnswer",
     "check_key",
     "fingerprint",
+    "key_reused",
     "lookup",
     "record",
 ]
@@ -34,9 +40,25 @@ __all__ = [
 MAX_KEY_CHARS = 255
 
 
-class Replayed(dict[str, Any]):
-    """An answer given again for a key used before (the web layer says so in the
+class Replayed:
+    """Marks an answer given again for a key used before (the web layer says so in the
     ``Idempotent-Replayed`` header)."""
+
+
+class ReplayedClaimAnswer(ClaimAnswer, Replayed):
+    """A claim's answer, again."""
+
+
+class ReplayedReversalAnswer(ReversalAnswer, Replayed):
+    """A reversal's answer, again."""
+
+
+def key_reused() -> BridgeError:
+    return BridgeError(
+        422,
+        "idempotency_key_reused",
+        "this Idempotency-Key was used before with another request; use a new key for new content",
+    )
 
 
 class IdempotencyConflict(Exception):
@@ -73,31 +95,21 @@ def fingerprint(*parts: Any) -> str:
 def lookup(store: Store, scope: str, key: str, fp: str) -> str | None:
     """The object a key made before (None when the key is new). Raises
     :class:`IdempotencyConflict` when it was used with other content."""
-    rows = store.query(
-        "SELECT fingerprint, object_id FROM idempotency_keys WHERE scope = ? AND key = ?",
-        [scope, key],
-    )
-    if not rows:
+    found = idempotency_keys.get(store.reader(), scope, key)
+    if found is None:
         return None
-    if rows[0]["fingerprint"] != fp:
+    if found[0] != fp:
         raise IdempotencyConflict(scope)
-    return str(rows[0]["object_id"])
+    return found[1]
 
 
 def record(db: Database, scope: str, key: str, fp: str, object_id: str) -> None:
     """Record the key inside the write job that does the work; raises :class:`KeyTaken`
     (so the job undoes its part) when a concurrent request recorded it first, or
     :class:`IdempotencyConflict` when that one had other content."""
-    row = db.execute(
-        "SELECT fingerprint, object_id FROM idempotency_keys WHERE scope = ? AND key = ?",
-        [scope, key],
-    ).fetchone()
-    if row is not None:
-        if row[0] != fp:
+    found = idempotency_keys.get(db, scope, key)
+    if found is not None:
+        if found[0] != fp:
             raise IdempotencyConflict(scope)
-        raise KeyTaken(str(row[1]))
-    db.execute(
-        "INSERT INTO idempotency_keys (scope, key, fingerprint, object_id, created_at)"
-        " VALUES (?, ?, ?, ?, ?)",
-        [scope, key, fp, object_id, now_iso()],
-    )
+        raise KeyTaken(found[1])
+    idempotency_keys.insert(db, scope, key, fp, object_id, now_iso())
