@@ -333,7 +333,10 @@ def test_the_document_types_statuses_events_and_declares_401_413() -> None:
     assert {"Favorable", "Unfavorable", "Pending", None} <= set(
         pa["plan_outcome"]["anyOf"][0]["enum"]
     )
-    assert pa["events"]["items"]["properties"]["type"]["anyOf"][0]["enum"][0] == "DELETE"
+    assert pa["events"]["items"] == {"$ref": "#/components/schemas/Event"}
+    event = doc["components"]["schemas"]["Event"]
+    assert event["properties"]["type"]["anyOf"][0]["enum"][0] == "DELETE"
+    assert event["required"] == ["type", "time"]
     entry = doc["components"]["schemas"]["HistoryEntry"]["properties"]
     assert entry["source"]["enum"] == ["submit", "callback", "reversal"]
     assert entry["workflow_status"] == pa["workflow_status"]
