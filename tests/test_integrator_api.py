@@ -121,6 +121,34 @@ def test_a_resent_exchange_shows_and_answers_the_pa_of_its_claim(
         assert pa["rx_number"] == b.Rx().rx_number and pa["product_id"] == b.Rx().product_id
 
 
+def test_concurrent_clicks_on_two_exchanges_of_one_claim_call_the_service_once(
+    make_daemon: Any, service: FakeService
+) -> None:
+    link = f"{PORTAL}/request/view/PASLOW?token_id=t"
+    service.claim_reply = Reply(
+        status=200, body=link.encode() + b"\r\n", content_type="text/html", mode="trickle",
+        seconds=0.3,
+    )  # fmt: skip
+    with _api(make_daemon, service) as api:
+        claims = [api.post("/v1/claims", json=_exchange()).json()["claim_id"] for _ in range(2)]
+        start = threading.Barrier(4)
+        answers: list[httpx.Response] = []
+
+        def click(claim_id: str) -> None:
+            with httpx.Client(base_url=str(api.base_url), timeout=10) as c:
+                start.wait()
+                answers.append(c.post(f"/v1/claims/{claim_id}/pa"))
+
+        threads = [threading.Thread(target=click, args=(c,)) for c in claims * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(r.status_code for r in answers) == [200, 200, 200, 201]
+        assert {r.json()["pa_id"] for r in answers} == {"PASLOW"}
+        assert len(service.claims) == 1
+
+
 def test_idempotency_key_on_claims_replays_the_first_answer(
     make_daemon: Any, service: FakeService
 ) -> None:
