@@ -7,7 +7,8 @@ import ast
 import sys
 from pathlib import Path
 
-from pa_bridge.service.decisions import claim_key, count_problem, decide, single_transaction
+import ncpdp
+from pa_bridge.service.decisions import claim_key, count_problem, decide
 from tests.builders import PAID, REJECT_75, Claim, Rx, request, response
 
 SERVICE = Path(__file__).resolve().parents[1] / "src" / "pa_bridge" / "service"
@@ -23,9 +24,11 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_decisions_import_only_ncpdp_and_the_standard_library() -> None:
+def test_decisions_import_only_ncpdp_the_policy_and_the_standard_library() -> None:
     imported = _imports(SERVICE / "decisions.py")
-    assert imported - set(sys.stdlib_module_names) == {"ncpdp"}
+    assert imported - set(sys.stdlib_module_names) == {"ncpdp", "..policy"}
+    policy = _imports(SERVICE.parent / "policy.py")
+    assert policy - set(sys.stdlib_module_names) == {"ncpdp"}
 
 
 def test_no_service_imports_flask() -> None:
@@ -44,7 +47,7 @@ def test_decide_one_per_transaction_without_io() -> None:
 def test_claim_key_and_single_transaction() -> None:
     req = request(Claim(rxs=(Rx(), Rx(rx_number="000000000042", fill_number="01"))))
     assert claim_key(req, 1) == "610014|SYNPCN|SYNGRP01|42|1|1999999976"
-    one = single_transaction(req, 1)
+    one = ncpdp.only_transaction(req, 1)
     assert len(one.groups) == 1
     assert one.as_request().transactions[0].rx_number == "000000000042"
     assert count_problem(one, response([PAID])) is None

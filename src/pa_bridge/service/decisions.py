@@ -1,6 +1,6 @@
 """Pure decision logic over parsed claims: what each transaction of a response means
 for the answer, what identifies a claim, which transaction to send. No I/O; imports
-nothing of ours but ``ncpdp``."""
+nothing but ``ncpdp`` and the PA policy (``pa_bridge.policy``, itself only ``ncpdp``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 
 import ncpdp
 
+from ..policy import outcomes_first, pa_eligible
+
 __all__ = [
     "TxDecision",
     "claim_key",
@@ -18,7 +20,6 @@ __all__ = [
     "decide",
     "parse_error_text",
     "prescriber_fax",
-    "single_transaction",
 ]
 
 
@@ -42,8 +43,8 @@ def decide(sv: ncpdp.ResponseView) -> list[TxDecision]:
                 index=tx.index,
                 transaction_status=status,
                 reject_codes=[r.code for r in tx.reject_codes],
-                pa_eligible=tx.pa_eligible,
-                outcomes_first=tx.outcomes_first,
+                pa_eligible=pa_eligible(tx),
+                outcomes_first=outcomes_first(tx),
                 payer_message=tx.additional_message or sv.message or "",
             )
         )
@@ -74,15 +75,6 @@ def claim_key(req: ncpdp.Transmission, index: int) -> str:
         v.service_provider_id,
     ]
     return "|".join(parts)
-
-
-def single_transaction(req: ncpdp.Transmission, index: int) -> ncpdp.Transmission:
-    """The request with only transaction ``index`` (109-A9 set to 1)."""
-    if len(req.groups) <= 1:
-        return req.canonical()
-    h = req.header
-    raw = h.raw[:20] + "1" + h.raw[21:]
-    return ncpdp.Transmission(ncpdp.RequestHeader(raw), req.segments, [req.groups[index]])
 
 
 def _rejected_in_header(resp: ncpdp.Transmission) -> bool:

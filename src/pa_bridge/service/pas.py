@@ -13,6 +13,7 @@ from typing import Any
 
 import ncpdp
 
+from .. import policy
 from ..callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
@@ -21,7 +22,7 @@ from ..store import Database, Store, StoreUnavailable, audit, exchanges, now_iso
 from ..store import outbox as queue_items
 from ..store.pas import PaRow
 from .bodies import HistoryEntry, Pa, PaList, PaWithHistory, SubmitPa
-from .decisions import claim_key, single_transaction
+from .decisions import claim_key
 from .errors import BridgeError
 
 __all__ = ["PaService", "pa_json", "pa_links", "pa_model", "service_error"]
@@ -145,7 +146,7 @@ class PaService:
         req = ncpdp.parse(ex["request_raw"], strict=False)
         resp = ncpdp.parse(ex["response_raw"] or b"", strict=False)
         tx = resp.as_response().transactions
-        if index >= len(tx) or not tx[index].pa_eligible:
+        if index >= len(tx) or not policy.pa_eligible(tx[index]):
             raise BridgeError(
                 409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
             )
@@ -176,7 +177,7 @@ class PaService:
                 req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
             )
             try:
-                result = self.client.submit_claim(bytes(single_transaction(req, index)), md)
+                result = self.client.submit_claim(bytes(ncpdp.only_transaction(req, index)), md)
             except ServiceError as e:
                 self.metrics.pa_submits.labels(e.code).inc()
                 log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
