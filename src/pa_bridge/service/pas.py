@@ -27,7 +27,6 @@ from .bodies import (
     ClaimTransactionPa,
     HistoryEntry,
     Pa,
-    PaLinks,
     PaList,
     PaWithHistory,
     SubmitPa,
@@ -63,30 +62,28 @@ def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | N
 
 
 def pa_model(row: Mapping[str, Any]) -> Pa:
-    """The PA answer for a stored PA."""
+    """The PA answer for a stored PA: the fields computed here, and every other field
+    of :class:`Pa` taken from the column of the same name (a new column shown in the
+    answer needs a field in the model and nothing here)."""
     urls, links, url = pa_links(row)
-    return Pa(
-        pa_id=row["id"],
-        claim_id=row["claim_id"],
-        transaction_index=row["transaction_index"],
-        rx_number=row.get("rx_number"),
-        product_id=row.get("product_id"),
-        urls=urls,
-        url=url,
-        links=cast(PaLinks, links),
-        link_pending=url is None,
-        open_url=f"/v1/pa/{row['id']}/open",
-        workflow_status=row["workflow_status"],
-        plan_outcome=row["plan_outcome"],
-        status=row["workflow_status"],
-        deleted=bool(row["deleted"]),
-        fax_failed=bool(row["fax_failed"]),
-        events=json.loads(row["events_json"] or "[]"),
-        matched=bool(row["matched"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        cursor=str(row["change_seq"]),
-    )
+    computed: dict[str, Any] = {
+        "pa_id": row["id"],
+        "urls": urls,
+        "url": url,
+        "links": links,
+        "link_pending": url is None,
+        "open_url": f"/v1/pa/{row['id']}/open",
+        "status": row["workflow_status"],
+        "deleted": bool(row["deleted"]),
+        "fax_failed": bool(row["fax_failed"]),
+        "events": json.loads(row["events_json"] or "[]"),
+        "matched": bool(row["matched"]),
+        "cursor": str(row["change_seq"]),
+    }
+    return Pa(**{name: computed[name] if name in computed else row[name] for name in _PA_FIELDS})
+
+
+_PA_FIELDS = tuple(Pa.model_fields)
 
 
 def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
