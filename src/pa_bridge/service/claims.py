@@ -61,7 +61,8 @@ class ClaimIntake:
             body = ClaimExchange.model_validate(body)
         req, resp, metadata = body.request, body.response, body.metadata
         req_bytes, resp_bytes = bytes(req), bytes(resp)
-        missing = missing_for_decision(req, resp)
+        rv = req.as_request()
+        missing = missing_for_decision(req, resp, rv)
         if missing:  # lenient parsing tolerates framing, not missing substance
             raise BridgeError(
                 400,
@@ -82,7 +83,6 @@ class ClaimIntake:
             part, why = problem
             detail = {"part": part, "field_id": "A9"} if part == "request" else {"part": part}
             raise BridgeError(400, "malformed_claim", why, detail)
-        rv = req.as_request()
         sv = resp.as_response()
         decisions = decide(sv)
         claim_id = uuid.uuid4().hex
@@ -96,7 +96,7 @@ class ClaimIntake:
             row["transaction_status"] = first.transaction_status
             row["reject_codes"] = ",".join(first.reject_codes)
             row["pa_eligible"] = int(any(d.pa_eligible for d in decisions))
-            row["claim_keys"] = json.dumps([claim_key(req, i) for i in range(len(req.groups))])
+            row["claim_keys"] = json.dumps([claim_key(req, i, rv) for i in range(len(req.groups))])
             exchanges.insert(db, row)
             if idempotency_key is not None:
                 idempotency.record(db, "claims", idempotency_key, fp, claim_id)

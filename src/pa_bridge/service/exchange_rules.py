@@ -22,11 +22,14 @@ def _blank(value: object) -> bool:
     return value is None or not str(value).strip()
 
 
-def missing_for_decision(req: ncpdp.Transmission, resp: ncpdp.Transmission) -> list[str]:
+def missing_for_decision(
+    req: ncpdp.Transmission, resp: ncpdp.Transmission, rv: ncpdp.RequestView | None = None
+) -> list[str]:
     """What the exchange lacks, in words like ``request: 101-A1 BIN``; empty when it
-    holds enough to decide on."""
+    holds enough to decide on. ``rv``: the request's view when the caller has it (a
+    view costs about 0.1 ms to build)."""
     missing: list[str] = []
-    rv = req.as_request()
+    rv = rv if rv is not None else req.as_request()
     code = (rv.transaction_code or "").strip()
     if _blank(rv.bin):
         missing.append("request: 101-A1 BIN")
@@ -45,9 +48,13 @@ def missing_for_decision(req: ncpdp.Transmission, resp: ncpdp.Transmission) -> l
                 missing.append(f"request: 402-D2 prescription number{n}")
             if code in _BILLING and (tx is None or _blank(tx.product_id)):
                 missing.append(f"request: 407-D7 product id{n}")
-    sv = resp.as_response()
-    if _blank(sv.header_response_status) and not resp.groups:
-        missing.append("response: 501-F1 header response status")
+    if not resp.groups:
+        try:
+            status = resp.as_response().header_response_status
+        except ncpdp.NcpdpError:
+            status = None
+        if _blank(status):
+            missing.append("response: 501-F1 header response status")
     for i, group in enumerate(resp.groups):
         if group.segment("21") is None:
             missing.append(f"response: the response status segment AM21 (transaction {i + 1})")
