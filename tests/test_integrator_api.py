@@ -215,6 +215,8 @@ def test_idempotency_key_on_submit_answers_the_pa_again(
         two = api.post(f"/v1/claims/{claim}/pa", headers=key)
         assert (one.status_code, two.status_code) == (201, 200)
         assert two.json()["pa_id"] == one.json()["pa_id"]
+        assert two.headers["idempotent-replayed"] == "true"
+        assert list(two.json()) == list(one.json())  # the same shape as the first answer
         assert len(service.claims) == 1
         other = api.post("/v1/claims", json=_exchange(b.request_bytes(rxs=(b.Rx(rx_number="7"),))))
         r = api.post(f"/v1/claims/{other.json()['claim_id']}/pa", headers=key)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..store import Database, Store, now_iso
 from ..store import idempotency as idempotency_keys
-from .bodies import ClaimAnswer, ReversalAnswer
+from .bodies import ClaimAnswer, Pa, ReversalAnswer
 from .errors import BridgeError
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "KeyTaken",
     "Replayed",
     "ReplayedClaimAnswer",
+    "ReplayedPa",
     "ReplayedReversalAnswer",
     "check_key",
     "fingerprint",
@@ -47,6 +48,10 @@ class Replayed:
 
 class ReplayedClaimAnswer(ClaimAnswer, Replayed):
     """A claim's answer, again."""
+
+
+class ReplayedPa(Pa, Replayed):
+    """A submit's PA, again."""
 
 
 class ReplayedReversalAnswer(ReversalAnswer, Replayed):

@@ -152,7 +152,7 @@ class PaService:
         if earlier is not None:
             row = self.get_pa_row(earlier)
             if row is not None:  # else renamed by its first callback: found by its claim
-                return pa_model(row), False
+                return idempotency.ReplayedPa(**dict(pa_model(row))), False
         pa, created = self._submit_pa(claim_id, body, actor)
         try:
             self.store.write(

@@ -153,7 +153,7 @@ def post_pa(claim_id: str) -> tuple[Response, int]:
     key = _idempotency_key()
     body = _json_body() if request.get_data() else {}
     pa, created = _services().pas.submit_pa(claim_id, body, g.actor, idempotency_key=key)
-    return jsonify(dump(pa)), 201 if created else 200
+    return _answer(pa, 201 if created else 200)
 
 
 @bp.post("/v1/reversals")

@@ -272,7 +272,10 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 "201": _json(_ref("Pa"), "the PA, created now"),
-                "200": _json(_ref("Pa"), "the PA created earlier for this claim"),
+                "200": {
+                    **_json(_ref("Pa"), "the PA created earlier for this claim (or its key)"),
+                    "headers": _REPLAYED,
+                },
                 "400": _error("bad body or transaction index"),
                 "404": _error("unknown claim"),
                 "409": _error(
