@@ -143,3 +143,28 @@ def test_the_forward_secret_is_checked_and_read_from_its_file(tmp_path: Path) ->
     s = load_settings(callbacks={"forward_secret_file": str(f)})
     assert s.callbacks.forward_secret is not None
     assert s.callbacks.forward_secret.get_secret_value() == SECRET
+
+
+def test_an_item_queued_by_an_older_version_is_delivered_with_the_pa_as_it_is(
+    make_daemon: Any,
+) -> None:
+    from pa_bridge.store import Kind
+    from pa_bridge.store.outbox import enqueue
+
+    hook = Receiver(hold=True)
+    with hook.server:
+        d = _daemon(make_daemon, hook.server.url + "/hook")
+        url = f"{d.callback_server.url}/callbacks/pharmacy"
+        assert httpx.post(url, content=_callback("WH16DD", "PA Request")).status_code == 200
+        seq = int(d.store.query("SELECT change_seq FROM pas WHERE id = 'WH16DD'")[0]["change_seq"])
+        d.store.write(lambda db: enqueue(db, Kind.WEBHOOK, {"pa_id": "WH16DD", "change_seq": seq}))
+        hook.open.set()
+        wait_until(
+            lambda: len([i for i in d.bridge.outbox.list() if i["status"] == "delivered"]) == 2,
+            what="both delivered",
+        )
+        old = [
+            json.loads(r.body) for r in hook.server.requests if json.loads(r.body)["change"] == {}
+        ]
+        assert len(old) == 1 and old[0]["delivery_id"] == f"WH16DD@{seq}"
+        assert old[0]["pa"]["workflow_status"] == "PA Request"
