@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 
 from pa_bridge.config import ConfigError, load_settings
+from pa_bridge.web.openapi import document
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
 from tests.support import NO_SERVICE, wait_until
 
@@ -89,8 +91,12 @@ def test_three_changes_give_three_signed_bodies_each_describing_its_change(
         ] == steps
         assert [(b["pa"]["workflow_status"], b["pa"]["plan_outcome"]) for b in bodies] == steps
         assert [b["pa"]["cursor"] for b in bodies] == [b["cursor"] for b in bodies]
+        doc = document()
+        schema = {**doc["components"]["schemas"]["WebhookChange"], "components": doc["components"]}
+        validator = jsonschema_rs.Draft202012Validator(schema)
         for r in by_id.values():
             body = json.loads(r.body)
+            assert [e.message for e in validator.iter_errors(body)] == []  # as documented
             assert body["delivery_id"] == r.headers["pa-bridge-delivery"]
             assert r.headers["pa-bridge-event"] == "pa.changed" == body["event"]
             assert _verify(SECRET, r.body, r.headers["pa-bridge-signature"])
