@@ -422,45 +422,29 @@ class CallbackService:
             links_json, urls_json = json.dumps(links), json.dumps(urls)
         else:  # nothing to merge (the hot path of a body without links)
             links_json, urls_json = (row["links_json"], row["urls_json"]) if row else ("{}", "[]")
-        if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
-            pas.insert_from_callback(
-                db,
-                pa_id=cb.pa_id,
-                urls_json=urls_json or "[]",
-                workflow_status=cb.workflow_status,
-                plan_outcome=cb.plan_outcome,
-                status_time=cb.event_time,
-                deleted=deleted,
-                now=now,
-                seq=seq,
-                events_json=events_json or "[]",
-                fax_failed=fax_failed,
-                links_json=links_json or "{}",
-            )
-        else:
-            newer = cb.workflow_status is not None and is_newer(
+        # the current status moves only for a newer callback (decision 0005)
+        status = (cb.workflow_status, cb.plan_outcome, cb.event_time)
+        if row is not None and not (
+            cb.workflow_status is not None
+            and is_newer(
                 (cb.event_time, cb.workflow_status, cb.plan_outcome),
                 (row["status_time"], row["workflow_status"], row["plan_outcome"]),
             )
-            status = (
-                (cb.workflow_status, cb.plan_outcome, cb.event_time)
-                if newer
-                else (row["workflow_status"], row["plan_outcome"], row["status_time"])
-            )
-            pas.update_from_callback(
-                db,
-                pa_id=cb.pa_id,
-                workflow_status=status[0],
-                plan_outcome=status[1],
-                status_time=status[2],
-                events_json=events_json,
-                deleted=deleted,
-                fax_failed=fax_failed,
-                now=now,
-                seq=seq,
-                links_json=links_json,
-                urls_json=urls_json,
-            )
+        ):
+            status = (row["workflow_status"], row["plan_outcome"], row["status_time"])
+        state: pas.CallbackState = {
+            "workflow_status": status[0],
+            "plan_outcome": status[1],
+            "status_time": status[2],
+            "events_json": events_json,
+            "deleted": deleted,
+            "fax_failed": fax_failed,
+            "links_json": links_json,
+            "urls_json": urls_json,
+        }
+        # a PA we did not start (or whose submit we have not stored): kept all the same
+        record = pas.insert_from_callback if row is None else pas.update_from_callback
+        record(db, cb.pa_id, state, now=now, seq=seq)
         pa_history.add(
             db,
             cb.pa_id,
@@ -473,7 +457,6 @@ class CallbackService:
             note=note,
         )
         if self.forward:  # the change itself, not the PA at delivery (decision 0018)
-            state = (cb.workflow_status, cb.plan_outcome) if row is None else status[:2]
             change = {
                 "workflow_status": cb.workflow_status,
                 "plan_outcome": cb.plan_outcome,
@@ -481,8 +464,8 @@ class CallbackService:
                 "events": cb.events,
             }
             after = {
-                "workflow_status": state[0],
-                "plan_outcome": state[1],
+                "workflow_status": status[0],
+                "plan_outcome": status[1],
                 "deleted": deleted,
                 "fax_failed": fax_failed,
                 "events_json": events_json,

@@ -198,18 +198,9 @@ class ClaimIntake:
         if reports_queued:
             self.wake_queue()
 
-        top = answers[0]
         answer = ClaimAnswer(
             claim_id=claim_id,
-            transaction_status=top.transaction_status,
-            reject_codes=top.reject_codes,
-            pa_eligible=top.pa_eligible,
-            message=top.message,
-            button_label=top.button_label,
-            message_source=top.message_source,
-            fallback_reason=top.fallback_reason,
-            fallback_http_status=top.fallback_http_status,
-            outcomes_elapsed_ms=top.outcomes_elapsed_ms,
+            **answers[0].model_dump(exclude={"index"}),  # the first transaction's answer
             transactions=answers if len(answers) > 1 else None,
             tolerated=[*req.tolerated, *resp.tolerated] or None,
             elapsed_ms=round((time.monotonic() - started) * 1000, 1),

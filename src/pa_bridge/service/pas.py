@@ -289,40 +289,25 @@ class PaService:
             known = row is not None and row["claim_id"] is not None
             if row is None:
                 links = {"awaiting": match} if pa_id.startswith(PENDING_PREFIX) else {}
-                pas.insert_submitted(
-                    db,
-                    pa_id=pa_id,
-                    claim_id=claim_id,
-                    index=index,
-                    claim_key=key,
-                    urls_json=json.dumps(urls),
-                    links_json=json.dumps(links),
-                    workflow_status="New",
-                    now=now,
-                    seq=seq,
-                )
+                kept = urls
             else:  # known already (a callback came first, or a duplicate): link it
-                merged = [
-                    *urls,
-                    *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls),
-                ]
+                kept = [*urls, *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls)]
                 links = json.loads(row["links_json"] or "{}")
                 links.pop("match", None)
                 if known and row["claim_id"] != claim_id:
                     notes.append(
                         f"the service answered with this PA, already known for claim {row['claim_id']}"
                     )
-                pas.link_submitted(
-                    db,
-                    pa_id=pa_id,
-                    claim_id=claim_id,
-                    index=index,
-                    claim_key=key,
-                    urls_json=json.dumps(merged),
-                    links_json=json.dumps(links),
-                    now=now,
-                    seq=seq,
-                )
+            submitted: pas.Submitted = {
+                "pa_id": pa_id,
+                "claim_id": claim_id,
+                "transaction_index": index,
+                "claim_key": key,
+                "urls_json": json.dumps(kept),
+                "links_json": json.dumps(links),
+            }
+            record = pas.insert_submitted if row is None else pas.link_submitted
+            record(db, submitted, now=now, seq=seq)
             pa_history.add(
                 db,
                 pa_id,
