@@ -128,6 +128,8 @@ class ParsedCallback:
     links: dict[str, Any] = field(default_factory=dict)
     #: payer, pharmacy and drug identifiers to match a PA submitted without an id
     match: dict[str, str] = field(default_factory=dict)
+    #: what the console shows beyond the status (see ``_details``), no PHI
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _text(value: Any) -> str | None:
@@ -162,6 +164,40 @@ def _links(req: dict[str, Any]) -> dict[str, Any]:
     if token_urls:
         links["token_urls"] = token_urls
     return links
+
+
+def _details(req: dict[str, Any]) -> dict[str, Any]:
+    """The approval period, the drug's name and strength, and ePA or classic: what the
+    console shows beyond the status. Never the patient, prescriber or pharmacy."""
+    out: dict[str, Any] = {}
+    period = req.get("authorization_period")
+    if isinstance(period, dict):
+        for key in ("effective_date", "expiration_date"):
+            v = _text(period.get(key))
+            if v:
+                out[key] = v[:40]
+    rx = req.get("prescription")
+    if isinstance(rx, dict):
+        for key, name in (("name", "drug_name"), ("strength", "drug_strength")):
+            v = _text(rx.get(key))
+            if v:
+                out[name] = v[:200]
+    epa = _text(req.get("is_epa"))
+    if epa in ("true", "false"):
+        out["is_epa"] = epa == "true"
+    return out
+
+
+def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
+    """The PA's details with the newest callback's values over the older ones."""
+    try:
+        merged = json.loads(old_json) if old_json else {}
+    except ValueError:
+        merged = {}
+    if not isinstance(merged, dict):
+        merged = {}
+    merged.update(new)
+    return json.dumps(merged)
 
 
 def _digits_key(value: str | None) -> str:
@@ -284,7 +320,15 @@ def parse_callback(body: bytes) -> ParsedCallback:
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
     return ParsedCallback(
-        pa_id, status, outcome, event_time, events, key, _links(req), _callback_match(req)
+        pa_id,
+        status,
+        outcome,
+        event_time,
+        events,
+        key,
+        _links(req),
+        _callback_match(req),
+        _details(req),
     )
 
 
@@ -398,7 +442,7 @@ class CallbackService:
         seq = self.store.next_seq(db)
         select = (
             "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-            " links_json, urls_json FROM pas WHERE id = ?"
+            " links_json, urls_json, details_json FROM pas WHERE id = ?"
         )
         row = conn.execute(select, (cb.pa_id,)).fetchone()
         note = None
@@ -436,13 +480,17 @@ class CallbackService:
             links_json, urls_json = json.dumps(links), json.dumps(urls)
         else:  # nothing to merge (the hot path of a body without links)
             links_json, urls_json = (row[6], row[7]) if row else ("{}", "[]")
+        if cb.details:
+            details_json = merge_details(row[8] if row else None, cb.details)
+        else:
+            details_json = row[8] if row else "{}"
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
             conn.execute(
                 "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-                " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+                " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
                 (cb.pa_id, urls_json, cb.workflow_status, cb.plan_outcome, cb.event_time,
-                 deleted, now, now, seq, events_json, fax_failed, links_json),
+                 deleted, now, now, seq, events_json, fax_failed, links_json, details_json),
             )  # fmt: skip
         else:
             newer = cb.workflow_status is not None and is_newer(
@@ -456,9 +504,9 @@ class CallbackService:
             conn.execute(
                 "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
                 " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-                " urls_json = ? WHERE id = ?",
+                " urls_json = ?, details_json = ? WHERE id = ?",
                 (*status, events_json, deleted, fax_failed, now, seq, links_json, urls_json,
-                 cb.pa_id),
+                 details_json, cb.pa_id),
             )  # fmt: skip
         conn.execute(
             "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, plan_outcome, event_time,"
