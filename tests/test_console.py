@@ -226,9 +226,10 @@ def test_keyboard_tab_to_the_button_and_enter_submits(make_daemon: Any, page: An
     url = d.intake_server.url
     answer = _post_75(url)
     page.goto(f"{url}/")
-    button = page.get_by_role("button", name=answer["button_label"])
+    # the worklist's button comes first in the page
+    button = page.locator("#groups").get_by_role("button", name=answer["button_label"])
     expect(button).to_be_visible()
-    for _ in range(6):
+    for _ in range(12):
         page.keyboard.press("Tab")
         if button.evaluate("el => el === document.activeElement"):
             break
@@ -259,13 +260,14 @@ def test_token_from_the_url_is_kept_for_the_tab_and_the_form_asks_otherwise(
         page = ctx.new_page()
         page.set_default_timeout(15_000)
         page.goto(f"{url}/?token={TOKEN}")
-        expect(page.get_by_role("button", name=answer["button_label"])).to_be_visible()
+        claims = page.locator("#claims-body")
+        expect(claims.get_by_role("button", name=answer["button_label"])).to_be_visible()
         assert "token" not in page.url  # dropped from the address bar and history
         assert page.evaluate("sessionStorage.getItem('pa-bridge.intake-token')") == TOKEN
         expect(page.locator("#token-form")).to_be_hidden()
         # with a token, the link goes to the PA's own URL (a link cannot send the header)
         with ctx.expect_page() as popup:
-            page.get_by_role("button", name=answer["button_label"]).click()
+            claims.get_by_role("button", name=answer["button_label"]).click()
         assert popup.value.url.startswith(d.sandbox.url)
         pa_url = json.loads(d.store.query("SELECT urls_json FROM pas")[0]["urls_json"])[0]
         expect(page.locator("#claims-body a")).to_have_attribute("href", pa_url)
@@ -306,12 +308,198 @@ def test_a_failed_submit_is_explained_in_plain_words(make_daemon: Any, page: Any
         timeout=10,
     ).json()
     page.goto(f"{url}/")
-    button = page.get_by_role("button", name=body["button_label"])
+    button = page.locator("#claims-body").get_by_role("button", name=body["button_label"])
     button.click()
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text("was not submitted")
     expect(alert).to_contain_text("does not recognise the drug")
     expect(page.locator("#claims-body .row-error")).to_contain_text("does not recognise")
     # the button is still there to try again, and nothing was stored
-    expect(page.get_by_role("button", name=body["button_label"])).to_be_visible()
+    expect(button).to_be_visible()
     assert d.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0
+
+
+# ---- issue 16: the worklist of what needs the pharmacist ------------------------------------
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
+
+
+def _shot(page: Any, tmp_path: Path, name: str, *, full_page: bool = False) -> None:
+    """A screenshot kept as a test artifact: under pytest's tmp dir and in the
+    git-ignored ``test-artifacts/console/`` of the worktree."""
+    page.screenshot(path=str(tmp_path / name), full_page=full_page)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / name, ARTIFACTS / name)
+
+
+def _post_mr(url: str, rx: str, *, group: str = "SYNGRP01", token: str | None = None) -> str:
+    """A claim rejected MR (answered at once, no outcomes call); its claim id."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = b.request_bytes(group_id=group, rxs=(b.Rx(rx_number=rx),))
+    r = httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(req, b.response_bytes([b.REJECT_MR])),
+        headers=headers,
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    claim_id: str = r.json()["claim_id"]
+    return claim_id
+
+
+def _submit(url: str, claim_id: str, *, token: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.post(f"{url}/v1/claims/{claim_id}/pa", headers=headers, timeout=10)
+    assert r.status_code in (200, 201), r.text
+    pa: dict[str, Any] = r.json()
+    return pa
+
+
+def _callback(d: Any, body: dict[str, Any]) -> None:
+    r = httpx.post(
+        f"{d.callback_server.url}/callbacks/pharmacy", json={"request": body}, timeout=10
+    )
+    assert r.status_code in (200, 201), r.text
+
+
+def _worklist(url: str, token: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.get(f"{url}/v1/console/worklist", headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def _groups(data: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for it in data["items"]:
+        ident = it["pa"]["pa_id"] if it["pa"] else it["claim"]["rx_number"]
+        out.setdefault(it["attention"], []).append(ident)
+    return out
+
+
+def _pa_status(d: Any, pa_id: str) -> tuple[str | None, str | None]:
+    row = d.store.query("SELECT workflow_status, plan_outcome FROM pas WHERE id = ?", [pa_id])
+    return (row[0]["workflow_status"], row[0]["plan_outcome"]) if row else (None, None)
+
+
+def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(make_daemon: Any) -> None:
+    d = make_daemon()
+    url = d.intake_server.url
+    _post_mr(url, "000000000101")  # rejected, never submitted
+    denied = _submit(url, _post_mr(url, "000000000102", group="DENYGRP"))["pa_id"]
+    approved = _submit(url, _post_mr(url, "000000000103"))["pa_id"]
+    pending = _submit(url, _post_mr(url, "000000000104", group="PENDGRP"))["pa_id"]
+    for pa_id, outcome in ((denied, "Unfavorable"), (approved, "Favorable"), (pending, "Pending")):
+        wait_until(lambda p=pa_id, o=outcome: _pa_status(d, p) == ("PA Response", o), what=pa_id)
+    _callback(
+        d,
+        {
+            "id": "FAXF01",
+            "workflow_status": "Sent to Plan",
+            "plan_outcome": None,
+            "is_epa": "false",
+            "events": [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-24T08:00:00Z"}],
+        },
+    )
+    _callback(
+        d,
+        {
+            "id": "DELT01",
+            "workflow_status": "PA Request",
+            "events": [{"type": "DELETE", "time": "2026-11-24T08:01:00Z"}],
+        },
+    )
+    data = _worklist(url)
+    groups = _groups(data)
+    assert groups == {
+        "not_submitted": ["101"],
+        "denied": [denied],
+        "fax_failed": ["FAXF01"],
+        "deleted": ["DELT01"],
+        "approved": [approved],
+    }, groups
+    assert [i["attention"] for i in data["items"]] == [
+        "not_submitted", "denied", "fax_failed", "deleted", "approved",
+    ]  # fmt: skip
+    assert data["counts"] == {
+        "not_submitted": 1, "denied": 1, "fax_failed": 1, "deleted": 1, "failed": 0,
+        "pending_too_long": 0, "approved": 1, "total": 5,
+    }  # fmt: skip
+    by_pa = {i["pa"]["pa_id"]: i["pa"] for i in data["items"] if i["pa"]}
+    ok = by_pa[approved]
+    assert ok["label"] == "Approved" and "Send the claim again" in ok["next_step"]
+    assert ok["expiration_date"] and ok["expiration_date"] > data["generated_at"]
+    assert ok["drug_name"] == "Sandboxin (test drug) 10 MG" and ok["rx_number"] == "103"
+    assert by_pa[denied]["tone"] == "bad" and "denied" in by_pa[denied]["meaning"]
+    assert "fax" in by_pa["FAXF01"]["meaning"]
+    # every status of both workflows has words
+    statuses = {(g["workflow_status"], g["plan_outcome"]) for g in data["guide"]}
+    for pair in (("PA Response", "Favorable"), ("Sent to Plan", None), ("Archived", "Unsent"),
+                 ("Question Response", "N/A"), ("Shared \\ Accessed Online", None),
+                 ("Appealed", "Cancelled"), ("Failure", None), ("Expired", None)):  # fmt: skip
+        assert pair in statuses, pair
+    for word in PHI:
+        assert word not in json.dumps(data)
+
+    # a PA without a decision 72 hours after it was started is waiting too long
+    later = worklist.needs_action(d.bridge, time.time() + 73 * 3600)
+    assert [i["pa"]["pa_id"] for i in later if i["attention"] == "pending_too_long"] == [pending]
+
+    # acknowledging takes it off the list, records who and when
+    r = httpx.post(f"{url}/v1/pa/{approved}/acknowledge", timeout=10)
+    assert r.status_code == 200, r.text
+    ack = r.json()["acknowledged"]
+    assert ack["by"] == "console" and ack["attention"] == "approved"
+    audit = d.store.query(
+        "SELECT actor, at, detail FROM audit WHERE action = 'pa.acknowledged' AND object_id = ?",
+        [approved],
+    )
+    assert len(audit) == 1 and audit[0]["actor"] == "console" and audit[0]["at"] == ack["at"]
+    assert approved not in _groups(_worklist(url)).get("approved", [])
+    # a change that is not a new reason leaves it off; a new reason brings it back
+    _callback(d, {"id": approved, "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                  "memo": "again"})  # fmt: skip
+    assert approved not in json.dumps(_groups(_worklist(url)))
+    _callback(d, {"id": approved, "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                  "events": [{"type": "DELETE", "time": "2026-11-24T09:00:00Z"}]})  # fmt: skip
+    assert approved in _groups(_worklist(url))["deleted"]
+
+    assert httpx.post(f"{url}/v1/pa/NOSUCH/acknowledge", timeout=10).status_code == 404
+
+
+def test_acknowledgement_names_the_intake_token(make_daemon: Any) -> None:
+    d = make_daemon(intake={"tokens": ["first-token-aaaaaaaa", TOKEN]})
+    url = d.intake_server.url
+    _callback(d, {"id": "DENY01", "workflow_status": "PA Response", "plan_outcome": "Unfavorable"})
+    assert httpx.post(f"{url}/v1/pa/DENY01/acknowledge", timeout=10).status_code == 401
+    r = httpx.post(
+        f"{url}/v1/pa/DENY01/acknowledge", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    )
+    assert r.status_code == 200 and r.json()["acknowledged"]["by"] == "token#2"
+    assert _worklist(url, TOKEN)["counts"]["denied"] == 0
+
+
+def test_a_pas_own_read_model(make_daemon: Any) -> None:
+    d = make_daemon()
+    url = d.intake_server.url
+    answer = _post_75(url)
+    pa_id = _submit(url, answer["claim_id"])["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id) == ("PA Response", "Favorable"), what="approved")
+    r = httpx.get(f"{url}/v1/console/pa/{pa_id}", timeout=10)
+    assert r.status_code == 200 and r.headers["Cache-Control"] == "no-store"
+    page = r.json()
+    assert page["pa"]["pa_id"] == pa_id and page["pa"]["label"] == "Approved"
+    assert page["pa"]["expiration_date"] and page["pa"]["url"].startswith(d.sandbox.url)
+    claim = page["claim"]
+    assert claim["rx_number"] == "1234567" and claim["product_id"] == "00093505601"
+    assert claim["claim_id"] == answer["claim_id"] and claim["reject_codes"] == ["75"]
+    assert page["pa"]["drug_name"] == "Sandboxin (test drug) 10 MG"
+    assert [h["workflow_status"] for h in page["history"]][-1] == "PA Response"
+    assert page["events"] == [] and page["acknowledgements"] == []
+    for word in PHI:
+        assert word not in r.text
+    missing = httpx.get(f"{url}/v1/console/pa/NOSUCH", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_pa"
+    shell = httpx.get(f"{url}/console/pa/{pa_id}", timeout=10)
+    assert shell.status_code == 200 and "text/html" in shell.headers["Content-Type"]
