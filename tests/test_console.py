@@ -503,3 +503,212 @@ def test_a_pas_own_read_model(make_daemon: Any) -> None:
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_pa"
     shell = httpx.get(f"{url}/console/pa/{pa_id}", timeout=10)
     assert shell.status_code == 200 and "text/html" in shell.headers["Content-Type"]
+
+
+# ---- issue 16: the defects, in Chromium -----------------------------------------------------
+
+
+def _polls(page: Any) -> int:
+    return int(page.evaluate("Number(document.body.getAttribute('data-polls') || 0)"))
+
+
+def _wait_polls(page: Any, n: int) -> None:
+    """Wait until the page has finished ``n`` more polls than now."""
+    target = _polls(page) + n
+    page.wait_for_function(
+        "(t) => Number(document.body.getAttribute('data-polls') || 0) >= t",
+        arg=target,
+        timeout=15_000,
+    )
+
+
+def test_a_resent_claim_gets_the_same_pa_and_the_button_does_not_stick(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})
+    url = d.intake_server.url
+    first = _post_75(url)
+    second = _post_75(url)  # the same exchange sent again: another claim id, same claim key
+    popups: list[Any] = []
+    page.context.on("page", lambda p: popups.append(p))
+    page.goto(f"{url}/")
+    rows = page.locator("#claims-body tr")
+    expect(rows).to_have_count(2)
+    first_row = page.locator(f'#claims-body tr[data-key="{first["claim_id"]}:0"]')
+    second_row = page.locator(f'#claims-body tr[data-key="{second["claim_id"]}:0"]')
+    first_row.get_by_role("button").click()
+    pa_id = wait_until(lambda: d.store.query("SELECT id FROM pas"), what="PA")[0]["id"]
+    expect(first_row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    # the second copy shows the same PA (the service answers it for the same claim key)
+    expect(second_row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    expect(second_row).to_contain_text("same claim sent earlier")
+    expect(second_row.get_by_role("button")).to_have_count(0)
+    expect(page.get_by_text("Submitting…")).to_have_count(0)
+    wait_until(lambda: len(popups) == 1, what="one tab opened")
+    _wait_polls(page, 2)
+    assert len(popups) == 1  # nothing else opened a tab
+    assert d.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 1
+    _shot(page, tmp_path, "resent-claim.png", full_page=True)
+
+
+def test_a_resent_claim_submitted_before_the_page_knows_shows_the_pa_not_submitting(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    """The defect as seen: the PA exists for the first copy, the page still offers the
+    button on the second; clicking it must end with the PA's link, not "Submitting..."."""
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})
+    url = d.intake_server.url
+    first = _post_75(url)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    pa_id = _submit(url, first["claim_id"])["pa_id"]
+    second = _post_75(url)
+    row = page.locator(f'#claims-body tr[data-key="{second["claim_id"]}:0"]')
+    expect(row).to_have_count(1)
+    buttons = row.get_by_role("button")
+    if buttons.count():
+        with page.context.expect_page():
+            buttons.first.click()
+    expect(row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    expect(row).not_to_contain_text("Submitting")
+    expect(row.get_by_role("button")).to_have_count(0)
+    _shot(page, tmp_path, "resent-claim-late.png")
+
+
+def test_the_green_line_never_contradicts_the_red_box(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(intake={"tokens": [TOKEN]})
+    url = d.intake_server.url
+    page.goto(f"{url}/")
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("intake token")
+    page.get_by_label("Intake token").fill("wrong-token-xxxxxxxx")
+    page.get_by_role("button", name="Use this token").click()
+    expect(alert).to_contain_text("not accepted")
+    _wait_polls(page, 0)
+    expect(page.locator("#status")).to_have_text("")  # not "Token saved"
+
+    page.get_by_label("Intake token").fill(TOKEN)
+    page.get_by_role("button", name="Use this token").click()
+    expect(alert).to_be_hidden()
+    # a failed submit: the red box says why, the green line does not say "Submitting"
+    body = httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(
+            b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)),
+            b.response_bytes([b.REJECT_MR]),
+        ),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=10,
+    ).json()
+    button = page.locator("#claims-body").get_by_role("button", name=body["button_label"])
+    button.click()
+    expect(alert).to_contain_text("was not submitted")
+    _wait_polls(page, 1)
+    expect(page.locator("#status")).to_have_text("")
+    expect(button).to_have_text(body["button_label"] + " for Rx 1234567")
+
+
+def test_nothing_loaded_never_says_no_claims(make_daemon: Any, page: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(intake={"tokens": [TOKEN]})
+    page.goto(f"{d.intake_server.url}/")
+    expect(page.get_by_role("alert")).to_be_visible()
+    expect(page.get_by_text("No claims have been rejected for PA today.")).to_be_hidden()
+    expect(page.get_by_text("Nothing needs you right now.")).to_be_hidden()
+    expect(page.locator("#worklist-loading")).to_have_text("Sign in to see the worklist.")
+    _shot(page, tmp_path, "not-loaded.png")
+
+
+def test_the_fallback_note_says_what_the_stored_answer_says(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon()
+    url = d.intake_server.url
+    # the outcomes service answers HTTP 500 for BIN 999997 in the sandbox
+    body = _claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+    answer = httpx.post(f"{url}/v1/claims", json=body, timeout=10).json()
+    assert answer["message_source"] == "fallback"
+    page.goto(f"{url}/")
+    note = page.locator("#claims-body .fallback")
+    expect(note).to_have_count(1)
+    if "fallback_reason" in answer:  # once the backend records why
+        expect(note).to_contain_text("HTTP 500")
+    else:
+        expect(note).to_contain_text("replacement message was not available")
+    expect(note).not_to_contain_text("did not answer in time")
+    said = page.evaluate(
+        """() => ["timeout", "refused", "unreadable", "http_500", {kind: "http", status: 502},
+                  null].map(r => window.PaConsole.fallbackNote(r))"""
+    )
+    assert "did not answer in time" in said[0]
+    assert "could not be reached" in said[1]
+    assert "could not be read" in said[2]
+    assert "HTTP 500" in said[3] and "HTTP 502" in said[4]
+    assert "not available" in said[5] and "in time" not in said[5]
+    _shot(page, tmp_path, "fallback-note.png")
+
+
+def test_the_success_message_stays(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})  # the PA stays New: no real change comes
+    url = d.intake_server.url
+    _post_75(url)
+    page.goto(f"{url}/")
+    with page.context.expect_page():
+        page.locator("#claims-body").get_by_role("button").click()
+    status = page.locator("#status")
+    expect(status).to_contain_text("created")
+    expect(page.locator("#pas-body tr")).to_have_count(1)
+    _wait_polls(page, 2)
+    expect(status).to_contain_text("created")  # not "PA ... : New." half a second later
+
+
+def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: Path) -> None:
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    for i in range(6):
+        _post_75(url, rxs=(b.Rx(rx_number=f"00000000{i:04d}"),))
+    pa_id = _submit(url, _post_mr(url, "000000009999"))["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id)[0] == "PA Response", what="approved")
+    ctx = browser.new_context(viewport={"width": 800, "height": 900})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(15_000)
+        for path, ready in (("/", "#claims-body tr"), (f"/console/pa/{pa_id}", "#history tr")):
+            page.goto(url + path)
+            page.locator(ready).first.wait_for()
+            over = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert over <= 0, f"{path}: {over} px of sideways scroll at 800 px"
+            _shot(page, tmp_path, f"800px{path.replace('/', '-')}.png", full_page=True)
+    finally:
+        ctx.close()
+
+
+def test_the_pages_have_a_favicon_and_nothing_is_missing(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon()
+    url = d.intake_server.url
+    _post_75(url)
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    href = page.locator('link[rel="icon"]').get_attribute("href")
+    assert href
+    icon = httpx.get(url + href, timeout=10)
+    assert icon.status_code == 200 and icon.headers["Content-Type"].startswith("image/svg+xml")
+    _wait_polls(page, 1)
+    assert failed == []
