@@ -712,3 +712,131 @@ def test_the_pages_have_a_favicon_and_nothing_is_missing(make_daemon: Any, page:
     assert icon.status_code == 200 and icon.headers["Content-Type"].startswith("image/svg+xml")
     _wait_polls(page, 1)
     assert failed == []
+
+
+def _in_view(page: Any, locator: Any) -> bool:
+    box = locator.bounding_box()
+    vp = page.viewport_size
+    return bool(box) and box["y"] >= 0 and box["y"] + box["height"] <= vp["height"]
+
+
+def test_a_busy_day_what_is_above_the_fold(make_daemon: Any, page: Any, tmp_path: Path) -> None:
+    """40 claims: 25 waiting for a submit, 15 submitted (5 denied, 7 approved, 3 with the
+    plan). At 1280 x 800 the pharmacist sees, without scrolling, the counts of every
+    group and the first rejected claims with their Submit buttons."""
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    submitted = []
+    for i in range(40):
+        group = "DENYGRP" if i < 5 else "PENDGRP" if i < 8 else "SYNGRP01"
+        claim_id = _post_mr(url, f"0000000{i + 1000:05d}", group=group)
+        if i < 15:
+            submitted.append(_submit(url, claim_id)["pa_id"])
+    wait_until(
+        lambda: all(_pa_status(d, p)[0] == "PA Response" for p in submitted), what="PA answers"
+    )
+    data = _worklist(url)
+    assert (data["counts"]["not_submitted"], data["counts"]["denied"]) == (25, 5)
+    assert data["counts"]["approved"] == 7 and data["counts"]["total"] == 37
+
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(40)
+    counts = page.locator("#counts button")
+    expect(counts).to_have_count(8)
+    expect(counts.first).to_have_text("37 All")
+    for i in range(8):
+        assert _in_view(page, counts.nth(i)), counts.nth(i).inner_text()
+    expect(page.locator("#counts [data-filter=denied]")).to_have_text("5 Denied")
+    assert _in_view(page, page.get_by_role("heading", name="Needs you"))
+    first_items = page.locator("#groups .group[data-group=not_submitted] li")
+    expect(first_items).to_have_count(25)
+    for i in range(4):
+        item = first_items.nth(i)
+        assert _in_view(page, item), i
+        assert _in_view(page, item.get_by_role("button", name="Submit PA"))
+    # the newest claim is first
+    expect(first_items.first).to_contain_text("Rx 1039")
+    assert not _in_view(page, page.locator("#claims-heading"))  # the day's table is below
+    _shot(page, tmp_path, "busy-day-fold.png")
+    _shot(page, tmp_path, "busy-day-full.png", full_page=True)
+
+    # the counts filter: only the denied ones, all five above the fold
+    page.locator("#counts [data-filter=denied]").click()
+    expect(page.locator("#counts [data-filter=denied]")).to_have_attribute("aria-pressed", "true")
+    denied = page.locator("#groups li")
+    expect(denied).to_have_count(5)
+    for i in range(5):
+        assert _in_view(page, denied.nth(i)), i
+    expect(denied.first).to_contain_text("Denied")
+    expect(denied.first).to_contain_text("Next:")
+    _shot(page, tmp_path, "busy-day-denied.png")
+    # find by Rx number
+    page.locator("#counts [data-filter=all]").click()
+    page.get_by_label("Find Rx number or PA").fill("1003")
+    expect(page.locator("#groups li")).to_have_count(1)
+    expect(page.locator("#groups li")).to_contain_text("Rx 1003")
+
+
+def test_acknowledge_from_the_worklist_and_the_pas_own_page(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    answer = _post_75(url)
+    pa_id = _submit(url, answer["claim_id"])["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id) == ("PA Response", "Favorable"), what="approved")
+    denied = _submit(url, _post_mr(url, "000000002222", group="DENYGRP"))["pa_id"]
+    wait_until(lambda: _pa_status(d, denied)[1] == "Unfavorable", what="denied")
+    page.goto(f"{url}/")
+    item = page.locator(f'#groups li[data-key="pa:{pa_id}"]')
+    expect(item).to_contain_text("Approved")
+    expect(item).to_contain_text("Approved until")
+    expect(item).to_contain_text("Sandboxin (test drug) 10 MG")
+    expect(item.get_by_role("link", name=f"Open PA {pa_id}")).to_have_attribute(
+        "href", f"/v1/pa/{pa_id}/open"
+    )
+    _shot(page, tmp_path, "worklist-approved.png")
+    item.get_by_role("button", name=f"Acknowledge PA {pa_id}").click()
+    expect(item).to_have_count(0)
+    expect(page.locator("#status")).to_contain_text(f"PA {pa_id} acknowledged")
+    expect(page.locator("#counts [data-filter=approved]")).to_have_text(
+        "0 Approved or not required: not yet acknowledged"
+    )
+    row = d.store.query(
+        "SELECT actor FROM audit WHERE action = 'pa.acknowledged' AND object_id = ?", [pa_id]
+    )
+    assert [r["actor"] for r in row] == ["console"]
+
+    # the denied PA's own page
+    page.locator(f'#groups li[data-key="pa:{denied}"]').get_by_role("link", name="Details").click()
+    expect(page).to_have_url(f"{url}/console/pa/{denied}")
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"PA {denied} for Rx 2222")
+    expect(page.locator("#pa-badge")).to_have_text("Denied")
+    expect(page.locator("#pa-next")).to_contain_text("appeal")
+    facts = page.locator("#claim")
+    expect(facts).to_contain_text("2222")
+    expect(facts).to_contain_text("Sandboxin (test drug) 10 MG")
+    expect(facts).to_contain_text("00093505601")
+    expect(page.locator("#history tr")).to_have_count(4)  # submit, New, PA Request, PA Response
+    expect(page.locator("#no-events")).to_be_visible()
+    link = page.get_by_role("link", name=f"Open PA {denied}")
+    expect(link).to_have_attribute("target", "_blank")
+    _shot(page, tmp_path, "pa-page-denied.png", full_page=True)
+    page.get_by_role("button", name=f"Acknowledge PA {denied}").click()
+    expect(page.locator("#pa-ack")).to_contain_text("Acknowledged by console")
+    expect(page.locator("#acks li")).to_have_count(1)
+    for word in PHI:
+        assert word not in page.content()
+
+    # events on the page: a deletion
+    _callback(d, {"id": denied, "workflow_status": "PA Response", "plan_outcome": "Unfavorable",
+                  "events": [{"type": "DELETE", "time": "2026-11-24T09:00:00Z"}]})  # fmt: skip
+    expect(page.locator("#events li")).to_have_count(1, timeout=15_000)
+    expect(page.locator("#events")).to_contain_text("Deleted")
+    expect(page.locator("#pa-badge")).to_have_text("Deleted")
+    expect(page.get_by_role("button", name=f"Acknowledge PA {denied}")).to_be_visible()
+    _shot(page, tmp_path, "pa-page-deleted.png", full_page=True)

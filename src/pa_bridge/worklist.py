@@ -377,6 +377,8 @@ def pa_page(bridge: Bridge, pa_id: str, now: float | None = None) -> dict[str, A
                 "fallback_reason": tx.get("fallback_reason"),
                 "purged": c["raw_purged_at"] is not None,
             }
+    pa["rx_number"] = claim["rx_number"] if claim else None
+    pa["product_id"] = claim["product_id"] if claim else None
     return {
         "generated_at": now_iso(t),
         "pa": pa,

@@ -168,6 +168,8 @@
     var pa = item.pa, c = item.claim;
     var rx = (pa && pa.rx_number) || (c && c.rx_number);
     var li = el("li", { className: "item tone-" + (pa ? pa.tone : "warn"), "data-key": item.key });
+    var main = el("div", { className: "item-main" });
+    li.appendChild(main);
     var head = el("p", { className: "item-head" }, [
       el("strong", { text: rx ? "Rx " + rx : "Rx unknown" }),
       " ",
@@ -177,7 +179,7 @@
       pa ? el("span", { className: "pa-id mono", text: "PA " + pa.pa_id }) : null,
       el("span", { className: "since" }, [C.timeOf(item.since)])
     ]);
-    li.appendChild(head);
+    main.appendChild(head);
     if (pa) {
       var what = el("p", { className: "item-text" }, [pa.meaning + " ", el("strong", { text: "Next: " }), pa.next_step]);
       if (pa.expiration_date) {
@@ -186,7 +188,7 @@
       if (item.attention === "pending_too_long") {
         what.appendChild(el("span", { className: "note", text: "No decision " + Math.round(lastData.pending_alert_hours) + " hours or more after it was started." }));
       }
-      li.appendChild(what);
+      main.appendChild(what);
       var actions = el("p", { className: "actions" }, [
         C.paLink(pa, rx),
         el("a", { href: pa.page_url, className: "details", "data-fkey": "details:" + pa.pa_id }, ["Details", el("span", { className: "sr-only", text: " of PA " + pa.pa_id })]),
@@ -194,7 +196,7 @@
       ]);
       li.appendChild(actions);
     } else {
-      li.appendChild(el("p", { className: "item-text" }, [
+      main.appendChild(el("p", { className: "item-text" }, [
         "Rejected " + ((c.reject_codes || []).join(", ") || "") + ": "
       ].concat(messageBlock(c))));
       var btn = submitButton(c, "w");
