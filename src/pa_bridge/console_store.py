@@ -22,6 +22,7 @@ __all__ = [
     "acknowledgements",
     "latest_acknowledgements",
     "pas_changed_since",
+    "claim_requests",
     "pas_by_claim_keys",
     "claim_row",
 ]
@@ -37,15 +38,26 @@ _PA_COLUMNS = (
 
 
 def pas_changed_since(store: Store, since_iso: str, limit: int) -> list[dict[str, Any]]:
-    """PAs changed at or after ``since_iso``, most recently changed first, each with
-    its claim's stored request (for the Rx number and product id; NULL once purged)."""
-    cols = ", ".join(f"p.{c.strip()}" for c in _PA_COLUMNS.split(","))
+    """PAs changed at or after ``since_iso``, most recently changed first."""
     return store.query(
-        f"SELECT {cols}, e.request_raw AS request_raw FROM pas p"  # noqa: S608 - our columns
-        " LEFT JOIN exchanges e ON e.id = p.claim_id"
-        " WHERE p.updated_at >= ? ORDER BY p.updated_at DESC LIMIT ?",
+        f"SELECT {_PA_COLUMNS} FROM pas WHERE updated_at >= ?"  # noqa: S608 - our columns
+        " ORDER BY updated_at DESC LIMIT ?",
         [since_iso, limit],
     )
+
+
+def claim_requests(store: Store, claim_ids: list[str]) -> dict[str, bytes | None]:
+    """The stored request of each claim (None once purged), for Rx numbers and product ids."""
+    out: dict[str, bytes | None] = {}
+    for i in range(0, len(claim_ids), 500):
+        part = claim_ids[i : i + 500]
+        marks = ",".join("?" for _ in part)
+        for row in store.query(
+            f"SELECT id, request_raw FROM exchanges WHERE id IN ({marks})",  # noqa: S608 - placeholders
+            part,
+        ):
+            out[row["id"]] = row["request_raw"]
+    return out
 
 
 def pas_by_claim_keys(store: Store, keys: list[str]) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,7 @@ import ncpdp
 from . import console_store
 from .bridge import Bridge, BridgeError, claim_key
 from .pa_guide import ATTENTION_ORDER, ATTENTION_TITLES, guide, guide_table
-from .store import StoreUnavailable, now_iso, parse_iso
+from .store import StoreUnavailable, now_iso
 
 __all__ = [
     "local_day_start",
@@ -113,8 +113,11 @@ def _details(row: dict[str, Any]) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def attention_of(row: dict[str, Any], now: float, pending_hours: float) -> str | None:
-    """The worklist group a PA belongs in as it is now, or None (nothing to do)."""
+def attention_of(
+    row: dict[str, Any], now: float, pending_hours: float, cutoff: str | None = None
+) -> str | None:
+    """The worklist group a PA belongs in as it is now, or None (nothing to do).
+    ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it."""
     g = guide(
         row["workflow_status"],
         row["plan_outcome"],
@@ -127,14 +130,17 @@ def attention_of(row: dict[str, Any], now: float, pending_hours: float) -> str |
         row["workflow_status"] not in _SETTLED
         and (row["plan_outcome"] or "") != "Cancelled"
         and row["created_at"]
-        and now - parse_iso(row["created_at"]) >= pending_hours * 3600
+        and row["created_at"] <= (cutoff or now_iso(now - pending_hours * 3600))
     ):
         return "pending_too_long"
     return None
 
 
 def _pa_summary(
-    row: dict[str, Any], now: float | None = None, pending_hours: float | None = None
+    row: dict[str, Any],
+    now: float | None = None,
+    pending_hours: float | None = None,
+    cutoff: str | None = None,
 ) -> dict[str, Any]:
     pa = Bridge.pa_json(row)
     out = {k: pa[k] for k in _CONSOLE_PA_FIELDS}
@@ -153,7 +159,7 @@ def _pa_summary(
             "tone": g.tone,
             "attention": None
             if now is None or pending_hours is None
-            else attention_of(row, now, pending_hours),
+            else attention_of(row, now, pending_hours, cutoff),
             "drug_name": " ".join(x for x in (d.get("drug_name"), d.get("drug_strength")) if x)
             or None,
             "expiration_date": d.get("expiration_date"),
@@ -267,8 +273,13 @@ def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
     return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
 
 
+#: At most this many worklist items in one answer (the counts still count them all).
+MAX_ITEMS = 200
+
+
 def needs_action(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
-    """What needs the pharmacist, most urgent group first, newest first in a group.
+    """What needs the pharmacist, most urgent group first, newest first in a group
+    (at most ``MAX_ITEMS``).
 
     Claims rejected for PA today with no PA; and every PA changed within the retention
     period (``storage.retention_days``) that is denied, deleted, failed its fax, failed
@@ -276,65 +287,73 @@ def needs_action(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
     ``intake.pending_alert_hours`` after it was started, unless the pharmacist has
     acknowledged it for that same reason. A later change that puts it in another
     group brings it back (decision 0014)."""
-    t_now = bridge.clock() if now is None else now
+    t = bridge.clock() if now is None else now
+    return _needs_action(bridge, t, claims_today(bridge, t))[0]
+
+
+def _needs_action(
+    bridge: Bridge, t_now: float, claims: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     hours = bridge.settings.intake.pending_alert_hours
-    items: list[dict[str, Any]] = []
-    for c in claims_today(bridge, t_now):
-        if c["pa"] is None:
-            items.append(
-                {
-                    "attention": "not_submitted",
-                    "key": "claim:" + c["key"],
-                    "since": c["received_at"],
-                    "claim": c,
-                    "pa": None,
-                }
-            )
+    cutoff = now_iso(t_now - hours * 3600)
+    # (attention, since, claim entry or PA row) for everything that needs the pharmacist
+    found: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = [
+        ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
+    ]
     horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
     rows = console_store.pas_changed_since(bridge.store, horizon, MAX_ROWS * 4)
-    flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours)) is not None]
+    flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
     acks = console_store.latest_acknowledgements(bridge.store, [r["id"] for r, _ in flagged])
-    for r, attention in flagged:
+    for r, a in flagged:
         ack = acks.get(r["id"])
-        if ack is not None and ack["attention"] == attention:
-            continue
-        pa = _with_line(bridge, r, _pa_summary(r, t_now, hours))
-        pa["acknowledged"] = ack
-        items.append(
-            {
-                "attention": attention,
-                "key": "pa:" + r["id"],
-                "since": r["updated_at"],
-                "claim": None,
-                "pa": pa,
-            }
-        )
+        if ack is None or ack["attention"] != a:
+            found.append((a, r["updated_at"] or "", None, r))
+    counts = {a: 0 for a in ATTENTION_ORDER}
+    for a, *_ in found:
+        counts[a] += 1
     rank = {a: i for i, a in enumerate(ATTENTION_ORDER)}
-    items.sort(key=lambda it: it["since"] or "", reverse=True)
-    items.sort(key=lambda it: rank[it["attention"]])
-    return items[:MAX_ROWS]
+    found.sort(key=lambda f: f[1], reverse=True)
+    found.sort(key=lambda f: rank[f[0]])
+    found = found[:MAX_ITEMS]
+    # the stored requests only of claims whose Rx number is not in the cache yet
+    with _LINES_LOCK:
+        missing = sorted({r["claim_id"] for *_, r in found if r and r["claim_id"]} - _LINES.keys())
+    raws = console_store.claim_requests(bridge.store, missing) if missing else {}
+    items: list[dict[str, Any]] = []
+    for attention, since, claim, row in found:
+        pa = None
+        if row is not None:
+            pa = _pa_summary(row, t_now, hours, cutoff)
+            pa = _with_line(bridge, {**row, "request_raw": raws.get(row["claim_id"])}, pa)
+            pa["acknowledged"] = acks.get(row["id"])
+        key = "claim:" + claim["key"] if claim is not None else "pa:" + (pa or {})["pa_id"]
+        items.append(
+            {"attention": attention, "key": key, "since": since or None, "claim": claim, "pa": pa}
+        )
+    return items, counts
 
 
 def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
     """Everything the console shows, in one answer."""
     t = bridge.clock() if now is None else now
-    items = needs_action(bridge, t)
-    counts = {a: 0 for a in ATTENTION_ORDER}
-    for it in items:
-        counts[it["attention"]] += 1
+    claims = claims_today(bridge, t)
+    items, counts = _needs_action(bridge, t, claims)
     return {
         "generated_at": now_iso(t),
         "day_start": local_day_start(t),
         "pending_alert_hours": bridge.settings.intake.pending_alert_hours,
-        "counts": {**counts, "total": len(items)},
+        "counts": {**counts, "total": sum(counts.values())},
         "groups": [
             {"key": a, "title": ATTENTION_TITLES[a], "count": counts[a]} for a in ATTENTION_ORDER
         ],
         "items": items,
-        "claims": claims_today(bridge, t),
+        "claims": claims,
         "pas": pas_today(bridge, t),
-        "guide": guide_table(),
+        "guide": _GUIDE,
     }
+
+
+_GUIDE = guide_table()
 
 
 def pa_page(bridge: Bridge, pa_id: str, now: float | None = None) -> dict[str, Any]:
