@@ -93,9 +93,12 @@ def who() -> str:
     if actor.startswith("token#"):
         return actor.split("@", 1)[0]
     try:
-        loopback = ipaddress.ip_address(request.remote_addr or "").is_loopback
+        ip = ipaddress.ip_address(request.remote_addr or "")
     except ValueError:
         loopback = False
+    else:
+        mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+        loopback = ip.is_loopback or bool(mapped and mapped.is_loopback)
     return "console" if loopback else (request.remote_addr or "unknown")
 
 
