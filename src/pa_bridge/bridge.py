@@ -19,6 +19,7 @@ import httpx
 
 import ncpdp
 
+from . import policy
 from .callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
 from .client import (
     ClaimResult,
@@ -144,15 +145,6 @@ def claim_key(req: ncpdp.Transmission, index: int) -> str:
         v.service_provider_id,
     ]
     return "|".join(parts)
-
-
-def _single_transaction(req: ncpdp.Transmission, index: int) -> ncpdp.Transmission:
-    """The request with only transaction ``index`` (109-A9 set to 1)."""
-    if len(req.groups) <= 1:
-        return req.canonical()
-    h = req.header
-    raw = h.raw[:20] + "1" + h.raw[21:]
-    return ncpdp.Transmission(ncpdp.RequestHeader(raw), req.segments, [req.groups[index]])
 
 
 def _prescriber_fax(metadata: Any) -> str:
@@ -419,8 +411,8 @@ class Bridge:
                     index=tx.index,
                     transaction_status=status,
                     reject_codes=[r.code for r in tx.reject_codes],
-                    pa_eligible=tx.pa_eligible,
-                    outcomes_first=tx.outcomes_first,
+                    pa_eligible=policy.pa_eligible(tx),
+                    outcomes_first=policy.outcomes_first(tx),
                     payer_message=tx.additional_message or sv.message or "",
                 )
             )
@@ -515,7 +507,7 @@ class Bridge:
         req = ncpdp.parse(ex["request_raw"], strict=False)
         resp = ncpdp.parse(ex["response_raw"], strict=False)
         tx = resp.as_response().transactions
-        if index >= len(tx) or not tx[index].pa_eligible:
+        if index >= len(tx) or not policy.pa_eligible(tx[index]):
             raise BridgeError(
                 409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
             )
@@ -546,7 +538,7 @@ class Bridge:
                 req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
             )
             try:
-                result = self.client.submit_claim(bytes(_single_transaction(req, index)), md)
+                result = self.client.submit_claim(bytes(ncpdp.only_transaction(req, index)), md)
             except ServiceError as e:
                 self.metrics.pa_submits.labels(e.code).inc()
                 log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
