@@ -680,11 +680,42 @@ def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: 
         _post_75(url, rxs=(b.Rx(rx_number=f"00000000{i:04d}"),))
     pa_id = _submit(url, _post_mr(url, "000000009999"))["pa_id"]
     wait_until(lambda: _pa_status(d, pa_id)[0] == "PA Response", what="approved")
+    # what made the old page 45-96 px too wide: long statuses with both event badges,
+    # four reject codes and a message with a long unbroken word
+    events = [
+        {"type": "DELETE", "time": "2026-11-24T08:00:00Z"},
+        {"type": "REQUEST_FAX_FAILED", "time": "2026-11-24T08:00:00Z"},
+    ]
+    for j, (status, outcome) in enumerate(
+        (
+            ("Shared \\ Accessed Online", None),
+            ("Cancel Request Sent", None),
+            ("Appeal Response", "Unfavorable"),
+        )
+    ):
+        _callback(
+            d,
+            {"id": f"LONGPA{j:04d}", "workflow_status": status, "plan_outcome": outcome,
+             "events": events},
+        )  # fmt: skip
+    long_message = "CALL THE HELP DESK OR SEE HTTPS://EXAMPLE.INVALID/PRIOR-AUTHORIZATION-RULES"
+    outcome = b.Outcome(status="R", reject_codes=("75", "76", "MR", "AG"), messages=(long_message,))
+    httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(
+            b.request_bytes(rxs=(b.Rx(rx_number="000009999998"),)), b.response_bytes([outcome])
+        ),
+        timeout=10,
+    )
     ctx = browser.new_context(viewport={"width": 800, "height": 900})
     try:
         page = ctx.new_page()
         page.set_default_timeout(15_000)
-        for path, ready in (("/", "#claims-body tr"), (f"/console/pa/{pa_id}", "#history tr")):
+        for path, ready in (
+            ("/", "#pas-body tr[data-key=LONGPA0002]"),
+            (f"/console/pa/{pa_id}", "#history tr"),
+            ("/console/pa/LONGPA0000", "#events li"),
+        ):
             page.goto(url + path)
             page.locator(ready).first.wait_for()
             over = page.evaluate(
