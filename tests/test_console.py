@@ -871,3 +871,26 @@ def test_acknowledge_from_the_worklist_and_the_pas_own_page(
     expect(page.locator("#pa-badge")).to_have_text("Deleted")
     expect(page.get_by_role("button", name=f"Acknowledge PA {denied}")).to_be_visible()
     _shot(page, tmp_path, "pa-page-deleted.png", full_page=True)
+
+
+def test_lost_contact_then_connected_again_never_beside_a_problem(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.support import free_port
+
+    d = make_daemon(intake={"listen": f"127.0.0.1:{free_port()}"})
+    url = d.intake_server.url
+    _post_75(url)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    alert, status = page.get_by_role("alert"), page.locator("#status")
+    d.intake_server.stop()  # pa-bridge's API goes away
+    expect(alert).to_contain_text("Lost contact")
+    expect(status).to_have_text("")
+    expect(page.locator("#claims-body tr")).to_have_count(1)  # what was shown stays
+    _shot(page, tmp_path, "lost-contact.png")
+    d.intake_server.start()  # and comes back on the same port
+    expect(status).to_have_text("Connected to pa-bridge again.")
+    expect(alert).to_be_hidden()
