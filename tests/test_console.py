@@ -324,7 +324,7 @@ def test_a_failed_submit_is_explained_in_plain_words(make_daemon: Any, page: Any
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
 
 
-def _shot(page: Any, tmp_path: Path, name: str, *, full_page: bool = False) -> None:
+def _shot(page: Any, tmp_path: Path, name: str, full_page: bool = False) -> None:
     """A screenshot kept as a test artifact: under pytest's tmp dir and in the
     git-ignored ``test-artifacts/console/`` of the worktree."""
     page.screenshot(path=str(tmp_path / name), full_page=full_page)
@@ -711,10 +711,10 @@ def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: 
     try:
         page = ctx.new_page()
         page.set_default_timeout(15_000)
-        for path, ready in (
-            ("/", "#pas-body tr[data-key=LONGPA0002]"),
-            (f"/console/pa/{pa_id}", "#history tr"),
-            ("/console/pa/LONGPA0000", "#events li"),
+        for shot, path, ready in (
+            ("worklist", "/", "#pas-body tr[data-key=LONGPA0002]"),
+            ("pa-page", f"/console/pa/{pa_id}", "#history tr"),
+            ("pa-page-events", "/console/pa/LONGPA0000", "#events li"),
         ):
             page.goto(url + path)
             page.locator(ready).first.wait_for()
@@ -722,7 +722,7 @@ def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: 
                 "document.documentElement.scrollWidth - document.documentElement.clientWidth"
             )
             assert over <= 0, f"{path}: {over} px of sideways scroll at 800 px"
-            _shot(page, tmp_path, f"800px{path.replace('/', '-')}.png", full_page=True)
+            _shot(page, tmp_path, f"800px-{shot}.png", full_page=True)
     finally:
         ctx.close()
 
