@@ -10,14 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import ncpdp
 
-from . import console_store
-from .bridge import Bridge, BridgeError, claim_key
 from .pa_guide import ATTENTION_ORDER, ATTENTION_TITLES, guide, guide_table
-from .store import StoreUnavailable, now_iso
+from .service import Services
+from .service.decisions import claim_key
+from .service.errors import BridgeError
+from .service.pas import pa_json
+from .store import StoreUnavailable, exchanges, now_iso
+from .store import console as console_store
+from .store import pas as pa_rows
 
 __all__ = [
     "local_day_start",
@@ -105,7 +110,7 @@ _CONSOLE_PA_FIELDS = (
 _SETTLED = frozenset({"Archived", "Provider Cancel", "Cancel Request Sent"})
 
 
-def _details(row: dict[str, Any]) -> dict[str, Any]:
+def _details(row: Mapping[str, Any]) -> dict[str, Any]:
     try:
         d = json.loads(row.get("details_json") or "{}")
     except ValueError:
@@ -114,7 +119,7 @@ def _details(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def attention_of(
-    row: dict[str, Any], now: float, pending_hours: float, cutoff: str | None = None
+    row: Mapping[str, Any], now: float, pending_hours: float, cutoff: str | None = None
 ) -> str | None:
     """The worklist group a PA belongs in as it is now, or None (nothing to do).
     ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it."""
@@ -137,12 +142,12 @@ def attention_of(
 
 
 def _pa_summary(
-    row: dict[str, Any],
+    row: Mapping[str, Any],
     now: float | None = None,
     pending_hours: float | None = None,
     cutoff: str | None = None,
 ) -> dict[str, Any]:
-    pa = Bridge.pa_json(row)
+    pa = pa_json(row)
     out = {k: pa[k] for k in _CONSOLE_PA_FIELDS}
     g = guide(
         row["workflow_status"],
@@ -171,7 +176,7 @@ def _pa_summary(
     return out
 
 
-def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
     newest first, with the answer's message and button label and the PA if one exists:
     the claim's own, or the one the service answered for the same claim sent earlier
@@ -179,26 +184,18 @@ def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
-    rows = bridge.store.query(
-        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"
-        " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
-        " ORDER BY received_at DESC LIMIT ?",
-        [start, MAX_ROWS],
-    )
+    reader = bridge.store.reader()
+    rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS)
     if not rows:
         return []
-    marks = ",".join("?" for _ in rows)
-    pas: dict[tuple[str, int], dict[str, Any]] = {}
-    for p in bridge.store.query(
-        f"SELECT * FROM pas WHERE claim_id IN ({marks}) ORDER BY created_at DESC",  # noqa: S608 - only placeholders
-        [r["id"] for r in rows],
-    ):
+    pas: dict[tuple[str | None, int], dict[str, Any]] = {}
+    for p in pa_rows.for_claims(reader, [r["id"] for r in rows]):
         pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours)
     keys = {r["id"]: claim_keys(r["id"], r["request_raw"]) for r in rows}
     wanted = sorted({k for ks in keys.values() for k in ks})
     by_key = {
         k: _pa_summary(p, t_now, hours)
-        for k, p in console_store.pas_by_claim_keys(bridge.store, wanted).items()
+        for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
     }
     default_label = bridge.settings.intake.default_button_label
     out: list[dict[str, Any]] = []
@@ -250,26 +247,20 @@ def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
     return out
 
 
-def _with_line(bridge: Bridge, row: dict[str, Any], pa: dict[str, Any]) -> dict[str, Any]:
+def _with_line(bridge: Services, row: Mapping[str, Any], pa: dict[str, Any]) -> dict[str, Any]:
     lines = rx_lines(row["claim_id"], row.get("request_raw"))
     i = row["transaction_index"] or 0
     pa.update(lines[i] if i < len(lines) else {"rx_number": None, "product_id": None})
     return pa
 
 
-def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
-    rows = bridge.store.query(
-        "SELECT p.*, e.request_raw AS request_raw FROM pas p"
-        " LEFT JOIN exchanges e ON e.id = p.claim_id"
-        " WHERE p.updated_at >= ? OR p.created_at >= ?"
-        " ORDER BY p.change_seq DESC LIMIT ?",
-        [start, start, MAX_ROWS],
-    )
+    rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS)
     return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
 
 
@@ -277,7 +268,7 @@ def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
 MAX_ITEMS = 200
 
 
-def needs_action(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def needs_action(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """What needs the pharmacist, most urgent group first, newest first in a group
     (at most ``MAX_ITEMS``).
 
@@ -292,18 +283,20 @@ def needs_action(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
 
 
 def _needs_action(
-    bridge: Bridge, t_now: float, claims: list[dict[str, Any]]
+    bridge: Services, t_now: float, claims: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     hours = bridge.settings.intake.pending_alert_hours
     cutoff = now_iso(t_now - hours * 3600)
     # (attention, since, claim entry or PA row) for everything that needs the pharmacist
-    found: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = [
+    found: list[tuple[str, str, dict[str, Any] | None, Mapping[str, Any] | None]] = [
         ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
     ]
     horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
-    rows = console_store.pas_changed_since(bridge.store, horizon, MAX_ROWS * 4)
+    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4)
     flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
-    acks = console_store.latest_acknowledgements(bridge.store, [r["id"] for r, _ in flagged])
+    acks = console_store.latest_acknowledgements(
+        bridge.store.reader(), [r["id"] for r, _ in flagged]
+    )
     for r, a in flagged:
         ack = acks.get(r["id"])
         if ack is None or ack["attention"] != a:
@@ -318,7 +311,7 @@ def _needs_action(
     # the stored requests only of claims whose Rx number is not in the cache yet
     with _LINES_LOCK:
         missing = sorted({r["claim_id"] for *_, r in found if r and r["claim_id"]} - _LINES.keys())
-    raws = console_store.claim_requests(bridge.store, missing) if missing else {}
+    raws = console_store.claim_requests(bridge.store.reader(), missing) if missing else {}
     items: list[dict[str, Any]] = []
     for attention, since, claim, row in found:
         pa = None
@@ -333,7 +326,7 @@ def _needs_action(
     return items, counts
 
 
-def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
+def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
     """Everything the console shows, in one answer."""
     t = bridge.clock() if now is None else now
     claims = claims_today(bridge, t)
@@ -356,24 +349,24 @@ def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
 _GUIDE = guide_table()
 
 
-def pa_page(bridge: Bridge, pa_id: str, now: float | None = None) -> dict[str, Any]:
+def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str, Any]:
     """One PA for its console page: status words, history, events, acknowledgements,
     the claim it came from (Rx number, product id, drug name where known) and its links.
     Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
-    full = bridge.get_pa(pa_id)  # 404 when unknown
-    row = bridge.get_pa_row(pa_id)
+    full = bridge.pas.get_pa(pa_id)  # 404 when unknown
+    row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
     pa = _pa_summary(row, t, hours)
     pa["links"] = full["links"]
     pa["urls"] = full["urls"]
     pa["link_pending"] = full["link_pending"]
-    acks = console_store.acknowledgements(bridge.store, pa_id)
+    acks = console_store.acknowledgements(bridge.store.reader(), pa_id)
     pa["acknowledged"] = acks[-1] if acks else None
     claim: dict[str, Any] | None = None
     if row["claim_id"]:
-        c = console_store.claim_row(bridge.store, row["claim_id"])
+        c = console_store.claim(bridge.store.reader(), row["claim_id"])
         if c is not None:
             i = row["transaction_index"] or 0
             lines = rx_lines(c["id"], c["request_raw"])
@@ -408,18 +401,19 @@ def pa_page(bridge: Bridge, pa_id: str, now: float | None = None) -> dict[str, A
     }
 
 
-def acknowledge(bridge: Bridge, pa_id: str, who: str, now: float | None = None) -> dict[str, Any]:
+def acknowledge(bridge: Services, pa_id: str, who: str, now: float | None = None) -> dict[str, Any]:
     """Record that ``who`` acknowledged the PA as it is now (its worklist reason and
     change cursor) in the audit trail; it leaves the worklist until another reason
     brings it back. Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
-    row = bridge.get_pa_row(pa_id)
+    row = bridge.pas.get_pa_row(pa_id)
     if row is None:
         raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
     attention = attention_of(row, t, bridge.settings.intake.pending_alert_hours)
     try:
-        ack = console_store.acknowledge(
-            bridge.store, pa_id, who, attention, str(row["change_seq"]), t
+        at, cursor = now_iso(t), str(row["change_seq"])
+        ack = bridge.store.write(
+            lambda db: console_store.acknowledge(db, pa_id, who, attention, cursor, at)
         )
     except StoreUnavailable as e:
         raise BridgeError(

@@ -15,7 +15,7 @@ import ipaddress
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from .. import worklist
-from ..bridge import Bridge
+from ..service import Services
 
 __all__ = ["bp", "is_public_path", "STATIC_PREFIX"]
 
@@ -45,8 +45,8 @@ def is_public_path(path: str) -> bool:
     )
 
 
-def _bridge() -> Bridge:
-    b: Bridge = current_app.extensions["pa_bridge"]
+def _bridge() -> Services:
+    b: Services = current_app.extensions["pa_bridge"]
     return b
 
 
