@@ -6,7 +6,8 @@
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
   with its :class:`Kind` and :class:`Status`), :mod:`.callbacks`, :mod:`.audit`,
-  :mod:`.meta`, :mod:`.idempotency`;
+  :mod:`.meta`, :mod:`.idempotency`, :mod:`.console` (the pharmacist console's reads
+  and acknowledgements);
 - :mod:`.retention` (purge and VACUUM) and :mod:`.files` (the database as a file, for
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from . import (
     audit,
     callbacks,
+    console,
     exchanges,
     files,
     idempotency,
@@ -58,6 +60,7 @@ __all__ = [
     "audit",
     "callbacks",
     "connect_existing",
+    "console",
     "create_private",
     "exchanges",
     "files",

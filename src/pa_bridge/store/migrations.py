@@ -133,6 +133,15 @@ def m003_pa_links(db: Database) -> None:
 
 
 @MIGRATIONS()
+def m004_console(db: Database) -> None:
+    # Issue 16 (the pharmacist console): what a callback says beyond the status that
+    # the console shows (approval period, drug name, ePA or classic), and an index for
+    # reading the audit trail by object (acknowledgements).
+    db.execute("ALTER TABLE pas ADD COLUMN details_json TEXT NOT NULL DEFAULT '{}'")
+    db.execute("CREATE INDEX audit_object ON audit(object_id, action)")
+
+
+@MIGRATIONS()
 def m005_integrator_api(db: Database) -> None:
     # Issue 16 (the integrator's API): each claim exchange's claim keys (one per
     # transaction, so a re-sent exchange finds the PA of its claim), the PA's Rx number

@@ -57,6 +57,7 @@ class PaRow(TypedDict):
     events_json: str
     fax_failed: int
     links_json: str
+    details_json: str  # approval period, drug name, ePA or classic (from callbacks)
     rx_number: str | None  # of the claim it was submitted for (issue 16)
     product_id: str | None
 
@@ -82,6 +83,7 @@ class CallbackState(TypedDict):
     fax_failed: int
     links_json: str | None
     urls_json: str | None
+    details_json: str | None
 
 
 def get(db: Database, pa_id: str) -> PaRow | None:
@@ -261,11 +263,11 @@ def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
 # ---- callbacks ---------------------------------------------------------------------
 _CALLBACK_STATE = (
     "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-    " links_json, urls_json FROM pas WHERE id = ?"
+    " links_json, urls_json, details_json FROM pas WHERE id = ?"
 )
 _STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
-    "fax_failed", "links_json", "urls_json",
+    "fax_failed", "links_json", "urls_json", "details_json",
 )  # fmt: skip
 
 
@@ -298,22 +300,23 @@ def insert_from_callback(
     """A PA we did not start (or whose submit we have not stored yet)."""
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-        " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
         (pa_id, state["urls_json"], state["workflow_status"], state["plan_outcome"],
          state["status_time"], state["deleted"], now, now, seq, state["events_json"],
-         state["fax_failed"], state["links_json"]),
+         state["fax_failed"], state["links_json"], state["details_json"] or "{}"),
     )  # fmt: skip
 
 
 def update_from_callback(
     db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
 ) -> None:
+    """``state["details_json"]`` None: keep what the PA has."""
     db.conn.execute(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-        " urls_json = ? WHERE id = ?",
+        " urls_json = ?, details_json = coalesce(?, details_json) WHERE id = ?",
         (state["workflow_status"], state["plan_outcome"], state["status_time"],
          state["events_json"], state["deleted"], state["fax_failed"], now, seq,
-         state["links_json"], state["urls_json"], pa_id),
+         state["links_json"], state["urls_json"], state["details_json"], pa_id),
     )  # fmt: skip
