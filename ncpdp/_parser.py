@@ -322,6 +322,7 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     t._tolerated = tuple(tolerated) if tolerated else ()
     t._text = full
     t._wire = chunks
+    t._request_view = t._response_view = None
     return t
 
 
