@@ -9,7 +9,6 @@ secrets are reported as present or missing, the database only by counts.
 from __future__ import annotations
 
 import os
-import sqlite3
 import ssl
 import stat
 import time
@@ -32,6 +31,8 @@ from .client import (
     verify_context,
 )
 from .config import ConfigError, Settings, is_loopback, load_settings, parse_listen
+from .restore import BACKUP_MARK
+from .store import DatabaseError, files, migrations
 
 __all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
 
@@ -162,23 +163,6 @@ def _nearest_existing(p: Path) -> Path:
     return p
 
 
-def _known_migrations() -> list[str]:
-    from .store import MIGRATIONS, Database
-
-    return [m.name for m in MIGRATIONS.pending(Database(memory=True))]
-
-
-def _open_readonly(path: Path) -> sqlite3.Connection:
-    # With no -wal file the daemon is not running: open immutable so that nothing
-    # (not even a -shm) is created next to the database by whoever runs doctor.
-    wal = Path(f"{path}-wal")
-    shm = Path(f"{path}-shm")
-    mode = "mode=ro" if wal.exists() and shm.exists() else "mode=ro&immutable=1"
-    conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=5)
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
 def check_database(s: Settings) -> list[Check]:
     path = Path(s.storage.path)
     out: list[Check] = []
@@ -247,37 +231,10 @@ def check_database(s: Settings) -> list[Check]:
 
 def _check_schema(path: Path) -> list[Check]:
     out: list[Check] = []
-    known = _known_migrations()
+    known = migrations.known()
     try:
-        conn = _open_readonly(path)
-        try:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            applied: list[str] = []
-            if "_sqlite_migrations" in tables:
-                applied = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM _sqlite_migrations WHERE migration_set = 'pa_bridge'"
-                    )
-                ]
-            restored_from = None
-            if "meta" in tables:
-                row = conn.execute(
-                    "SELECT value FROM meta WHERE key = 'backup.taken_at'"
-                ).fetchone()
-                restored_from = None if row is None else str(row[0])
-            failed = 0
-            if "outbox" in tables:
-                failed = int(
-                    conn.execute("SELECT count(*) FROM outbox WHERE status = 'failed'").fetchone()[
-                        0
-                    ]
-                )
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
+        facts = files.inspect_file(path, BACKUP_MARK)
+    except DatabaseError as e:
         out.append(
             fail(
                 "database schema",
@@ -286,6 +243,7 @@ def _check_schema(path: Path) -> list[Check]:
             )
         )
         return out
+    applied, restored_from, failed = facts.applied, facts.backup_taken_at, facts.failed
     pending = [n for n in known if n not in applied]
     unknown = [n for n in applied if n not in known]
     if unknown:
