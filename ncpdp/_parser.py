@@ -440,6 +440,7 @@ def _fast(text: str) -> Transmission | None:
     t._tolerated = ()
     t._text = text
     t._wire = chunks
+    t._request_view = t._response_view = None
     return t
 
 
