@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from ._codecs import decode_implied
 from ._errors import CodecError, NcpdpError
@@ -201,6 +202,45 @@ class ResponseView:
         return self.header_response_status == "R" or any(t.rejected for t in self.transactions)
 
 
+# The views' text fields as data: attribute -> field id, per segment.
+_CLAIM_TEXTS = {
+    "rx_number": "D2",
+    "rx_number_qualifier": "EM",
+    "product_id": "D7",
+    "product_id_qualifier": "E1",
+    "date_written": "DE",
+}
+_PRESCRIBER_TEXTS = {
+    "prescriber_id": "DB",
+    "prescriber_id_qualifier": "EZ",
+    "prescriber_last_name": "DR",
+    "prescriber_first_name": "2J",
+    "prescriber_phone": "PM",
+}
+_INSURANCE_TEXTS = {
+    "group_id": "C1",
+    "cardholder_id": "C2",
+    "person_code": "C3",
+    "patient_relationship_code": "C6",
+}
+_PATIENT_TEXTS = {
+    "first_name": "CA",
+    "last_name": "CB",
+    "date_of_birth": "C4",
+    "gender_code": "C5",
+    "street": "CM",
+    "city": "CN",
+    "state": "CO",
+    "zip": "CP",
+    "middle_name": "0C",
+}
+
+
+def _texts(values: dict[str, str], table: dict[str, str]) -> dict[str, Any]:
+    """attribute -> the trimmed value of its field (None when absent or blank)."""
+    return {attr: _clean(values.get(fid)) for attr, fid in table.items()}
+
+
 def request_view(t: Transmission) -> RequestView:
     h = t.header
     if not isinstance(h, RequestHeader):
@@ -220,19 +260,11 @@ def request_view(t: Transmission) -> RequestView:
         txs.append(
             RequestTransactionView(
                 index=i,
-                rx_number=_clean(claim.get("D2")),
-                rx_number_qualifier=_clean(claim.get("EM")),
-                product_id=_clean(claim.get("D7")),
-                product_id_qualifier=_clean(claim.get("E1")),
                 fill_number=_int(claim.get("D3")),
                 quantity=quantity,
                 days_supply=_int(claim.get("D5")),
-                date_written=_clean(claim.get("DE")),
-                prescriber_id=_clean(pres.get("DB")),
-                prescriber_id_qualifier=_clean(pres.get("EZ")),
-                prescriber_last_name=_clean(pres.get("DR")),
-                prescriber_first_name=_clean(pres.get("2J")),
-                prescriber_phone=_clean(pres.get("PM")),
+                **_texts(claim, _CLAIM_TEXTS),
+                **_texts(pres, _PRESCRIBER_TEXTS),
             )
         )
     return RequestView(
@@ -244,22 +276,8 @@ def request_view(t: Transmission) -> RequestView:
         service_provider_id_qualifier=h.service_provider_id_qualifier,
         date_of_service=h.date_of_service,
         software_vendor_id=h.software_vendor_id,
-        group_id=_clean(ins.get("C1")),
-        cardholder_id=_clean(ins.get("C2")),
-        person_code=_clean(ins.get("C3")),
-        patient_relationship_code=_clean(ins.get("C6")),
-        patient=PatientView(
-            first_name=_clean(pat.get("CA")),
-            last_name=_clean(pat.get("CB")),
-            date_of_birth=_clean(pat.get("C4")),
-            gender_code=_clean(pat.get("C5")),
-            street=_clean(pat.get("CM")),
-            city=_clean(pat.get("CN")),
-            state=_clean(pat.get("CO")),
-            zip=_clean(pat.get("CP")),
-            ids=_pairs(pat_seg, "CX", "CY"),
-            middle_name=_clean(pat.get("0C")),
-        ),
+        **_texts(ins, _INSURANCE_TEXTS),
+        patient=PatientView(ids=_pairs(pat_seg, "CX", "CY"), **_texts(pat, _PATIENT_TEXTS)),
         transactions=tuple(txs),
         iin=h.bin if h.is_f6_layout else None,
     )
