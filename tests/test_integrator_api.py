@@ -357,7 +357,7 @@ def test_a_reversal_queued_for_retry_is_202_and_a_replayed_key_sends_nothing(
 @pytest.mark.parametrize(
     ("reply", "reason", "status"),
     [
-        (Reply(status=500, body=b"oops"), "http_status", 500),
+        (Reply(status=500, body=b"oops"), "http_500", 500),
         (Reply(status=200, body=b"{not json"), "unreadable", None),
         (Reply(status=200, body=b"{}", mode="stall", seconds=3.0), "timeout", None),
     ],

@@ -264,7 +264,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             storage={"path": str(tmp / "fuzz.sqlite3")},
             intake={"listen": "127.0.0.1:0"},
             callbacks={"listen": "127.0.0.1:0"},
-            sandbox={"step_seconds": 0.05},
+            # a free port: the default 8480 may be taken by another daemon on the machine
+            sandbox={"step_seconds": 0.05, "listen": "127.0.0.1:0", "persist": False},
             queue={"poll_seconds": 0.1, "backoff_base_seconds": 0.1, "backoff_max_seconds": 0.5},
         )
     )

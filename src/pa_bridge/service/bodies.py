@@ -120,7 +120,17 @@ MetadataOverride = Annotated[
     ),
 ]
 MessageSource = Literal["outcomes", "fallback", "payer"]
-FallbackReason = Literal[FALLBACK_REASONS]  # type: ignore[valid-type]
+FallbackReason = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"enum": [*FALLBACK_REASONS, "http_status"]},
+                {"type": "string", "pattern": "^http_[1-5][0-9][0-9]$"},
+            ]
+        }
+    ),
+]
 
 #: the outcomes the service reports (its OUTCOME enumeration)
 PLAN_OUTCOMES = ("Favorable", "Unfavorable", "Cancelled", "Pending", "Unknown", "Unsent", "N/A")
@@ -236,12 +246,13 @@ class _Transaction(BaseModel):
     fallback_reason: FallbackReason | None = Field(
         default=None,
         description="with message_source fallback only: why the outcomes call failed"
-        " (timeout: no answer within the budget; http_status: another status than 200, see"
-        " fallback_http_status; refused: connection refused; unreachable: no connection;"
-        " tls; unreadable: a 200 that is not an outcomes answer; error)",
+        " (timeout: no answer within the budget; http_<status>, e.g. http_500: another"
+        " status than 200, also in fallback_http_status; refused: connection refused;"
+        " unreachable: no connection; tls; unreadable: a 200 that is not an outcomes"
+        " answer; error)",
     )
     fallback_http_status: int | None = Field(
-        default=None, description="with fallback_reason http_status: the status"
+        default=None, description="with an http_<status> fallback_reason: the status"
     )
     outcomes_elapsed_ms: float | None = Field(
         default=None, ge=0, description="time the outcomes call took (70/75/76 rejects only)"
