@@ -73,7 +73,7 @@ def _count(client: Any, table: str) -> int:
 
 
 def _pa(client: Any, pa_id: str) -> dict[str, Any]:
-    return dict(client.daemon.bridge.pas.get_pa(pa_id))
+    return client.daemon.bridge.pas.get_pa(pa_id).model_dump()
 
 
 def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:

@@ -15,47 +15,20 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from .app import build_services, make_client
 from .callback_front import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import Outbox, queue_summary
+from .outbox import queue_summary
 from .restore import adopt_restored, lock_database_dir
-from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
+from .service import Services
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
-
-
-def build_services(
-    settings: Settings,
-    store: Store,
-    client: PaServiceClient,
-    *,
-    metrics: Metrics,
-    clock: Callable[[], float] = time.time,
-) -> Services:
-    """The composition root of the use cases: each gets what it needs, the queue gets
-    its deliverers; nothing below calls back up."""
-    metrics.watch_store(store, clock)
-    outbox = Outbox(store, None, settings.queue, clock=clock)
-    pas = PaService(store, client, metrics, clock=clock)
-    deliveries = Deliveries(settings, store, client, pas, clock=clock)
-    deliveries.register(outbox)
-    return Services(
-        settings=settings,
-        store=store,
-        metrics=metrics,
-        outbox=outbox,
-        claims=ClaimIntake(settings, store, client, metrics, wake_queue=outbox.wake, clock=clock),
-        pas=pas,
-        reversals=Reversals(store, outbox, clock=clock),
-        deliveries=deliveries,
-        clock=clock,
-    )
 
 
 class Daemon:
@@ -164,32 +137,7 @@ class Daemon:
         log_event("daemon.sandbox_started", url=self.sandbox.url)
 
     def _make_client(self) -> PaServiceClient:
-        s = self.settings
-        if self.sandbox is not None:
-            from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
-
-            base = self.sandbox.url
-            return PaServiceClient(
-                claim_url=f"{base}/cmmimport/",
-                outcomes_url=f"{base}/outcomes.json",
-                dashboard_url=f"{base}/dashboard",
-                username=SANDBOX_USERNAME,
-                password=SANDBOX_PASSWORD,
-                api_key=SANDBOX_API_KEY,
-                timeout_s=s.service.timeout_seconds,
-                claim_framing=s.service.claim_framing,
-            )
-        return PaServiceClient(
-            claim_url=s.service.claim_url or "",
-            outcomes_url=s.service.outcomes_url or "",
-            dashboard_url=s.service.dashboard_url or "",
-            username=s.service.username or "",
-            password=s.secret(s.service.password),
-            api_key=s.secret(s.service.api_key),
-            timeout_s=s.service.timeout_seconds,
-            verify=s.service.verify,
-            claim_framing=s.service.claim_framing,
-        )
+        return make_client(self.settings, self.sandbox.url if self.sandbox is not None else None)
 
     def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:
         """Retention purge and VACUUM (see maintenance.py)."""
