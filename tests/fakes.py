@@ -258,7 +258,7 @@ class CallbackReceiver:
         fail_first: int = 0,
         username: str | None = None,
         password: str | None = None,
-        ssl_adapter: Any = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.fail_first = fail_first
         self.attempts = 0
@@ -282,7 +282,7 @@ class CallbackReceiver:
                 self.received.append(request.get_json())
             return Response("ok", status=200)
 
-        self._server = WsgiServer(app, ssl_adapter=ssl_adapter)
+        self._server = WsgiServer(app, ssl_context=ssl_context)
 
     @property
     def url(self) -> str:

@@ -83,10 +83,10 @@ def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
     with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
         httpx.post(f"{https_daemon.base_url}/callbacks/pharmacy", content=b"{}")
     # the listener's context refuses anything older than TLS 1.2 ...
-    from pa_bridge.web.callbacks import ssl_adapter_for
+    from pa_bridge.web.callbacks import tls_context_for
 
-    adapter = ssl_adapter_for(https_daemon.daemon.settings)
-    assert adapter.context.minimum_version == ssl.TLSVersion.TLSv1_2
+    context = tls_context_for(https_daemon.daemon.settings)
+    assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_2
     # ... and a real handshake negotiates 1.2 or newer
     import socket
 

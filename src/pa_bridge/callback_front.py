@@ -109,6 +109,13 @@ def _recv_at_least(sock: socket.socket, n: int, first: bytes = b"") -> bytes:
     return bytes(buf)
 
 
+def _readable(fd: int, timeout_s: float) -> bool:
+    """poll, not select: with many connections open, descriptors pass 1023."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
@@ -198,7 +205,7 @@ class CallbackFront(Listening):
         # the pipe then stays open: its end of file tells the child to stop
         proc.stdin.write(pickle.dumps((self.settings, listen, self._dir)))
         proc.stdin.flush()
-        if not select.select([proc.stdout], [], [], self._start_timeout_s)[0]:
+        if not _readable(proc.stdout.fileno(), self._start_timeout_s):
             proc.kill()
             proc.wait()
             _close_pipes(proc)
@@ -386,7 +393,7 @@ def main() -> None:
     if os.getppid() != parent:  # the daemon went before the kernel could be asked
         os._exit(0)
     from .logs import configure_logging
-    from .web.callbacks import create_front_app, ssl_adapter_for
+    from .web.callbacks import create_front_app, tls_context_for
     from .wsgi import WsgiServer
 
     configure_logging(settings.logging.level)
@@ -398,7 +405,7 @@ def main() -> None:
             listen,
             name="callbacks",
             numthreads=THREADS,
-            ssl_adapter=ssl_adapter_for(settings),
+            ssl_context=tls_context_for(settings),
         ).start()
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)

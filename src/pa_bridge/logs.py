@@ -77,7 +77,7 @@ def configure_logging(level: str = "INFO", stream: Any = None) -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     # libraries that might echo URLs with credentials or bodies stay quiet
-    for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug", "cheroot"):
+    for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug", "hypercorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -1,20 +1,69 @@
-"""One way to serve a WSGI app: cheroot on a background thread.
+"""One way to serve a WSGI app: hypercorn (asyncio) on a background thread (decision 0013).
 
-Used for the daemon's two listeners, the sandbox, and the tests' small servers. The
-socket is bound in :meth:`WsgiServer.start`, so a port in use fails there; port 0
-binds a free port and ``url`` has the real one.
+Used for the daemon's two listeners, the sandbox, and the tests' small servers.
+Connections are accepted and read by one asyncio event loop: a slow or idle client
+costs a socket and a little memory, never a thread. A request reaches the WSGI app,
+on a pool of ``numthreads`` threads, only once its headers and its whole body are in:
+
+* headers must be complete within :data:`HEADER_TIMEOUT_S` of the connection's start
+  (or of the previous answer, on a kept-alive connection), else the connection is
+  closed (hypercorn's keep-alive timeout, which runs until a request's headers are in);
+* the body must be complete within :data:`BODY_TIMEOUT_S`, else 408;
+* a body over the limit (``max_body_bytes``, by default the Flask app's
+  ``MAX_CONTENT_LENGTH``) is 413 however it is framed: a ``Content-Length`` over the
+  limit is refused before any of it is read, a chunked body as soon as it passes the
+  limit. The app answers it (so its own 413 body and counting apply): it sees the
+  request with an empty body and a ``CONTENT_LENGTH`` over its limit;
+* a chunked body under the limit reaches the app with its ``CONTENT_LENGTH`` set.
+
+The socket is bound in :meth:`WsgiServer.start`, so a port in use fails there; port 0
+binds a free port and ``url`` has the real one. TLS: hypercorn's context (TLS 1.2 at
+least), HTTP/1.1 only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import socket
+import ssl
+import sys
 import threading
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-import cheroot.wsgi
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
 
 from .config import parse_listen
 
-__all__ = ["Listening", "WsgiServer"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "DEFAULT_MAX_BODY_BYTES",
+    "HEADER_TIMEOUT_S",
+    "Listening",
+    "WsgiServer",
+    "server_tls_context",
+]
+
+#: A request's headers must be in within this many seconds of the connection's start
+#: (or of the previous answer on a kept-alive connection); also the idle keep-alive.
+HEADER_TIMEOUT_S = 10.0
+#: A request's body must be in within this many seconds of its headers (408 after).
+BODY_TIMEOUT_S = 30.0
+#: The body limit of an app that does not set ``MAX_CONTENT_LENGTH``.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+#: How much of a body over the limit is read and dropped, so that the client, still
+#: sending, reads the 413 rather than a reset connection; past it the connection closes.
+_DRAIN_BYTES = 8 * 1024 * 1024
+
+_Send = Callable[[dict[str, Any]], Awaitable[None]]
+_Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class Listening:
@@ -44,8 +93,240 @@ class Listening:
         return f"{self.scheme}://{host}:{port}"
 
 
+def _json_error(status: int, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = json.dumps({"error": {"code": code, "message": message, "detail": None}}).encode()
+    return status, [("Content-Type", "application/json")], body
+
+
+class _Body:
+    """What was read of a request's body."""
+
+    __slots__ = ("data", "too_large", "seen", "complete")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.too_large = False
+        self.seen = 0  # bytes received, kept or not
+        self.complete = False
+
+
+class WsgiAdapter:
+    """An ASGI app that runs a WSGI app on a thread pool once a request is all in."""
+
+    def __init__(
+        self,
+        app: Any,
+        executor: ThreadPoolExecutor,
+        *,
+        max_body_bytes: int,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.app = app
+        self.executor = executor
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: dict[str, Any], receive: _Receive, send: _Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if kind != "http":  # websocket: not served
+            await send({"type": "websocket.close", "code": 1000})
+            return
+        declared = _declared_length(scope)
+        body = _Body()
+        if declared is not None and declared > self.max_body_bytes + _DRAIN_BYTES:
+            body.too_large, body.seen = True, declared  # not read at all; closed after
+        else:
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    await self._read_body(receive, body)
+            except TimeoutError:
+                answer = _json_error(
+                    408, "request_timeout", "the request body did not arrive in time"
+                )
+                await _send_answer(send, answer, close=True)
+                return
+        environ = _environ(scope, body, self.max_body_bytes)
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self.executor, self._run, environ)
+        await _send_answer(send, answer, close=not body.complete)
+
+    async def _read_body(self, receive: _Receive, body: _Body) -> None:
+        limit = self.max_body_bytes
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                return
+            chunk = message.get("body", b"")
+            body.seen += len(chunk)
+            if body.seen > limit:
+                body.too_large = True
+                body.data.clear()
+            elif chunk:
+                body.data += chunk
+            if not message.get("more_body", False):
+                body.complete = True
+                return
+            if body.too_large and body.seen > limit + _DRAIN_BYTES:
+                return  # answered 413, and the connection closes
+
+    def _run(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The WSGI call, on a pool thread: status, headers and the whole body."""
+        answer: list[Any] = []
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], None]:
+            answer[:] = [int(status.split(" ", 1)[0]), headers]
+            return chunks.append
+
+        chunks: list[bytes] = []
+        try:
+            result: Iterable[bytes] = self.app(environ, start_response)
+            try:
+                for chunk in result:
+                    if chunk:
+                        chunks.append(chunk)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception as e:  # the app's own handlers answer its errors; this is a bug
+            logging.getLogger("pa_bridge.wsgi").error("wsgi app failed: %s", type(e).__name__)
+            return _json_error(
+                500, "internal_error", "pa-bridge hit an unexpected error; it was logged"
+            )
+        if not answer:
+            return _json_error(500, "internal_error", "the app gave no answer")
+        return answer[0], answer[1], b"".join(chunks)
+
+
+def _declared_length(scope: dict[str, Any]) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _environ(scope: dict[str, Any], body: _Body, limit: int) -> dict[str, Any]:
+    server = scope.get("server") or ("localhost", 80)
+    client = scope.get("client")
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": "",
+        "PATH_INFO": scope["path"].encode("utf-8").decode("latin-1"),
+        "QUERY_STRING": scope["query_string"].decode("latin-1"),
+        "RAW_URI": scope["raw_path"].decode("latin-1"),
+        "SERVER_NAME": str(server[0]),
+        "SERVER_PORT": str(server[1]),
+        "SERVER_PROTOCOL": f"HTTP/{scope['http_version']}",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+    }
+    if client is not None:
+        environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = str(client[0]), str(client[1])
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin-1")
+        if name == "content-length":
+            key = "CONTENT_LENGTH"
+        elif name == "content-type":
+            key = "CONTENT_TYPE"
+        elif name == "transfer-encoding":
+            continue  # the body is whole: its framing is of no concern to the app
+        else:
+            key = "HTTP_" + name.upper().replace("-", "_")
+        value = raw_value.decode("latin-1")
+        environ[key] = f"{environ[key]},{value}" if key in environ else value
+    if body.too_large:
+        # the app's own size check answers (413): it sees a length over its limit
+        environ["CONTENT_LENGTH"] = str(max(body.seen, limit + 1))
+        environ["wsgi.input"] = io.BytesIO()
+    else:
+        data = bytes(body.data)
+        if data or "CONTENT_LENGTH" in environ:
+            environ["CONTENT_LENGTH"] = str(len(data))
+        environ["wsgi.input"] = io.BytesIO(data)
+    environ["wsgi.input_terminated"] = True
+    return environ
+
+
+_NO_BODY = frozenset({204, 304})
+
+
+async def _send_answer(
+    send: _Send, answer: tuple[int, list[tuple[str, str]], bytes], *, close: bool
+) -> None:
+    status, headers, data = answer
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    names = {k for k, _ in raw}
+    if b"content-length" not in names and b"transfer-encoding" not in names:
+        if status not in _NO_BODY and status >= 200:
+            raw.append((b"content-length", str(len(data)).encode()))
+    if close and b"connection" not in names:
+        raw.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def server_tls_context(certfile: str | Path, keyfile: str | Path) -> ssl.SSLContext:
+    """A server's TLS context: TLS 1.2 or newer, HTTP/1.1. A bad certificate or key
+    raises here (``ssl.SSLError``, ``OSError``), so a listener fails at start."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(str(certfile), str(keyfile))
+    return context
+
+
+class _Config(Config):
+    """hypercorn's configuration with our own TLS context (or none)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._context = ssl_context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return self._context is not None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._context
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and host in ("::", ""):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
 class WsgiServer(Listening):
-    """``ssl_adapter``: a ``cheroot.ssl`` adapter for HTTPS."""
+    """A WSGI app served on ``host:port``, HTTPS with ``ssl_context`` (see
+    :func:`server_tls_context`). ``numthreads`` run the app; connections take none."""
 
     def __init__(
         self,
@@ -55,18 +336,31 @@ class WsgiServer(Listening):
         *,
         name: str = "wsgi",
         numthreads: int = 16,
-        ssl_adapter: Any = None,
-        shutdown_timeout: int = 5,
+        ssl_context: ssl.SSLContext | None = None,
+        shutdown_timeout: float = 5,
+        max_body_bytes: int | None = None,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        backlog: int = 1024,
     ) -> None:
         self.name = name
         self._app = app
         self._host = host
         self._port = port
         self._numthreads = numthreads
-        self._ssl_adapter = ssl_adapter
+        self._ssl_context = ssl_context
         self._shutdown_timeout = shutdown_timeout
-        self._server: cheroot.wsgi.Server | None = None
+        if max_body_bytes is None:
+            config = getattr(app, "config", None)
+            limit = config.get("MAX_CONTENT_LENGTH") if isinstance(config, dict) else None
+            max_body_bytes = int(limit) if limit else DEFAULT_MAX_BODY_BYTES
+        self.max_body_bytes = max_body_bytes
+        self._header_timeout_s = header_timeout_s
+        self._body_timeout_s = body_timeout_s
+        self._backlog = backlog
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
         self._bound: tuple[str, int] | None = None
 
     @classmethod
@@ -75,41 +369,76 @@ class WsgiServer(Listening):
         host, port = parse_listen(listen)
         return cls(app, host, port, **kw)
 
+    def _config(self, sock: socket.socket) -> Config:
+        config = _Config(self._ssl_context)
+        config.bind = [f"fd://{sock.fileno()}"]
+        config.keep_alive_timeout = self._header_timeout_s
+        config.read_timeout = int(self._header_timeout_s)
+        config.graceful_timeout = self._shutdown_timeout
+        config.backlog = self._backlog
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.h11_max_incomplete_size = 16 * 1024  # request line and headers
+        config.alpn_protocols = ["http/1.1"]
+        config.include_server_header = False
+        config.include_date_header = True
+        return config
+
     def start(self) -> WsgiServer:
-        if self._server is not None:
+        if self._thread is not None:
             return self
-        server = cheroot.wsgi.Server(
-            (self._host, self._port),
-            self._app,
-            numthreads=self._numthreads,
-            server_name=self.name,
-            shutdown_timeout=int(self._shutdown_timeout),
-            timeout=10,
-        )
-        # The connection loop's select() timeout: stop() waits for one tick of it
-        # (0.5 s by default); a short tick makes stopping quick.
-        server.expiration_interval = 0.05
-        if self._ssl_adapter is not None:
-            server.ssl_adapter = self._ssl_adapter
-        server.prepare()
-        addr = server.bind_addr
-        assert isinstance(addr, tuple)
+        sock = _bind(self._host, self._port, self._backlog)
+        addr = sock.getsockname()
         self._bound = (str(addr[0]), int(addr[1]))
-        self._server = server
-        self._thread = threading.Thread(target=server.serve, name=f"wsgi-{self.name}", daemon=True)
+        config = self._config(sock)
+        executor = ThreadPoolExecutor(self._numthreads, thread_name_prefix=f"wsgi-{self.name}")
+        adapter = WsgiAdapter(
+            self._app,
+            executor,
+            max_body_bytes=self.max_body_bytes,
+            body_timeout_s=self._body_timeout_s,
+        )
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = _new_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            self._stop_event = asyncio.Event()
+            started.set()
+            try:
+                loop.run_until_complete(
+                    serve(adapter, config, shutdown_trigger=self._stop_event.wait, mode="asgi")  # type: ignore[arg-type]
+                )
+            except BaseException as e:  # pragma: no cover - logged, the listener is gone
+                failure.append(e)
+                logging.getLogger("pa_bridge.wsgi").error(
+                    "%s listener stopped: %s", self.name, type(e).__name__
+                )
+            finally:
+                executor.shutdown(wait=True)
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        sock.detach()  # hypercorn owns the descriptor now (fd://)
+        self._thread = threading.Thread(target=run, name=f"wsgi-{self.name}", daemon=True)
         self._thread.start()
+        started.wait()
         return self
 
     @property
     def scheme(self) -> str:
-        return "https" if self._ssl_adapter is not None else "http"
+        return "https" if self._ssl_context is not None else "http"
 
     def stop(self) -> None:
         """Stop taking connections and finish the requests in flight."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is not None:
-            server.stop()
+        thread, loop, event = self._thread, self._loop, self._stop_event
+        self._thread = self._loop = self._stop_event = None
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(event.set)
         if thread is not None:
             thread.join(timeout=self._shutdown_timeout + 5)
 
@@ -118,3 +447,12 @@ class WsgiServer(Listening):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where installed (less CPU per request), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

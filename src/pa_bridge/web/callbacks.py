@@ -15,7 +15,6 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from cheroot.ssl.builtin import BuiltinSSLAdapter
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -33,9 +32,10 @@ from ..config import Settings
 from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Store, StoreUnavailable
+from ..wsgi import server_tls_context
 from .errors import error_response, install_error_handlers
 
-__all__ = ["CallbackReceiver", "create_front_app", "ssl_adapter_for"]
+__all__ = ["CallbackReceiver", "create_front_app", "tls_context_for"]
 
 
 def _authorized(username: str | None, password: str | None) -> bool:
@@ -133,11 +133,9 @@ class CallbackReceiver:
         return [r if r is not None else internal_error_reply() for r in replies]
 
 
-def ssl_adapter_for(settings: Settings) -> Any:
-    """A cheroot TLS adapter (TLS 1.2 or newer) when a certificate is configured."""
+def tls_context_for(settings: Settings) -> ssl.SSLContext | None:
+    """The listener's TLS context (TLS 1.2 or newer) when a certificate is configured."""
     cert, key = settings.callbacks.tls_cert, settings.callbacks.tls_key
     if cert is None or key is None:
         return None
-    adapter = BuiltinSSLAdapter(str(cert), str(key))
-    adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return adapter
+    return server_tls_context(cert, key)
