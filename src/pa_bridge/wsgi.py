@@ -93,7 +93,10 @@ class Listening:
         return f"{self.scheme}://{host}:{port}"
 
 
-def _json_error(status: int, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
+_Answer = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _json_error(status: int, code: str, message: str) -> _Answer:
     body = json.dumps({"error": {"code": code, "message": message, "detail": None}}).encode()
     return status, [("Content-Type", "application/json")], body
 
@@ -101,7 +104,7 @@ def _json_error(status: int, code: str, message: str) -> tuple[int, list[tuple[s
 class _Body:
     """What was read of a request's body."""
 
-    __slots__ = ("data", "too_large", "seen", "complete")
+    __slots__ = ("complete", "data", "seen", "too_large")
 
     def __init__(self) -> None:
         self.data = bytearray()
@@ -155,8 +158,12 @@ class WsgiAdapter:
                 return
         environ = _environ(scope, body, self.max_body_bytes)
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self.executor, self._run, environ)
-        await _send_answer(send, answer, close=not body.complete)
+        close = not body.complete
+        answer = await loop.run_in_executor(self.executor, self._run, environ, loop, send, close)
+        if answer is None:  # streamed: the head and the pieces are sent
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await _send_answer(send, answer, close=close)
 
     async def _read_body(self, receive: _Receive, body: _Body) -> None:
         limit = self.max_body_bytes
@@ -177,35 +184,60 @@ class WsgiAdapter:
             if body.too_large and body.seen > limit + _DRAIN_BYTES:
                 return  # answered 413, and the connection closes
 
-    def _run(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-        """The WSGI call, on a pool thread: status, headers and the whole body."""
-        answer: list[Any] = []
+    def _run(
+        self,
+        environ: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        send: _Send,
+        close: bool,
+    ) -> _Answer | None:
+        """The WSGI call, on a pool thread. An app that gives its body in one piece (a
+        Flask response) gets it back whole (status, headers, body) for the loop to send;
+        one that gives more pieces has them sent as they come (streamed, ``None``)."""
+        head: list[Any] = []
+        first: list[bytes] = []
+        streamed = False
 
         def start_response(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Callable[[bytes], None]:
-            answer[:] = [int(status.split(" ", 1)[0]), headers]
-            return chunks.append
+            head[:] = [int(status.split(" ", 1)[0]), headers]
+            return first.append
 
-        chunks: list[bytes] = []
+        def push(message: dict[str, Any]) -> None:
+            asyncio.run_coroutine_threadsafe(send(message), loop).result()
+
         try:
             result: Iterable[bytes] = self.app(environ, start_response)
             try:
                 for chunk in result:
-                    if chunk:
-                        chunks.append(chunk)
+                    if not chunk:
+                        continue
+                    if not streamed and not first:
+                        first.append(chunk)
+                        continue
+                    if not streamed:
+                        status, headers = head
+                        push(_head(status, headers, None, close=close))
+                        push({"type": "http.response.body", "body": first[0], "more_body": True})
+                        streamed = True
+                    push({"type": "http.response.body", "body": chunk, "more_body": True})
             finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
+                end = getattr(result, "close", None)
+                if end is not None:
+                    end()
         except Exception as e:  # the app's own handlers answer its errors; this is a bug
             logging.getLogger("pa_bridge.wsgi").error("wsgi app failed: %s", type(e).__name__)
+            if streamed:
+                return None  # the head is gone: the body ends short
             return _json_error(
                 500, "internal_error", "pa-bridge hit an unexpected error; it was logged"
             )
-        if not answer:
+        if streamed:
+            return None
+        if not head:
             return _json_error(500, "internal_error", "the app gave no answer")
-        return answer[0], answer[1], b"".join(chunks)
+        return head[0], head[1], b"".join(first)
 
 
 def _declared_length(scope: dict[str, Any]) -> int | None:
@@ -267,18 +299,22 @@ def _environ(scope: dict[str, Any], body: _Body, limit: int) -> dict[str, Any]:
 _NO_BODY = frozenset({204, 304})
 
 
-async def _send_answer(
-    send: _Send, answer: tuple[int, list[tuple[str, str]], bytes], *, close: bool
-) -> None:
-    status, headers, data = answer
+def _head(
+    status: int, headers: list[tuple[str, str]], length: int | None, *, close: bool
+) -> dict[str, Any]:
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     names = {k for k, _ in raw}
-    if b"content-length" not in names and b"transfer-encoding" not in names:
+    if length is not None and b"content-length" not in names and b"transfer-encoding" not in names:
         if status not in _NO_BODY and status >= 200:
-            raw.append((b"content-length", str(len(data)).encode()))
+            raw.append((b"content-length", str(length).encode()))
     if close and b"connection" not in names:
         raw.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+    return {"type": "http.response.start", "status": status, "headers": raw}
+
+
+async def _send_answer(send: _Send, answer: _Answer, *, close: bool) -> None:
+    status, headers, data = answer
+    await send(_head(status, headers, len(data), close=close))
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
