@@ -63,6 +63,7 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
+        self.callback_receiver: Any = None  # web.callbacks.CallbackReceiver, once started
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -83,6 +84,7 @@ class Daemon:
 
         metrics = Metrics()
         receiver = CallbackReceiver(self.store, metrics, forward=bool(s.callbacks.forward_url))
+        self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -343,6 +345,8 @@ class Daemon:
         for srv in (self.intake_server, self.callback_server):
             if srv is not None:
                 srv.stop()
+        if self.callback_receiver is not None:
+            self.callback_receiver.unauthorized_log.flush()
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.bridge is not None:

@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import ssl
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from ..store import Store, StoreUnavailable
 from ..wsgi import server_tls_context
 from .errors import error_response, install_error_handlers
 
-__all__ = ["CallbackReceiver", "create_front_app", "tls_context_for"]
+__all__ = ["CallbackReceiver", "UnauthorizedLog", "create_front_app", "tls_context_for"]
 
 
 def _authorized(username: str | None, password: str | None) -> bool:
@@ -82,6 +83,52 @@ def create_front_app(settings: Settings, channel: FrontChannel) -> Flask:
     return app
 
 
+class UnauthorizedLog:
+    """Unauthenticated callback attempts, logged without flooding the journal (issue 19):
+    the first of a spell is logged (``callback.unauthorized``, with its address); the
+    others in the next ``interval_s`` are summed into one line when it ends
+    (``callback.unauthorized_repeated``: ``count``, up to ten ``remotes``). The metric
+    ``pa_bridge_callbacks_total{result="unauthorized"}`` counts every attempt."""
+
+    MAX_REMOTES = 10
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._count = 0
+        self._remotes: set[str] = set()
+
+    def attempt(self, remote: str) -> None:
+        with self._lock:
+            if self._timer is not None:  # within a spell: summed
+                self._count += 1
+                if len(self._remotes) < self.MAX_REMOTES:
+                    self._remotes.add(remote)
+                return
+            self._timer = threading.Timer(self.interval_s, self.flush)
+            self._timer.name = "callbacks-unauthorized-log"
+            self._timer.daemon = True
+            self._timer.start()
+        log_event("callback.unauthorized", level=logging.WARNING, remote=remote)
+
+    def flush(self) -> None:
+        """End the spell: log its sum, if any (at the interval's end, and at stop)."""
+        with self._lock:
+            timer, count, remotes = self._timer, self._count, sorted(self._remotes)
+            self._timer, self._count, self._remotes = None, 0, set()
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if count:
+            log_event(
+                "callback.unauthorized_repeated",
+                level=logging.WARNING,
+                count=count,
+                remotes=remotes,
+                seconds=self.interval_s,
+            )
+
+
 class CallbackReceiver:
     """The daemon's side of the callback listener: commits what the listener's process
     hands over, many callbacks per commit, and says what to answer to each."""
@@ -92,6 +139,7 @@ class CallbackReceiver:
         #: called after stored callbacks when forwarding (the outbox's wake-up)
         self.on_stored: Callable[[], None] | None = None
         self._counters: dict[str, Any] = {}
+        self.unauthorized_log = UnauthorizedLog()
 
     def _count(self, outcome: str) -> None:
         counter = self._counters.get(outcome)
@@ -110,7 +158,7 @@ class CallbackReceiver:
                 continue
             if msg.kind == KIND_UNAUTHORIZED:
                 self._count("unauthorized")
-                log_event("callback.unauthorized", level=logging.WARNING, remote=msg.text)
+                self.unauthorized_log.attempt(msg.text)
             elif msg.kind == KIND_TOO_LARGE:
                 self._count("too_large")
             replies[i] = (204, b"")
