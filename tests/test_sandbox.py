@@ -19,7 +19,6 @@ import pytest
 import trustme
 
 from pa_bridge.client import OUTCOME_VARIABLES, PaServiceClient, outcome_variables, pa_id_from_url
-from pa_bridge.wsgi import server_tls_context
 from pa_bridge.sandbox import (
     SANDBOX_API_KEY,
     SANDBOX_PASSWORD,
@@ -27,6 +26,7 @@ from pa_bridge.sandbox import (
     SandboxConfig,
     SandboxServer,
 )
+from pa_bridge.wsgi import server_tls_context
 
 from .builders import (
     CARDHOLDER_ID,

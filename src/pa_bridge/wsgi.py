@@ -28,6 +28,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import socket
 import ssl
 import sys
@@ -409,7 +410,7 @@ class WsgiServer(Listening):
         config = _Config(self._ssl_context)
         config.bind = [f"fd://{sock.fileno()}"]
         config.keep_alive_timeout = self._header_timeout_s
-        config.read_timeout = int(self._header_timeout_s)
+        config.read_timeout = max(1, math.ceil(self._header_timeout_s))
         config.graceful_timeout = self._shutdown_timeout
         config.backlog = self._backlog
         config.accesslog = None
