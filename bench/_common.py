@@ -43,15 +43,18 @@ def pct(values: list[float], p: float) -> float:
 def floor_app(body: str, threads: int) -> str:
     """The source of a small Flask app for ``python -c``: ``body`` (indented as in a
     triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it on
-    cheroot with ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``."""
+    the daemon's own server (``pa_bridge.wsgi.WsgiServer``, decision 0013) with
+    ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``."""
     return textwrap.dedent(body) + textwrap.dedent(
         f"""
         import sys as _sys
-        from cheroot import wsgi as _wsgi
+        import threading as _threading
+        from pa_bridge.wsgi import WsgiServer as _WsgiServer
         @app.get("/healthz")
         def _healthz():
             return "ok"
-        _wsgi.Server(("127.0.0.1", int(_sys.argv[1])), app, numthreads={threads}).safe_start()
+        _WsgiServer(app, "127.0.0.1", int(_sys.argv[1]), numthreads={threads}).start()
+        _threading.Event().wait()
         """
     )
 

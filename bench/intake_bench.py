@@ -53,7 +53,7 @@ ROUNDS = 3
 PACED_PER_CLIENT_S = 10  # open loop: each client sends 10 claims a second, 80/s in all
 PACED_SECONDS = 4
 
-# The floor of any intake on this stack: a bare Flask endpoint on cheroot that reads
+# The floor of any intake on this stack: a bare Flask endpoint on our server that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
 # http.client connection (as pa-bridge does) and answers. No parsing, no storage.
 RELAY_APP = floor_app(

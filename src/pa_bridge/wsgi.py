@@ -379,6 +379,7 @@ class WsgiServer(Listening):
         header_timeout_s: float = HEADER_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
         backlog: int = 1024,
+        use_uvloop: bool = True,
     ) -> None:
         self.name = name
         self._app = app
@@ -395,6 +396,7 @@ class WsgiServer(Listening):
         self._header_timeout_s = header_timeout_s
         self._body_timeout_s = body_timeout_s
         self._backlog = backlog
+        self._use_uvloop = use_uvloop
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -439,7 +441,7 @@ class WsgiServer(Listening):
         failure: list[BaseException] = []
 
         def run() -> None:
-            loop = _new_loop()
+            loop = _new_loop(self._use_uvloop)
             asyncio.set_event_loop(loop)
             self._loop = loop
             self._stop_event = asyncio.Event()
@@ -486,8 +488,10 @@ class WsgiServer(Listening):
         self.stop()
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def _new_loop(use_uvloop: bool) -> asyncio.AbstractEventLoop:
     """uvloop's loop where installed (less CPU per request), else asyncio's own."""
+    if not use_uvloop:
+        return asyncio.new_event_loop()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
