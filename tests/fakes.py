@@ -4,7 +4,7 @@
   (trickle, stall before headers, reset mid-body, wrong content type, any status).
   One request per connection; every handler waits on the server's stop event, never
   sleeps, so ``stop()`` ends it at once.
-* :class:`CallbackReceiver`: a small Flask app on cheroot that records the sandbox's
+* :class:`CallbackReceiver`: a small Flask app on our WsgiServer that records the sandbox's
   callbacks, optionally answering 500 first or demanding HTTP Basic credentials.
 * :func:`wait_until`: wait for a condition with a deadline (tests never sleep).
 """

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -277,3 +279,22 @@ def test_a_port_in_use_fails_at_start() -> None:
     with WsgiServer(Flask("a"), name="a") as first:
         with pytest.raises(OSError):
             WsgiServer(Flask("b"), "127.0.0.1", first.port, name="b").start()
+
+
+def test_the_daemon_raises_its_open_files_limit() -> None:
+    # systemd's default soft limit (1024) would run out with 1,000 connections open
+    code = (
+        "import resource\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "from pa_bridge.runtime import raise_open_files_limit\n"
+        "got = raise_open_files_limit()\n"
+        "now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+        "print(got, now, hard)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    got, now, hard = (int(x) for x in out)
+    wanted = 8192 if hard < 0 else min(8192, hard)
+    assert got == now == wanted
