@@ -49,7 +49,9 @@ SERVERS = {
     "wsgi.Server(('127.0.0.1', port), app, numthreads=16).safe_start()\n",
 }
 
-BODY = '{"request": {"id": "AB12CD", "workflow_status": "PA Request", "notes": "' + "x" * 220 + '"}}'
+BODY = (
+    '{"request": {"id": "AB12CD", "workflow_status": "PA Request", "notes": "' + "x" * 220 + '"}}'
+)
 
 
 def _cpu_s(pid: int) -> float:

@@ -22,7 +22,7 @@ from flask import Flask, Response, request
 
 from pa_bridge.wsgi import WsgiServer
 from tests import builders as b
-from tests.support import DaemonProcess
+from tests.support import NO_SERVICE, DaemonProcess
 
 SLOW = 500  # connections per listener sending a header line every DRIP_S
 IDLE = 500  # connections per listener that send nothing
@@ -298,3 +298,17 @@ def test_the_daemon_raises_its_open_files_limit() -> None:
     got, now, hard = (int(x) for x in out)
     wanted = 8192 if hard < 0 else min(8192, hard)
     assert got == now == wanted
+
+
+def test_an_intake_port_in_use_stops_the_start_naming_the_key(make_daemon: Any) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError) as e:
+            make_daemon(
+                intake={"listen": f"127.0.0.1:{port}"},
+                sandbox={"enabled": False},
+                service=NO_SERVICE,
+            )
+    assert f"intake.listen 127.0.0.1:{port}" in str(e.value)

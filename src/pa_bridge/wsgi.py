@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -33,7 +34,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 #: sending, reads the 413 rather than a reset connection; past it the connection closes.
 _DRAIN_BYTES = 8 * 1024 * 1024
 
-_Send = Callable[[dict[str, Any]], Awaitable[None]]
+_Send = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
 _Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
@@ -152,15 +153,18 @@ class WsgiAdapter:
                 async with asyncio.timeout(self.body_timeout_s):
                     await self._read_body(receive, body)
             except TimeoutError:
-                answer = _json_error(
+                late = _json_error(
                     408, "request_timeout", "the request body did not arrive in time"
                 )
-                await _send_answer(send, answer, close=True)
+                await _send_answer(send, late, close=True)
                 return
+            if not body.complete and not body.too_large:
+                return  # the client went before its body was in: nothing to answer
         environ = _environ(scope, body, self.max_body_bytes)
         loop = asyncio.get_running_loop()
         close = not body.complete
-        answer = await loop.run_in_executor(self.executor, self._run, environ, loop, send, close)
+        run = functools.partial(self._run, environ, loop, send, close)
+        answer: _Answer | None = await loop.run_in_executor(self.executor, run)
         if answer is None:  # streamed: the head and the pieces are sent
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
