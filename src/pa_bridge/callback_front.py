@@ -21,6 +21,7 @@ length), the text, the body; back ``!HI`` (HTTP status, payload length), the pay
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import json
@@ -48,6 +49,7 @@ __all__ = [
     "CallbackFront",
     "CallbackFrontError",
     "THREADS",
+    "AsyncFrontChannel",
     "FrontChannel",
     "Message",
     "KIND_CALLBACK",
@@ -373,6 +375,43 @@ class FrontChannel:
             return unavailable_reply()
 
 
+class AsyncFrontChannel:
+    """The listener's connections to the daemon, used from its event loop: at most
+    ``size`` asks in flight (so at most that many callbacks go into one commit), each on
+    a connection of its own, kept for the next ask."""
+
+    def __init__(self, directory: str, timeout_s: float, size: int = THREADS) -> None:
+        self.path = os.path.join(directory, "callbacks.sock")
+        self.timeout_s = timeout_s
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def ask(self, kind: int, text: str, body: bytes) -> tuple[int, bytes]:
+        """The daemon's (status, payload); a 503 answer if the daemon cannot be reached."""
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    if conn is None:
+                        conn = await asyncio.open_unix_connection(self.path)
+                    reader, writer = conn
+                    raw = text.encode("utf-8")[:65535]
+                    writer.write(_ASK.pack(kind, len(raw), len(body)) + raw + body)
+                    await writer.drain()
+                    status, n = _REPLY.unpack(await reader.readexactly(_REPLY.size))
+                    payload = await reader.readexactly(n)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                if conn is not None:
+                    conn[1].close()
+                return unavailable_reply()
+            except BaseException:  # cancelled: the reply may still come, on this connection
+                if conn is not None:
+                    conn[1].close()
+                raise
+            self._idle.append(conn)
+            return status, payload
+
+
 def _die_with_parent() -> None:
     """Ask Linux for SIGKILL when the daemon goes (a no-op elsewhere)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -393,18 +432,18 @@ def main() -> None:
     if os.getppid() != parent:  # the daemon went before the kernel could be asked
         os._exit(0)
     from .logs import configure_logging
-    from .web.callbacks import create_front_app, tls_context_for
+    from .web.callbacks import FrontApp, tls_context_for
     from .wsgi import WsgiServer
 
     configure_logging(settings.logging.level)
-    channel = FrontChannel(directory, timeout_s=30.0)
-    app = create_front_app(settings, channel)
+    app = FrontApp(settings, AsyncFrontChannel(directory, timeout_s=30.0))
     try:
         server = WsgiServer.from_listen(
             app,
             listen,
             name="callbacks",
-            numthreads=THREADS,
+            asgi=True,
+            max_body_bytes=settings.callbacks.max_body_bytes,
             ssl_context=tls_context_for(settings),
         ).start()
     except (OSError, ValueError) as e:

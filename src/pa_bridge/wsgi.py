@@ -49,7 +49,12 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "HEADER_TIMEOUT_S",
     "Listening",
+    "RequestBody",
     "WsgiServer",
+    "json_error",
+    "not_http",
+    "read_body",
+    "send_answer",
     "server_tls_context",
 ]
 
@@ -98,21 +103,78 @@ class Listening:
 _Answer = tuple[int, list[tuple[str, str]], bytes]
 
 
-def _json_error(status: int, code: str, message: str) -> _Answer:
+def json_error(status: int, code: str, message: str) -> _Answer:
     body = json.dumps({"error": {"code": code, "message": message, "detail": None}}).encode()
     return status, [("Content-Type", "application/json")], body
 
 
-class _Body:
-    """What was read of a request's body."""
+class RequestBody:
+    """What was read of a request's body: ``data`` (empty when ``too_large``), ``seen``
+    (bytes received, kept or not), ``complete`` (the whole body arrived)."""
 
     __slots__ = ("complete", "data", "seen", "too_large")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.too_large = False
-        self.seen = 0  # bytes received, kept or not
+        self.seen = 0
         self.complete = False
+
+
+async def not_http(scope: dict[str, Any], receive: _Receive, send: _Send) -> bool:
+    """Answer a scope other than ``http`` (lifespan, websocket); False for ``http``."""
+    kind = scope["type"]
+    if kind == "http":
+        return False
+    if kind == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return True
+    await send({"type": "websocket.close", "code": 1000})  # websocket: not served
+    return True
+
+
+async def read_body(
+    scope: dict[str, Any], receive: _Receive, send: _Send, *, limit: int, timeout_s: float
+) -> RequestBody | None:
+    """The request's whole body, whatever its framing, within ``timeout_s`` (else a
+    408 is sent); ``too_large`` past ``limit`` (some of the rest is read and dropped,
+    so the client reads the answer). None when there is nothing to answer: the 408 is
+    sent, or the client went before its body was in."""
+    body = RequestBody()
+    declared = _declared_length(scope)
+    if declared is not None and declared > limit + _DRAIN_BYTES:
+        body.too_large, body.seen = True, declared  # not read at all; closed after
+        return body
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":  # http.disconnect
+                    break
+                chunk = message.get("body", b"")
+                body.seen += len(chunk)
+                if body.seen > limit:
+                    body.too_large = True
+                    body.data.clear()
+                elif chunk:
+                    body.data += chunk
+                if not message.get("more_body", False):
+                    body.complete = True
+                    break
+                if body.too_large and body.seen > limit + _DRAIN_BYTES:
+                    break  # answered 413, and the connection closes
+    except TimeoutError:
+        late = json_error(408, "request_timeout", "the request body did not arrive in time")
+        await send_answer(send, late, close=True)
+        return None
+    if not body.complete and not body.too_large:
+        return None
+    return body
 
 
 class WsgiAdapter:
@@ -132,34 +194,13 @@ class WsgiAdapter:
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict[str, Any], receive: _Receive, send: _Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if kind != "http":  # websocket: not served
-            await send({"type": "websocket.close", "code": 1000})
+        if await not_http(scope, receive, send):
             return
-        declared = _declared_length(scope)
-        body = _Body()
-        if declared is not None and declared > self.max_body_bytes + _DRAIN_BYTES:
-            body.too_large, body.seen = True, declared  # not read at all; closed after
-        else:
-            try:
-                async with asyncio.timeout(self.body_timeout_s):
-                    await self._read_body(receive, body)
-            except TimeoutError:
-                late = _json_error(
-                    408, "request_timeout", "the request body did not arrive in time"
-                )
-                await _send_answer(send, late, close=True)
-                return
-            if not body.complete and not body.too_large:
-                return  # the client went before its body was in: nothing to answer
+        body = await read_body(
+            scope, receive, send, limit=self.max_body_bytes, timeout_s=self.body_timeout_s
+        )
+        if body is None:
+            return
         environ = _environ(scope, body, self.max_body_bytes)
         loop = asyncio.get_running_loop()
         close = not body.complete
@@ -168,26 +209,7 @@ class WsgiAdapter:
         if answer is None:  # streamed: the head and the pieces are sent
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await _send_answer(send, answer, close=close)
-
-    async def _read_body(self, receive: _Receive, body: _Body) -> None:
-        limit = self.max_body_bytes
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # http.disconnect
-                return
-            chunk = message.get("body", b"")
-            body.seen += len(chunk)
-            if body.seen > limit:
-                body.too_large = True
-                body.data.clear()
-            elif chunk:
-                body.data += chunk
-            if not message.get("more_body", False):
-                body.complete = True
-                return
-            if body.too_large and body.seen > limit + _DRAIN_BYTES:
-                return  # answered 413, and the connection closes
+            await send_answer(send, answer, close=close)
 
     def _run(
         self,
@@ -235,13 +257,13 @@ class WsgiAdapter:
             logging.getLogger("pa_bridge.wsgi").error("wsgi app failed: %s", type(e).__name__)
             if streamed:
                 return None  # the head is gone: the body ends short
-            return _json_error(
+            return json_error(
                 500, "internal_error", "pa-bridge hit an unexpected error; it was logged"
             )
         if streamed:
             return None
         if not head:
-            return _json_error(500, "internal_error", "the app gave no answer")
+            return json_error(500, "internal_error", "the app gave no answer")
         return head[0], head[1], b"".join(first)
 
 
@@ -255,7 +277,7 @@ def _declared_length(scope: dict[str, Any]) -> int | None:
     return None
 
 
-def _environ(scope: dict[str, Any], body: _Body, limit: int) -> dict[str, Any]:
+def _environ(scope: dict[str, Any], body: RequestBody, limit: int) -> dict[str, Any]:
     server = scope.get("server") or ("localhost", 80)
     client = scope.get("client")
     environ: dict[str, Any] = {
@@ -317,7 +339,8 @@ def _head(
     return {"type": "http.response.start", "status": status, "headers": raw}
 
 
-async def _send_answer(send: _Send, answer: _Answer, *, close: bool) -> None:
+async def send_answer(send: _Send, answer: _Answer, *, close: bool) -> None:
+    """Send ``(status, headers, body)`` whole (with its Content-Length)."""
     status, headers, data = answer
     await send(_head(status, headers, len(data), close=close))
     await send({"type": "http.response.body", "body": data, "more_body": False})
@@ -367,7 +390,9 @@ def _bind(host: str, port: int, backlog: int) -> socket.socket:
 
 class WsgiServer(Listening):
     """A WSGI app served on ``host:port``, HTTPS with ``ssl_context`` (see
-    :func:`server_tls_context`). ``numthreads`` run the app; connections take none."""
+    :func:`server_tls_context`). ``numthreads`` run the app; connections take none.
+    With ``asgi``, ``app`` is an ASGI app run on the event loop itself (it reads its
+    own body: :func:`read_body`)."""
 
     def __init__(
         self,
@@ -384,6 +409,7 @@ class WsgiServer(Listening):
         body_timeout_s: float = BODY_TIMEOUT_S,
         backlog: int = 1024,
         use_uvloop: bool = True,
+        asgi: bool = False,
     ) -> None:
         self.name = name
         self._app = app
@@ -401,6 +427,7 @@ class WsgiServer(Listening):
         self._body_timeout_s = body_timeout_s
         self._backlog = backlog
         self._use_uvloop = use_uvloop
+        self._asgi = asgi
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -416,6 +443,7 @@ class WsgiServer(Listening):
         config = _Config(self._ssl_context)
         config.bind = [f"fd://{sock.fileno()}"]
         config.keep_alive_timeout = self._header_timeout_s
+        config.ssl_handshake_timeout = self._header_timeout_s  # an idle TLS connection too
         config.read_timeout = max(1, math.ceil(self._header_timeout_s))
         config.graceful_timeout = self._shutdown_timeout
         config.backlog = self._backlog
@@ -435,12 +463,14 @@ class WsgiServer(Listening):
         self._bound = (str(addr[0]), int(addr[1]))
         config = self._config(sock)
         executor = ThreadPoolExecutor(self._numthreads, thread_name_prefix=f"wsgi-{self.name}")
-        adapter = WsgiAdapter(
-            self._app,
-            executor,
-            max_body_bytes=self.max_body_bytes,
-            body_timeout_s=self._body_timeout_s,
-        )
+        adapter: Any = self._app
+        if not self._asgi:
+            adapter = WsgiAdapter(
+                self._app,
+                executor,
+                max_body_bytes=self.max_body_bytes,
+                body_timeout_s=self._body_timeout_s,
+            )
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -452,7 +482,7 @@ class WsgiServer(Listening):
             started.set()
             try:
                 loop.run_until_complete(
-                    serve(adapter, config, shutdown_trigger=self._stop_event.wait, mode="asgi")  # type: ignore[arg-type]
+                    serve(adapter, config, shutdown_trigger=self._stop_event.wait, mode="asgi")
                 )
             except BaseException as e:  # pragma: no cover - logged, the listener is gone
                 failure.append(e)

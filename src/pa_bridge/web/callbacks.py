@@ -8,6 +8,8 @@ acknowledged.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import json
 import logging
@@ -23,6 +25,7 @@ from ..callback_front import (
     KIND_CALLBACK,
     KIND_TOO_LARGE,
     KIND_UNAUTHORIZED,
+    AsyncFrontChannel,
     FrontChannel,
     Message,
     internal_error_reply,
@@ -33,10 +36,10 @@ from ..config import Settings
 from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Store, StoreUnavailable
-from ..wsgi import server_tls_context
+from ..wsgi import BODY_TIMEOUT_S, json_error, not_http, read_body, send_answer, server_tls_context
 from .errors import error_response, install_error_handlers
 
-__all__ = ["CallbackReceiver", "UnauthorizedLog", "create_front_app", "tls_context_for"]
+__all__ = ["CallbackReceiver", "FrontApp", "UnauthorizedLog", "create_front_app", "tls_context_for"]
 
 
 def _authorized(username: str | None, password: str | None) -> bool:
@@ -48,6 +51,110 @@ def _authorized(username: str | None, password: str | None) -> bool:
     ok_user = hmac.compare_digest(given_user.encode(), username.encode())
     ok_pass = hmac.compare_digest(given_pass.encode(), (password or "").encode())
     return ok_user and ok_pass
+
+
+class FrontApp:
+    """The callback listener's app (decision 0008, amended by 0013): an ASGI app run on
+    the listener's event loop. It reads the whole body (413 past
+    ``callbacks.max_body_bytes``, however framed), checks the credentials (401 first),
+    hands the body to the daemon and answers with its reply, which comes after the
+    commit. No thread waits for the daemon: the loop does, for every request at once."""
+
+    PATH = "/callbacks/pharmacy"
+
+    def __init__(self, settings: Settings, channel: AsyncFrontChannel) -> None:
+        self.channel = channel
+        self.limit = settings.callbacks.max_body_bytes
+        username = settings.callbacks.username
+        password = (
+            settings.secret(settings.callbacks.password) if settings.callbacks.password else ""
+        )
+        self._expected = None if username is None else (username.encode(), password.encode())
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        if self._expected is None:
+            return True
+        header = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value
+        scheme, _, token = header.partition(b" ")
+        user = given = b""
+        if scheme.lower() == b"basic":
+            try:
+                user, _, given = base64.b64decode(token.strip(), validate=True).partition(b":")
+            except (binascii.Error, ValueError):
+                user = given = b""
+        ok_user = hmac.compare_digest(user, self._expected[0])
+        ok_pass = hmac.compare_digest(given, self._expected[1])
+        return ok_user and ok_pass
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await not_http(scope, receive, send):
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/healthz" and method in ("GET", "HEAD"):
+            await send_answer(send, (200, _JSON, b'{"status": "ok"}'), close=False)
+            return
+        if path != self.PATH:
+            await self._refuse(send, 404, "not_found", "no such path here")
+            return
+        if method != "POST":
+            await self._refuse(send, 405, "method_not_allowed", "use POST", allow="POST")
+            return
+        body = await read_body(scope, receive, send, limit=self.limit, timeout_s=BODY_TIMEOUT_S)
+        if body is None:
+            return
+        close = not body.complete
+        if not self._authorized(scope):
+            client = scope.get("client")
+            await self.channel.ask(KIND_UNAUTHORIZED, str(client[0]) if client else "", b"")
+            await self._refuse(
+                send,
+                401,
+                "unauthorized",
+                "callback credentials are missing or wrong",
+                close=close,
+                www_authenticate='Basic realm="pa-bridge callbacks"',
+            )
+            return
+        if body.too_large:
+            await self.channel.ask(KIND_TOO_LARGE, "", b"")
+            await self._refuse(
+                send,
+                413,
+                "body_too_large",
+                f"the body is larger than {self.limit} bytes (callbacks.max_body_bytes)",
+                close=close,
+            )
+            return
+        ctype = ""
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                ctype = value.decode("latin-1")
+        status, payload = await self.channel.ask(KIND_CALLBACK, ctype, bytes(body.data))
+        await send_answer(send, (status, _JSON, payload), close=close)
+
+    @staticmethod
+    async def _refuse(
+        send: Any,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        close: bool = False,
+        allow: str | None = None,
+        www_authenticate: str | None = None,
+    ) -> None:
+        status, headers, data = json_error(status, code, message)
+        if allow is not None:
+            headers = [*headers, ("Allow", allow)]
+        if www_authenticate is not None:
+            headers = [*headers, ("WWW-Authenticate", www_authenticate)]
+        await send_answer(send, (status, headers, data), close=close)
+
+
+_JSON = [("Content-Type", "application/json")]
 
 
 def create_front_app(settings: Settings, channel: FrontChannel) -> Flask:
