@@ -447,3 +447,21 @@ def test_unauthorized_log_sums_a_spell_when_its_interval_ends(
     assert events()[-1].event == "callback.unauthorized"
     log.flush()
     assert len(events()) == 3  # nothing was summed in it
+
+
+def test_the_listener_answers_other_paths_and_methods_in_the_error_shape(
+    https_daemon: Any,
+) -> None:
+    r = https_daemon.get("/callbacks/pharmacy", auth=AUTH)
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert r.headers["allow"] == "POST"
+    r = https_daemon.post("/elsewhere", content=b"{}", auth=AUTH)
+    assert r.status_code == 404 and set(r.json()["error"]) == {"code", "message", "detail"}
+    assert https_daemon.get("/healthz").json() == {"status": "ok"}
+    for header in ("Basic !!!notbase64", "Bearer x", "Basic " + "cGEtc2VydmljZQ==", ""):
+        r = https_daemon.post(
+            "/callbacks/pharmacy", content=_body("HD11HD", "New"), headers={"Authorization": header}
+        )
+        assert r.status_code == 401, header
+        assert r.headers["www-authenticate"].startswith("Basic")
+    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0

@@ -50,7 +50,6 @@ __all__ = [
     "CallbackFrontError",
     "THREADS",
     "AsyncFrontChannel",
-    "FrontChannel",
     "Message",
     "KIND_CALLBACK",
     "KIND_UNAUTHORIZED",
@@ -345,36 +344,6 @@ class CallbackFront(Listening):
 
 
 # ---- the child's side ----------------------------------------------------------------
-class FrontChannel:
-    """A request thread's connection to the daemon (one per thread, made on first use)."""
-
-    def __init__(self, directory: str, timeout_s: float) -> None:
-        self.path = os.path.join(directory, "callbacks.sock")
-        self.timeout_s = timeout_s
-        self._local = threading.local()
-
-    def ask(self, kind: int, text: str, body: bytes) -> tuple[int, bytes]:
-        """The daemon's (status, payload); a 503 answer if the daemon cannot be reached."""
-        sock: socket.socket | None = getattr(self._local, "sock", None)
-        try:
-            if sock is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(self.timeout_s)
-                sock.connect(self.path)
-                self._local.sock = sock
-            raw = text.encode("utf-8")[:65535]
-            sock.sendall(_ASK.pack(kind, len(raw), len(body)) + raw + body)
-            data = _recv_at_least(sock, _REPLY.size)
-            status, n = _REPLY.unpack_from(data)
-            data = _recv_at_least(sock, _REPLY.size + n, data)
-            return status, data[_REPLY.size : _REPLY.size + n]
-        except (OSError, ConnectionError):
-            if sock is not None:
-                sock.close()
-            self._local.sock = None
-            return unavailable_reply()
-
-
 class AsyncFrontChannel:
     """The listener's connections to the daemon, used from its event loop: at most
     ``size`` asks in flight (so at most that many callbacks go into one commit), each on

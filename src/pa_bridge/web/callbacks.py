@@ -18,15 +18,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import RequestEntityTooLarge
-
 from ..callback_front import (
     KIND_CALLBACK,
     KIND_TOO_LARGE,
     KIND_UNAUTHORIZED,
     AsyncFrontChannel,
-    FrontChannel,
     Message,
     internal_error_reply,
     unavailable_reply,
@@ -37,20 +33,8 @@ from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Store, StoreUnavailable
 from ..wsgi import BODY_TIMEOUT_S, json_error, not_http, read_body, send_answer, server_tls_context
-from .errors import error_response, install_error_handlers
 
-__all__ = ["CallbackReceiver", "FrontApp", "UnauthorizedLog", "create_front_app", "tls_context_for"]
-
-
-def _authorized(username: str | None, password: str | None) -> bool:
-    if username is None:
-        return True
-    auth = request.authorization
-    given_user = (auth.username or "") if auth is not None else ""
-    given_pass = (auth.password or "") if auth is not None else ""
-    ok_user = hmac.compare_digest(given_user.encode(), username.encode())
-    ok_pass = hmac.compare_digest(given_pass.encode(), (password or "").encode())
-    return ok_user and ok_pass
+__all__ = ["CallbackReceiver", "FrontApp", "UnauthorizedLog", "tls_context_for"]
 
 
 class FrontApp:
@@ -155,39 +139,6 @@ class FrontApp:
 
 
 _JSON = [("Content-Type", "application/json")]
-
-
-def create_front_app(settings: Settings, channel: FrontChannel) -> Flask:
-    """The Flask app of the callback listener's own process (decision 0008): it checks
-    credentials and size, hands the body to the daemon and answers with its reply."""
-    app = Flask("pa_bridge.callbacks", static_folder=None)
-    app.config["MAX_CONTENT_LENGTH"] = settings.callbacks.max_body_bytes
-    username = settings.callbacks.username
-    password = settings.secret(settings.callbacks.password) if settings.callbacks.password else None
-    install_error_handlers(app)
-
-    @app.post("/callbacks/pharmacy")
-    def pharmacy_callback() -> Response | tuple[Response, int]:
-        if not _authorized(username, password):
-            channel.ask(KIND_UNAUTHORIZED, request.remote_addr or "", b"")
-            resp, status = error_response(
-                401, "unauthorized", "callback credentials are missing or wrong"
-            )
-            resp.headers["WWW-Authenticate"] = 'Basic realm="pa-bridge callbacks"'
-            return resp, status
-        try:
-            body = request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH
-        except RequestEntityTooLarge:
-            channel.ask(KIND_TOO_LARGE, "", b"")
-            raise
-        status, payload = channel.ask(KIND_CALLBACK, request.content_type or "", body)
-        return Response(payload, status, mimetype="application/json")
-
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return jsonify({"status": "ok"})
-
-    return app
 
 
 class UnauthorizedLog:
