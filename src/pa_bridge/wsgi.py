@@ -1,24 +1,26 @@
-"""One way to serve a WSGI app: hypercorn (asyncio) on a background thread (decision 0013).
+"""One way to serve a WSGI app: uvicorn (httptools, uvloop) on a background thread
+(decision 0013).
 
 Used for the daemon's two listeners, the sandbox, and the tests' small servers.
-Connections are accepted and read by one asyncio event loop: a slow or idle client
-costs a socket and a little memory, never a thread. A request reaches the WSGI app,
-on a pool of ``numthreads`` threads, only once its headers and its whole body are in:
+Connections are accepted and read by one event loop: a slow or idle client costs a
+socket and a little memory, never a thread. A request reaches the WSGI app, on a pool
+of ``numthreads`` threads, only once its headers and its whole body are in:
 
-* headers must be complete within :data:`HEADER_TIMEOUT_S` of the connection's start
-  (or of the previous answer, on a kept-alive connection), else the connection is
-  closed (hypercorn's keep-alive timeout, which runs until a request's headers are in);
+* the request line and headers must be in within :data:`HEADER_TIMEOUT_S` of the
+  connection's start (or of the request's first byte on a kept-alive connection) and
+  take at most :data:`MAX_HEAD_BYTES`, else the connection closes; an idle kept-alive
+  connection closes after the same time;
 * the body must be complete within :data:`BODY_TIMEOUT_S`, else 408;
 * a body over the limit (``max_body_bytes``, by default the Flask app's
-  ``MAX_CONTENT_LENGTH``) is 413 however it is framed: a ``Content-Length`` over the
-  limit is refused before any of it is read, a chunked body as soon as it passes the
-  limit. The app answers it (so its own 413 body and counting apply): it sees the
-  request with an empty body and a ``CONTENT_LENGTH`` over its limit;
+  ``MAX_CONTENT_LENGTH``) is 413 however it is framed: the app answers it (so its own
+  413 body and counting apply), seeing the request with an empty body and a
+  ``CONTENT_LENGTH`` over its limit;
 * a chunked body under the limit reaches the app with its ``CONTENT_LENGTH`` set.
 
-The socket is bound in :meth:`WsgiServer.start`, so a port in use fails there; port 0
-binds a free port and ``url`` has the real one. TLS: hypercorn's context (TLS 1.2 at
-least), HTTP/1.1 only.
+An ASGI app (``asgi=True``, the callback listener) runs on the loop itself and reads
+its body with :func:`read_body`. The socket is bound in :meth:`WsgiServer.start`, so a
+port in use fails there; port 0 binds a free port and ``url`` has the real one. TLS:
+:func:`server_tls_context` (TLS 1.2 at least), HTTP/1.1 only.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hypercorn.asyncio import serve
-from hypercorn.config import Config
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import parse_listen
 
@@ -63,6 +65,8 @@ __all__ = [
 HEADER_TIMEOUT_S = 10.0
 #: A request's body must be in within this many seconds of its headers (408 after).
 BODY_TIMEOUT_S = 30.0
+#: The most a request's line and headers may take.
+MAX_HEAD_BYTES = 16 * 1024
 #: The body limit of an app that does not set ``MAX_CONTENT_LENGTH``.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 #: How much of a body over the limit is read and dropped, so that the client, still
@@ -357,19 +361,63 @@ def server_tls_context(certfile: str | Path, keyfile: str | Path) -> ssl.SSLCont
     return context
 
 
-class _Config(Config):
-    """hypercorn's configuration with our own TLS context (or none)."""
+class _GuardedHttp(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools) with what it lacks against slow clients:
+    a request's line and headers must be in within ``header_timeout_s`` of the
+    connection's start (or of the request's first byte on a kept-alive connection),
+    and be at most ``max_head_bytes``; else the connection closes. (uvicorn closes an
+    idle kept-alive connection itself, after ``timeout_keep_alive``.)"""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None) -> None:
-        super().__init__()
-        self._context = ssl_context
+    header_timeout_s = HEADER_TIMEOUT_S
+    max_head_bytes = MAX_HEAD_BYTES
 
-    @property
-    def ssl_enabled(self) -> bool:
-        return self._context is not None
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
+            self.header_timeout_s, self._head_too_late
+        )
 
-    def create_ssl_context(self) -> ssl.SSLContext | None:
-        return self._context
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_too_late)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def _count_head(self, n: int) -> None:
+        self._head_bytes += n
+        if self._head_bytes > self.max_head_bytes and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.close()
+
+    def _stop_head_timer(self) -> None:
+        timer, self._head_timer = getattr(self, "_head_timer", None), None
+        if timer is not None:
+            timer.cancel()
+
+    def _head_too_late(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 def _bind(host: str, port: int, backlog: int) -> socket.socket:
@@ -429,8 +477,7 @@ class WsgiServer(Listening):
         self._use_uvloop = use_uvloop
         self._asgi = asgi
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_event: asyncio.Event | None = None
+        self._server: uvicorn.Server | None = None
         self._bound: tuple[str, int] | None = None
 
     @classmethod
@@ -439,53 +486,53 @@ class WsgiServer(Listening):
         host, port = parse_listen(listen)
         return cls(app, host, port, **kw)
 
-    def _config(self, sock: socket.socket) -> Config:
-        config = _Config(self._ssl_context)
-        config.bind = [f"fd://{sock.fileno()}"]
-        config.keep_alive_timeout = self._header_timeout_s
-        config.ssl_handshake_timeout = self._header_timeout_s  # an idle TLS connection too
-        config.read_timeout = max(1, math.ceil(self._header_timeout_s))
-        config.graceful_timeout = self._shutdown_timeout
-        config.backlog = self._backlog
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.h11_max_incomplete_size = 16 * 1024  # request line and headers
-        config.alpn_protocols = ["http/1.1"]
-        config.include_server_header = False
-        config.include_date_header = True
-        return config
-
     def start(self) -> WsgiServer:
         if self._thread is not None:
             return self
         sock = _bind(self._host, self._port, self._backlog)
         addr = sock.getsockname()
         self._bound = (str(addr[0]), int(addr[1]))
-        config = self._config(sock)
         executor = ThreadPoolExecutor(self._numthreads, thread_name_prefix=f"wsgi-{self.name}")
-        adapter: Any = self._app
+        app: Any = self._app
         if not self._asgi:
-            adapter = WsgiAdapter(
+            app = WsgiAdapter(
                 self._app,
                 executor,
                 max_body_bytes=self.max_body_bytes,
                 body_timeout_s=self._body_timeout_s,
             )
+        protocol = type(
+            "_Http",
+            (_GuardedHttp,),
+            {"header_timeout_s": self._header_timeout_s, "max_head_bytes": MAX_HEAD_BYTES},
+        )
+        config = uvicorn.Config(
+            app,
+            interface="asgi3",
+            http=protocol,
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            date_header=True,
+            timeout_keep_alive=max(1, math.ceil(self._header_timeout_s)),
+            timeout_graceful_shutdown=max(1, math.ceil(self._shutdown_timeout)),
+            backlog=self._backlog,
+        )
+        config.load()
+        config.ssl = self._ssl_context  # ours: TLS 1.2 at least (server_tls_context)
+        server = uvicorn.Server(config)
         started = threading.Event()
-        failure: list[BaseException] = []
 
         def run() -> None:
             loop = _new_loop(self._use_uvloop)
             asyncio.set_event_loop(loop)
-            self._loop = loop
-            self._stop_event = asyncio.Event()
             started.set()
             try:
-                loop.run_until_complete(
-                    serve(adapter, config, shutdown_trigger=self._stop_event.wait, mode="asgi")
-                )
+                loop.run_until_complete(server.serve(sockets=[sock]))
             except BaseException as e:  # pragma: no cover - logged, the listener is gone
-                failure.append(e)
                 logging.getLogger("pa_bridge.wsgi").error(
                     "%s listener stopped: %s", self.name, type(e).__name__
                 )
@@ -495,7 +542,7 @@ class WsgiServer(Listening):
                     loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
 
-        sock.detach()  # hypercorn owns the descriptor now (fd://)
+        self._server = server
         self._thread = threading.Thread(target=run, name=f"wsgi-{self.name}", daemon=True)
         self._thread.start()
         started.wait()
@@ -507,11 +554,10 @@ class WsgiServer(Listening):
 
     def stop(self) -> None:
         """Stop taking connections and finish the requests in flight."""
-        thread, loop, event = self._thread, self._loop, self._stop_event
-        self._thread = self._loop = self._stop_event = None
-        if loop is not None and event is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is already closed
-                loop.call_soon_threadsafe(event.set)
+        thread, server = self._thread, self._server
+        self._thread = self._server = None
+        if server is not None:
+            server.should_exit = True  # its loop checks every 0.1 s
         if thread is not None:
             thread.join(timeout=self._shutdown_timeout + 5)
 
