@@ -1,8 +1,8 @@
 """The web server's own cost: CPU per request and requests per second of a bare Flask
 endpoint (``POST /echo``, a 300-byte JSON body read and a small JSON answer) served by
-``pa_bridge.wsgi.WsgiServer`` (hypercorn; asyncio's loop or uvloop's) and, when
-installed, by cheroot (the server before decision 0013), each in its own process with
-16 threads, under 16 connections of wrk (Debian's package), in alternating rounds.
+``pa_bridge.wsgi.WsgiServer`` (uvicorn with httptools; uvloop's loop or asyncio's) and,
+when installed, by cheroot (the server before decision 0013), each in its own process
+with 16 threads, under 16 connections of wrk (Debian's package), in alternating rounds.
 
 CPU is the server process's user + system time (``/proc/PID/stat``) over the round,
 divided by the requests wrk completed; it is what a request costs the server whatever
@@ -39,10 +39,10 @@ port = int(sys.argv[1])
 """
 
 SERVERS = {
-    "hypercorn+uvloop": "from pa_bridge.wsgi import WsgiServer\n"
+    "ours (uvloop)": "from pa_bridge.wsgi import WsgiServer\n"
     "import threading\nWsgiServer(app, '127.0.0.1', port, numthreads=16).start()\n"
     "threading.Event().wait()\n",
-    "hypercorn+asyncio": "from pa_bridge.wsgi import WsgiServer\n"
+    "ours (asyncio loop)": "from pa_bridge.wsgi import WsgiServer\n"
     "import threading\nWsgiServer(app, '127.0.0.1', port, numthreads=16, use_uvloop=False).start()\n"
     "threading.Event().wait()\n",
     "cheroot": "from cheroot import wsgi\n"
