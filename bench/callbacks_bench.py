@@ -47,7 +47,7 @@ from bench._common import (
     run_clients,
     wait_healthy,
 )
-from pa_bridge.callback_front import THREADS
+from pa_bridge.callback_front import IN_FLIGHT as THREADS  # the ceiling's threads
 
 SENDERS = 16
 ROUNDS = 5

@@ -48,7 +48,7 @@ from .wsgi import Listening
 __all__ = [
     "CallbackFront",
     "CallbackFrontError",
-    "THREADS",
+    "IN_FLIGHT",
     "AsyncFrontChannel",
     "Message",
     "KIND_CALLBACK",
@@ -62,12 +62,12 @@ KIND_CALLBACK = 1  #: text: the content type; body: the callback as received
 KIND_UNAUTHORIZED = 2  #: text: the remote address; nothing is stored, only counted
 KIND_TOO_LARGE = 3  #: nothing is stored, only counted
 
-#: The child's request threads. Each waits for the daemon's commit, and the daemon
-#: answers a whole batch at once, so the waiting threads wake together and contend for
-#: the child's GIL. Eight keep up to eight callbacks in each commit and leave fewer
-#: threads to contend: measured in session 5, 8 threads gave 0.92-0.97x of the bare
-#: endpoint where 16 gave 0.78-0.84x (and the bare endpoint itself gains 2% from 8).
-THREADS = 8
+#: Callbacks the child hands to the daemon at once (so at most this many go into one
+#: commit); the rest wait on its event loop with their bodies read. With request
+#: threads (decision 0008) 8 was best, since more threads fought over the child's GIL;
+#: the loop has no such threads (decision 0013), and 16 put twice as many callbacks in
+#: each commit: callbacks_bench 1566 acks/s (0.61x) against 838 (0.34x) with 8.
+IN_FLIGHT = 16
 
 _ASK = struct.Struct("!BHI")
 _REPLY = struct.Struct("!HI")
@@ -349,7 +349,7 @@ class AsyncFrontChannel:
     ``size`` asks in flight (so at most that many callbacks go into one commit), each on
     a connection of its own, kept for the next ask."""
 
-    def __init__(self, directory: str, timeout_s: float, size: int = THREADS) -> None:
+    def __init__(self, directory: str, timeout_s: float, size: int = IN_FLIGHT) -> None:
         self.path = os.path.join(directory, "callbacks.sock")
         self.timeout_s = timeout_s
         self._slots = asyncio.Semaphore(size)
