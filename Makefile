@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest browser bench clean
+.PHONY: run test lint typecheck imports pytest browser bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The arrows between the packages: the contracts are in pyproject.toml.
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports --no-logo --no-cache
+
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-test: lint typecheck browser pytest
+test: lint typecheck imports browser pytest
 
 # The console's browser tests drive the system Chromium (Playwright cannot download its
 # own here). Install it with apt-get when missing and we are root; otherwise say how.

@@ -47,14 +47,13 @@ from ._model import (
     Segment,
     TransactionGroup,
     Transmission,
+    only_transaction,
     segment_name,
 )
 from ._parser import parse
 from ._serializer import serialize
 from ._versions import VERSIONS, HeaderSlot, VersionSpec
 from ._views import (
-    OUTCOMES_FIRST_CODES,
-    PA_REJECT_CODES,
     PatientView,
     PreferredProduct,
     QualifiedId,
@@ -83,6 +82,7 @@ __all__ = [
     "BATCH_TRAILER",
     "BATCH_VERSIONS",
     "Transmission",
+    "only_transaction",
     "TransactionGroup",
     "Segment",
     "Field",
@@ -121,6 +121,4 @@ __all__ = [
     "RejectCode",
     "PreferredProduct",
     "QualifiedId",
-    "PA_REJECT_CODES",
-    "OUTCOMES_FIRST_CODES",
 ]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ._views import RequestView, ResponseView
 
 __all__ = [
+    "only_transaction",
     "SEGMENT_SEPARATOR",
     "FIELD_SEPARATOR",
     "GROUP_SEPARATOR",
@@ -280,6 +281,17 @@ class _FixedHeader:
         for s in self.LAYOUTS[len(self._raw)]:
             if s.field_id == field_id:
                 return self._raw[s.start : s.start + s.width]
+        raise KeyError(field_id)
+
+    def with_slot(self, field_id: str, value: str) -> Self:
+        """The same header with field ``field_id`` set to ``value`` (padded with spaces
+        to the slot's width; longer is a :class:`ModelError`)."""
+        for s in self.LAYOUTS[len(self._raw)]:
+            if s.field_id == field_id:
+                if len(value) > s.width:
+                    raise ModelError(f"header field {field_id} ({s.name}) is longer than {s.width}")
+                raw = self._raw
+                return type(self)(raw[: s.start] + value.ljust(s.width) + raw[s.start + s.width :])
         raise KeyError(field_id)
 
     def items(self) -> tuple[tuple[HeaderSlot, str], ...]:
@@ -664,3 +676,27 @@ class Transmission:
             f"code={self.transaction_code!r}, segments={len(self.segments)}, "
             f"groups={len(self.groups)})"
         )
+
+
+def only_transaction(t: Transmission, index: int) -> Transmission:
+    """``t`` with only its transaction ``index`` (0-based): the same header with 109-A9
+    (Transaction Count) set to 1, the same transmission-level segments, that one
+    transaction group, and no tolerated framing. Raises ``IndexError`` when ``t`` has
+    no transaction ``index``.
+
+    Several transactions of one transmission are sent on alone when each needs its
+    own request (one PA a prescription); what is written back parses to the same
+    segments and group, and says it carries one transaction.
+    """
+    groups = t.groups
+    if not 0 <= index < len(groups):
+        raise IndexError(f"transaction {index} of a transmission with {len(groups)}")
+    return Transmission._trusted(
+        t.header.with_slot("A9", "1"),
+        t.segments,
+        (groups[index],),
+        "",
+        "",
+        (),
+        t.group_separators,
+    )

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Callable
 from typing import NoReturn
 
 from ._errors import ParseError
@@ -111,9 +112,6 @@ _GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
     for hlen in (_REQ_LEN, _REQ_F6_LEN, _RESP_LEN)
     for strict in (True, False)
 }
-_REQ_STRICT = _GRAMMAR[_REQ_LEN, True].fullmatch
-_RESP_STRICT = _GRAMMAR[_RESP_LEN, True].fullmatch
-_REQ_F6_STRICT = _GRAMMAR[_REQ_F6_LEN, True].fullmatch
 _NON_PRINTABLE = re.compile("[^\x20-\x7e\x1c-\x1e]")
 _AM_INSIDE = re.compile("(?<!\x1e)\x1cAM")
 _new = object.__new__
@@ -194,6 +192,22 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     strict mode at the first problem found; lenient mode lists what it tolerated in
     ``Transmission.tolerated``.
     """
+    if strict:  # well-formed input takes the fast path; anything else the full one
+        kind = type(data)
+        fast = (
+            _fast(data.decode("latin-1"))  # type: ignore[union-attr]
+            if kind is bytes
+            else _fast(data)  # type: ignore[arg-type]
+            if kind is str
+            else None
+        )
+        if fast is not None:
+            return fast
+    return _parse_full(data, strict)
+
+
+def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Transmission:
+    """The full path: every input the fast path passed on, with the diagnostics."""
     full = text = data.decode("latin-1") if type(data) is bytes else _decode(data)
 
     leading = trailing = ""
@@ -227,30 +241,13 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
                 tolerated.append("trailing separator")
     base = len(leading)
 
-    # Auto-detect: the header ends where the first segment or group separator stands
-    # (a response with no transaction group may be its header alone).
-    n = len(text)
-    header: RequestHeader | ResponseHeader
-    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
-        hlen = _RESP_LEN
-        match = _RESP_STRICT if strict else _GRAMMAR[_RESP_LEN, False].fullmatch
-        header = _new(ResponseHeader)
-        version_at = 0
-        count_at = 4
-    elif text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
-        hlen = _REQ_LEN
-        match = _REQ_STRICT if strict else _GRAMMAR[_REQ_LEN, False].fullmatch
-        header = _new(RequestHeader)
-        version_at = 6
-        count_at = 20
-    elif text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
-        hlen = _REQ_F6_LEN
-        match = _REQ_F6_STRICT if strict else _GRAMMAR[_REQ_F6_LEN, False].fullmatch
-        header = _new(RequestHeader)
-        version_at = 0
-        count_at = 22
-    else:
+    plan = _detect(text)
+    if plan is None:
         _header_error(text, base)
+    hlen, match, header_class, version_at, count_at, _, _ = plan
+    if not strict:
+        match = _GRAMMAR[hlen, False].fullmatch
+    header = _new(header_class)
 
     if match(text) is None:  # the slow path: say exactly where and what
         if any(c in text[:hlen] for c in "\x1c\x1d\x1e"):
@@ -283,21 +280,7 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
         chunks = body.split(_GS)  # segments are split on first access
     elif _GS not in body:
         grouped = False
-        if hlen == _RESP_LEN and body[4:6] in _TX_IDS[version]:  # starts with its transaction
-            chunks = ["", body]
-        elif hlen != _RESP_LEN and text[2:4] == "E1":  # an eligibility request: none
-            chunks = [body]
-        elif "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
-            # It has its transaction (a Claim or a Response Status segment); where the
-            # transaction starts is found when the segments are first read.
-            chunks = [body, UNSPLIT]
-        else:
-            tx = _TX_START[version](body)
-            if tx is None:
-                chunks = [body]
-            else:
-                at = tx.start()
-                chunks = [body[:at], body[at:]]
+        chunks = _ungrouped(text, body, hlen, _TX_IDS[version], _TX_START[version])
     else:
         at = base + hlen + body.index(_GS)
         problem = (
@@ -327,6 +310,136 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
 
 _TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
 _TX_START = TRANSACTION_START
+_DIGIT = "0123456789"
+
+
+_Entry = tuple[int, bool, frozenset[str], Callable[[str], re.Match[str] | None]]
+_Plan = tuple[
+    int,
+    Callable[[str], re.Match[str] | None],
+    type[RequestHeader] | type[ResponseHeader],
+    int,
+    int,
+    dict[str, _Entry],
+    int,
+]
+
+
+def _plan(
+    hlen: int, header: type[RequestHeader] | type[ResponseHeader], version_at: int, count_at: int
+) -> _Plan:
+    """What the fast path needs for one header length: the strict grammar, the header
+    class, where 102-A2 and 109-A9 stand, the versions that use this header length (each
+    with its transaction limit, whether it has group separators, its transaction-level
+    segment ids and the search for its first one), and where 401-D1 stands."""
+    specs = {
+        code: (
+            spec.max_transactions,
+            spec.group_separator,
+            _TX_IDS[code],
+            _TX_START[code],
+        )
+        for code, spec in VERSIONS.items()
+        if hlen == _RESP_LEN or _REQ_LEN_OF[code] == hlen
+    }
+    return hlen, _GRAMMAR[hlen, True].fullmatch, header, version_at, count_at, specs, _DATE_AT[hlen]
+
+
+_PLAN_RESP = _plan(_RESP_LEN, ResponseHeader, 0, 4)
+_PLAN_REQ = _plan(_REQ_LEN, RequestHeader, 6, 20)
+_PLAN_F6 = _plan(_REQ_F6_LEN, RequestHeader, 0, 22)
+
+
+def _detect(text: str) -> _Plan | None:
+    """The header's length and what goes with it: the header ends where the first
+    segment or group separator stands (a response with no transaction group may be its
+    header alone)."""
+    n = len(text)
+    if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS or n == _RESP_LEN:
+        return _PLAN_RESP
+    if text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS or n == _REQ_LEN:
+        return _PLAN_REQ
+    if text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS or n == _REQ_F6_LEN:
+        return _PLAN_F6
+    return None
+
+
+def _ungrouped(
+    text: str,
+    body: str,
+    hlen: int,
+    tx_ids: frozenset[str],
+    tx_start: Callable[[str], re.Match[str] | None],
+) -> list[str]:
+    """A version without group separators (F6): the transmission-level part and the
+    one transaction, or ``[body]`` when there is no transaction (an eligibility request,
+    or none found). Where a Claim or Response Status segment shows there is one, where
+    it starts is left to the first access to the segments (``UNSPLIT``)."""
+    if hlen == _RESP_LEN and body[4:6] in tx_ids:  # starts with its transaction
+        return ["", body]
+    if hlen != _RESP_LEN and text[2:4] == "E1":
+        return [body]
+    if "\x1e\x1cAM07" in body or "\x1e\x1cAM21" in body:
+        return [body, UNSPLIT]
+    tx = tx_start(body)
+    if tx is None:
+        return [body]
+    at = tx.start()
+    return [body[:at], body[at:]]
+
+
+def _fast(text: str) -> Transmission | None:
+    """Strict parsing of well-formed input, or ``None`` for anything the full path must
+    look at (which then accepts it or says exactly what is wrong). Accepts exactly what
+    the full path accepts in strict mode, and builds the same objects."""
+    plan = (  # _detect's answer, its common cases inline: this runs on every claim
+        _PLAN_RESP
+        if text[_RESP_LEN : _RESP_LEN + 1] in _BREAKS
+        else _PLAN_REQ
+        if text[_REQ_LEN : _REQ_LEN + 1] in _BREAKS
+        else _PLAN_F6
+        if text[_REQ_F6_LEN : _REQ_F6_LEN + 1] in _BREAKS
+        else _detect(text)
+    )
+    if plan is None:
+        return None
+    hlen, match, header_class, version_at, count_at, specs, d0 = plan
+    if match(text) is None:
+        return None
+    entry = specs.get(text[version_at : version_at + 2])
+    if entry is None:
+        return None
+    dos = text[d0 : d0 + 8]
+    if not (_DATES.get(dos) or _valid_date(dos)):
+        return None
+    max_tx, grouped, tx_ids, tx_start = entry
+    body = text[hlen:]
+    chunks: list[str]
+    if grouped:
+        chunks = body.split(_GS)
+        ngroups = len(chunks) - 1
+        if not (0 < ngroups <= max_tx and text[count_at] == _DIGIT[ngroups]):
+            return None
+    else:  # one transaction, no group separator (F6)
+        if text[count_at] != "1" or _GS in body:
+            return None
+        if hlen == _RESP_LEN and body[4:6] in tx_ids:  # the usual response, inline
+            chunks = ["", body]
+        else:
+            chunks = _ungrouped(text, body, hlen, tx_ids, tx_start)
+        if len(chunks) == 1:
+            return None  # no transaction: the count check's exceptions, on the full path
+    header = _new(header_class)
+    header._raw = text[:hlen]
+    t: Transmission = _new(Transmission)
+    t._header = header
+    t._grouped = grouped
+    t._leading = ""
+    t._trailing = ""
+    t._tolerated = ()
+    t._text = text
+    t._wire = chunks
+    return t
 
 
 def _version_error(version: str, spec: VersionSpec | None, hlen: int, offset: int) -> NoReturn:

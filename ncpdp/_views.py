@@ -23,16 +23,9 @@ __all__ = [
     "PreferredProduct",
     "ResponseTransactionView",
     "ResponseView",
-    "PA_REJECT_CODES",
-    "OUTCOMES_FIRST_CODES",
     "request_view",
     "response_view",
 ]
-
-#: Reject codes that offer a PA (service interface, "Pharmacy claim interface").
-PA_REJECT_CODES = frozenset({"MR", "AG", "A6", "70", "75", "76"})
-#: Of those, the ones for which the outcomes interface is called before answering.
-OUTCOMES_FIRST_CODES = frozenset({"70", "75", "76"})
 
 
 def _clean(value: str | None) -> str | None:
@@ -175,14 +168,6 @@ class ResponseTransactionView:
     def additional_message(self) -> str | None:
         """The 526-FQ lines joined with spaces (the payer's rejection message)."""
         return " ".join(self.additional_messages) or None
-
-    @property
-    def pa_eligible(self) -> bool:
-        return self.rejected and any(r.code in PA_REJECT_CODES for r in self.reject_codes)
-
-    @property
-    def outcomes_first(self) -> bool:
-        return self.rejected and any(r.code in OUTCOMES_FIRST_CODES for r in self.reject_codes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,7 +74,7 @@ def _count(client: Any, table: str) -> int:
 
 
 def _pa(client: Any, pa_id: str) -> dict[str, Any]:
-    return dict(client.daemon.bridge.get_pa(pa_id))
+    return dict(client.daemon.bridge.pas.get_pa(pa_id))
 
 
 def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:

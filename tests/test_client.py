@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import ncpdp
 from pa_bridge.client import (
+    OPTIONAL_CLAIM_VARIABLES,
     OUTCOME_VARIABLES,
     BadClaimError,
     ClaimMetadata,
@@ -35,7 +36,12 @@ from pa_bridge.client import (
     UnrecognizedNdcError,
     claim_metadata,
     claim_minimum_missing,
+    dashboard_login_url,
+    failure_kind,
     form_encode,
+    frame_claim,
+    is_framed,
+    origin,
     outcome_variables,
     patient_age,
 )
@@ -201,6 +207,43 @@ def test_claim_metadata_dea_and_dispensing_values_win() -> None:
     assert md.rejection_code == "MR"
     assert "unknown" not in md.as_form()
     assert ClaimMetadata.from_mapping({"group_id": "X", "nope": "y"}) == ClaimMetadata(group_id="X")
+
+
+def test_claim_metadata_is_derived_from_the_variable_table() -> None:
+    """Every optional claim variable, and only those, is a keyword and an attribute."""
+    values = {name: f"v{i}" for i, name in enumerate(OPTIONAL_CLAIM_VARIABLES)}
+    md = ClaimMetadata(**values)
+    assert [getattr(md, name) for name in OPTIONAL_CLAIM_VARIABLES] == list(values.values())
+    assert list(md.as_form()) == list(OPTIONAL_CLAIM_VARIABLES)
+    assert ClaimMetadata().physician_npi == ""
+    with pytest.raises(TypeError, match="nope"):
+        ClaimMetadata(nope="x")
+    with pytest.raises(AttributeError):
+        _ = md.nope
+    with pytest.raises(AttributeError):
+        md.group_id = "y"  # type: ignore[misc]
+    assert ClaimMetadata(group_id="X", bin_number="") == ClaimMetadata(group_id="X")
+    assert hash(ClaimMetadata(group_id="X")) == hash(ClaimMetadata(group_id="X"))
+    assert "X" in repr(ClaimMetadata(group_id="X"))
+
+
+@given(st.text(alphabet="AB\x1c\x1e\r\n", max_size=20))
+def test_framing_is_recognised_after_framing(core: str) -> None:
+    assert is_framed(frame_claim(core, "stx_etx"))
+    assert not is_framed(frame_claim(core, "none"))
+
+
+def test_url_helpers_shared_with_doctor() -> None:
+    assert origin("https://user:pw@svc.example.test:8443/a/b?api_key=s#x") == (
+        "https://svc.example.test:8443"
+    )
+    assert dashboard_login_url("https://svc.example.test/dash/") == (
+        "https://svc.example.test/dash/login"
+    )
+    assert failure_kind(httpx.ConnectError("x")) == "cannot connect (ConnectError)"
+    refused = httpx.ConnectError("boom")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert failure_kind(refused) == "connection refused"
 
 
 def test_claim_minimum_names_what_is_missing() -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .restore import mark_backup
-from .store import now_iso
+from .restore import BACKUP_MARK
+from .store import DatabaseError, now_iso
+from .store.files import Snapshot
 
 __all__ = ["BackupError", "BackupResult", "backup_database"]
 
@@ -42,25 +42,6 @@ class BackupResult:
     size: int
     integrity: str
     pages: int
-
-
-def _open_source(src: Path) -> sqlite3.Connection:
-    if not src.exists():
-        raise BackupError(f"no database at {src} (check storage.path; has the daemon run?)")
-    if not src.is_file():
-        raise BackupError(f"{src} is not a file")
-    try:
-        # a plain connection (it may need to create the -shm of a WAL database);
-        # query_only: this command never writes to the live database
-        conn = sqlite3.connect(f"file:{src}?mode=rw", uri=True, isolation_level=None, timeout=10)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute("PRAGMA query_only = ON")
-        # one read transaction for the whole copy: a consistent snapshot
-        conn.execute("BEGIN")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as e:
-        raise BackupError(f"cannot read {src}: {e}") from None
-    return conn
 
 
 def backup_database(
@@ -86,7 +67,7 @@ def backup_database(
     old_umask = os.umask(0o077)
     source = None
     try:
-        source = _open_source(src_p)
+        source = Snapshot(src_p, BackupError)
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a leftover of an interrupted backup
         try:
@@ -95,25 +76,14 @@ def backup_database(
         except OSError as e:
             raise BackupError(f"cannot create {tmp}: {e.strerror}") from None
         try:
-            target = sqlite3.connect(str(tmp), isolation_level=None)
-            try:
-
-                def step(status: int, remaining: int, total: int) -> None:
-                    if progress is not None:
-                        progress(total - remaining, total)
-
-                source.backup(target, pages=pages, progress=step)
-                total = int(target.execute("PRAGMA page_count").fetchone()[0])
-                # the restore mark: a daemon serving this copy holds its queued work
-                # and moves the feed's cursor on (decision 0009, restore.py)
-                mark_backup(target, now_iso())
-                target.execute("PRAGMA journal_mode = DELETE").fetchone()
-                rows = target.execute("PRAGMA integrity_check").fetchall()
-            finally:
-                target.close()
-        except sqlite3.Error as e:
+            # the restore mark: a daemon serving this copy holds its queued work
+            # and moves the feed's cursor on (decision 0009, restore.py)
+            copy = source.copy_to(
+                tmp, pages=pages, progress=progress, mark=(BACKUP_MARK, now_iso())
+            )
+        except DatabaseError as e:
             raise BackupError(f"backup failed: {e}") from None
-        integrity = "; ".join(str(r[0]) for r in rows)
+        integrity, total = copy.integrity, copy.pages
         if integrity != "ok":
             raise BackupError(f"the copy failed its integrity check: {integrity[:500]}")
         os.chmod(tmp, 0o600)
@@ -140,6 +110,4 @@ def backup_database(
     finally:
         os.umask(old_umask)
         if source is not None:
-            with contextlib.suppress(sqlite3.Error):
-                source.execute("COMMIT")
             source.close()

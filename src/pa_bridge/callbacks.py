@@ -32,8 +32,9 @@ from typing import Any
 
 from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from .logs import log_event
-from .outbox import enqueue
-from .store import Database, Store, now_iso
+from .store import Database, Kind, Store, now_iso, pa_history, pas
+from .store import callbacks as kept
+from .store.outbox import enqueue
 
 __all__ = [
     "WORKFLOW_RANK",
@@ -359,25 +360,19 @@ class CallbackService:
         body: bytes, content_type: str | None, reason: str
     ) -> Callable[[Database], CallbackResult]:
         def job(db: Database) -> CallbackResult:
-            db.execute(
-                "INSERT INTO dead_letters (received_at, reason, content_type, body) VALUES (?, ?, ?, ?)",
-                [now_iso(), reason, (content_type or "")[:200], body],
-            )
+            kept.add_dead_letter(db, now_iso(), reason, (content_type or "")[:200], body)
             return CallbackResult("dead_letter")
 
         return job
 
     @staticmethod
-    def _claim_placeholder(conn: Any, cb: ParsedCallback) -> str | None:
+    def _claim_placeholder(db: Database, cb: ParsedCallback) -> str | None:
         """The one PA we submitted whose answer named no PA (the empty format) and that
         this callback's identifiers agree with; None when there is none or several."""
         if not cb.match.get("bin"):
             return None
         found = []
-        for pid, links_json in conn.execute(
-            "SELECT id, links_json FROM pas WHERE id >= ? AND id < ? AND deleted = 0",
-            (PENDING_PREFIX, PENDING_PREFIX[:-1] + chr(ord(PENDING_PREFIX[-1]) + 1)),
-        ).fetchall():
+        for pid, links_json in pas.awaiting_placeholders(db, PENDING_PREFIX):
             try:
                 awaiting = json.loads(links_json or "{}").get("awaiting") or {}
             except (ValueError, AttributeError):
@@ -387,84 +382,95 @@ class CallbackService:
         return found[0] if len(found) == 1 else None
 
     def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
-        conn = db.conn  # the hot path: plain sqlite3 calls, few statements
         now = now_iso()
-        cur = conn.execute(
-            "INSERT OR IGNORE INTO callbacks (dedupe_key, received_at, pa_id, body) VALUES (?, ?, ?, ?)",
-            (cb.dedupe_key, now, cb.pa_id, body),
-        )
-        if cur.rowcount == 0:
+        if not kept.insert_once(db, cb.dedupe_key, now, cb.pa_id, body):
             return CallbackResult("duplicate", cb.pa_id)
         seq = self.store.next_seq(db)
-        select = (
-            "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-            " links_json, urls_json FROM pas WHERE id = ?"
-        )
-        row = conn.execute(select, (cb.pa_id,)).fetchone()
+        row = pas.callback_state(db, cb.pa_id)
         note = None
         if row is None:
-            placeholder = self._claim_placeholder(conn, cb)
+            placeholder = self._claim_placeholder(db, cb)
             if placeholder is not None:  # the PA we submitted without an id: it is this one
-                conn.execute("UPDATE pas SET id = ? WHERE id = ?", (cb.pa_id, placeholder))
-                conn.execute(
-                    "UPDATE pa_history SET pa_id = ? WHERE pa_id = ?", (cb.pa_id, placeholder)
-                )
-                row = conn.execute(select, (cb.pa_id,)).fetchone()
+                pas.rename(db, placeholder, cb.pa_id)
+                row = pas.callback_state(db, cb.pa_id)
                 note = f"matched to the submit recorded as {placeholder}"
         new_events = "[]"
         if cb.events:
             new_events = json.dumps(cb.events)
-            merged = _merge_events(row[3] if row else None, cb.events)
-            events_json = json.dumps(merged)
+            merged = _merge_events(row["events_json"] if row else None, cb.events)
+            events_json: str | None = json.dumps(merged)
             deleted = int(any(e["type"] == "DELETE" for e in merged))
             fax_failed = int(
                 any(e["type"] in ("REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE") for e in merged)
             )
         elif row is not None:
-            events_json, deleted, fax_failed = row[3], row[4], row[5]
+            events_json, deleted, fax_failed = row["events_json"], row["deleted"], row["fax_failed"]
         else:
             events_json, deleted, fax_failed = "[]", 0, 0
+        links_json: str | None
+        urls_json: str | None
         if cb.links or note or (row is None and cb.match):
-            links = merge_links(row[6] if row else None, cb.links)
+            links = merge_links(row["links_json"] if row else None, cb.links)
             if row is None and cb.match:
                 links["match"] = cb.match  # for a submit whose answer comes after this
             links.pop("awaiting", None)
-            urls = json.loads(row[7] or "[]") if row else []
+            urls = json.loads(row["urls_json"] or "[]") if row else []
             for url in links.get("token_urls") or []:
                 if url not in urls:
                     urls.append(url)
             links_json, urls_json = json.dumps(links), json.dumps(urls)
         else:  # nothing to merge (the hot path of a body without links)
-            links_json, urls_json = (row[6], row[7]) if row else ("{}", "[]")
+            links_json, urls_json = (row["links_json"], row["urls_json"]) if row else ("{}", "[]")
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
-            conn.execute(
-                "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-                " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
-                (cb.pa_id, urls_json, cb.workflow_status, cb.plan_outcome, cb.event_time,
-                 deleted, now, now, seq, events_json, fax_failed, links_json),
-            )  # fmt: skip
+            pas.insert_from_callback(
+                db,
+                pa_id=cb.pa_id,
+                urls_json=urls_json or "[]",
+                workflow_status=cb.workflow_status,
+                plan_outcome=cb.plan_outcome,
+                status_time=cb.event_time,
+                deleted=deleted,
+                now=now,
+                seq=seq,
+                events_json=events_json or "[]",
+                fax_failed=fax_failed,
+                links_json=links_json or "{}",
+            )
         else:
             newer = cb.workflow_status is not None and is_newer(
-                (cb.event_time, cb.workflow_status, cb.plan_outcome), (row[2], row[0], row[1])
+                (cb.event_time, cb.workflow_status, cb.plan_outcome),
+                (row["status_time"], row["workflow_status"], row["plan_outcome"]),
             )
             status = (
                 (cb.workflow_status, cb.plan_outcome, cb.event_time)
                 if newer
-                else (row[0], row[1], row[2])
+                else (row["workflow_status"], row["plan_outcome"], row["status_time"])
             )
-            conn.execute(
-                "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
-                " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-                " urls_json = ? WHERE id = ?",
-                (*status, events_json, deleted, fax_failed, now, seq, links_json, urls_json,
-                 cb.pa_id),
-            )  # fmt: skip
-        conn.execute(
-            "INSERT INTO pa_history (pa_id, received_at, source, workflow_status, plan_outcome, event_time,"
-            " events_json, note) VALUES (?, ?, 'callback', ?, ?, ?, ?, ?)",
-            (cb.pa_id, now, cb.workflow_status, cb.plan_outcome, cb.event_time, new_events, note),
+            pas.update_from_callback(
+                db,
+                pa_id=cb.pa_id,
+                workflow_status=status[0],
+                plan_outcome=status[1],
+                status_time=status[2],
+                events_json=events_json,
+                deleted=deleted,
+                fax_failed=fax_failed,
+                now=now,
+                seq=seq,
+                links_json=links_json,
+                urls_json=urls_json,
+            )
+        pa_history.add(
+            db,
+            cb.pa_id,
+            now,
+            "callback",
+            workflow_status=cb.workflow_status,
+            plan_outcome=cb.plan_outcome,
+            event_time=cb.event_time,
+            events_json=new_events,
+            note=note,
         )
         if self.forward:
-            enqueue(db, "webhook", {"pa_id": cb.pa_id, "change_seq": seq})
+            enqueue(db, Kind.WEBHOOK, {"pa_id": cb.pa_id, "change_seq": seq})
         return CallbackResult("stored", cb.pa_id)

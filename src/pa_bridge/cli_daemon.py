@@ -75,11 +75,11 @@ def _storage_path(config_path: str | None) -> Path:
 
 
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
-    from .store import Database, StoreError, connect_existing
+    from .store import StoreError, files
 
     path = _storage_path(config_path)
     try:
-        return Database(connect_existing(path, write=write))
+        return files.open_database(path, write=write)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -94,6 +94,7 @@ def queue() -> None:
 @config_option
 @click.option(
     "--status",
+    # store.outbox.QUEUE_STATUSES, spelled here so that the CLI starts without sqlite-utils
     type=click.Choice(["pending", "failed", "held", "dropped", "delivered"]),
     default=None,
     help="pending: not tried yet; failed: the last attempt failed; held: held after a "
@@ -135,14 +136,13 @@ def queue_list(config_path: str | None, status: str | None, limit: int, as_json:
 
 
 def _queue_write(config_path: str | None, fn: Any) -> bool:
-    import sqlite3
+    from .store import DatabaseError, files
 
     db = _open_queue(config_path, write=True)
     try:
-        db.conn.execute("BEGIN IMMEDIATE")
-        ok = bool(fn(db))
-        db.conn.execute("COMMIT")
-    except sqlite3.Error as e:
+        with files.transaction(db):
+            ok = bool(fn(db))
+    except DatabaseError as e:
         click.echo(f"error: the database did not take the change: {e}", err=True)
         sys.exit(1)
     finally:
@@ -158,7 +158,7 @@ def queue_retry(config_path: str | None, item_id: int) -> None:
     it within its poll interval."""
     import time
 
-    from .outbox import retry_item
+    from .store.outbox import retry_item
 
     if not _queue_write(config_path, lambda db: retry_item(db, item_id, time.time())):
         click.echo(f"error: no undelivered queue item {item_id}", err=True)
@@ -174,7 +174,7 @@ def queue_drop(config_path: str | None, item_id: int) -> None:
     restore). The item stays listed as dropped."""
     import time
 
-    from .outbox import drop_item
+    from .store.outbox import drop_item
 
     why = "dropped by store IT (pa-bridge queue drop)"
     if not _queue_write(config_path, lambda db: drop_item(db, item_id, time.time(), why)):

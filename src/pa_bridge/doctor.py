@@ -9,8 +9,6 @@ secrets are reported as present or missing, the database only by counts.
 from __future__ import annotations
 
 import os
-import socket
-import sqlite3
 import ssl
 import stat
 import time
@@ -25,7 +23,16 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import SecretStr, ValidationError
 
+from .client import (
+    DASHBOARD_LOGIN_VARIABLES,
+    dashboard_login_url,
+    failure_kind,
+    origin,
+    verify_context,
+)
 from .config import ConfigError, Settings, is_loopback, load_settings, parse_listen
+from .restore import BACKUP_MARK
+from .store import DatabaseError, files, migrations
 
 __all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
 
@@ -156,23 +163,6 @@ def _nearest_existing(p: Path) -> Path:
     return p
 
 
-def _known_migrations() -> list[str]:
-    from .store import MIGRATIONS, Database
-
-    return [m.name for m in MIGRATIONS.pending(Database(memory=True))]
-
-
-def _open_readonly(path: Path) -> sqlite3.Connection:
-    # With no -wal file the daemon is not running: open immutable so that nothing
-    # (not even a -shm) is created next to the database by whoever runs doctor.
-    wal = Path(f"{path}-wal")
-    shm = Path(f"{path}-shm")
-    mode = "mode=ro" if wal.exists() and shm.exists() else "mode=ro&immutable=1"
-    conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=5)
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
 def check_database(s: Settings) -> list[Check]:
     path = Path(s.storage.path)
     out: list[Check] = []
@@ -241,37 +231,10 @@ def check_database(s: Settings) -> list[Check]:
 
 def _check_schema(path: Path) -> list[Check]:
     out: list[Check] = []
-    known = _known_migrations()
+    known = migrations.known()
     try:
-        conn = _open_readonly(path)
-        try:
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            applied: list[str] = []
-            if "_sqlite_migrations" in tables:
-                applied = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM _sqlite_migrations WHERE migration_set = 'pa_bridge'"
-                    )
-                ]
-            restored_from = None
-            if "meta" in tables:
-                row = conn.execute(
-                    "SELECT value FROM meta WHERE key = 'backup.taken_at'"
-                ).fetchone()
-                restored_from = None if row is None else str(row[0])
-            failed = 0
-            if "outbox" in tables:
-                failed = int(
-                    conn.execute("SELECT count(*) FROM outbox WHERE status = 'failed'").fetchone()[
-                        0
-                    ]
-                )
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
+        facts = files.inspect_file(path, BACKUP_MARK)
+    except DatabaseError as e:
         out.append(
             fail(
                 "database schema",
@@ -280,6 +243,7 @@ def _check_schema(path: Path) -> list[Check]:
             )
         )
         return out
+    applied, restored_from, failed = facts.applied, facts.backup_taken_at, facts.failed
     pending = [n for n in known if n not in applied]
     unknown = [n for n in applied if n not in known]
     if unknown:
@@ -461,44 +425,6 @@ def check_tls(s: Settings, *, now: float) -> list[Check]:
 
 
 # ---- service --------------------------------------------------------------------------
-def _verify(v: bool | str) -> bool | ssl.SSLContext:
-    if isinstance(v, str):
-        if os.path.isdir(v):
-            return ssl.create_default_context(capath=v)
-        return ssl.create_default_context(cafile=v)
-    return v
-
-
-def _error_kind(e: BaseException) -> str:
-    if isinstance(e, httpx.TimeoutException):
-        return "timeout"
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, ssl.SSLCertVerificationError):
-            return "TLS error: certificate not trusted"
-        if isinstance(cur, ssl.SSLError):
-            return "TLS error"
-        if isinstance(cur, socket.gaierror):
-            return "name not resolved"
-        if isinstance(cur, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cur, TimeoutError | socket.timeout):
-            return "timeout"
-        if isinstance(cur, OSError) and cur.errno is not None:
-            return f"cannot connect ({os.strerror(cur.errno).lower()})"
-        cur = cur.__cause__ or cur.__context__
-    text = str(e).lower()
-    if "refused" in text:
-        return "connection refused"
-    if "ssl" in text or "certificate" in text:
-        return "TLS error"
-    if "name or service" in text or "resolution" in text:
-        return "name not resolved"
-    return f"cannot connect ({type(e).__name__})"
-
-
 def check_service(s: Settings) -> list[Check]:
     if s.sandbox_enabled:
         return [ok("service", "sandbox (in-process, nothing to reach)")]
@@ -519,11 +445,10 @@ def check_service(s: Settings) -> list[Check]:
             )
             continue
         # the origin only: never the path, query or user info (they may carry secrets)
-        origin = str(u.copy_with(path="/", query=None, fragment=None, username=None, password=None))
-        origins.setdefault(origin.rstrip("/"), []).append(key.removesuffix("_url"))
+        origins.setdefault(origin(url), []).append(key.removesuffix("_url"))
     timeout = min(REACH_TIMEOUT_S, s.service.timeout_seconds)
     try:
-        verify = _verify(s.service.verify)
+        verify = verify_context(s.service.verify)
     except (OSError, ssl.SSLError) as e:
         return [
             *out,
@@ -538,16 +463,16 @@ def check_service(s: Settings) -> list[Check]:
     with httpx.Client(
         verify=verify, timeout=timeout, follow_redirects=False, headers=headers
     ) as http:
-        for origin, uses in origins.items():
-            name = f"service {origin} ({', '.join(uses)})"
+        for host, uses in origins.items():
+            name = f"service {host} ({', '.join(uses)})"
             started = time.monotonic()
             try:
-                r = http.head(origin + "/")
+                r = http.head(host + "/")
             except httpx.HTTPError as e:
                 out.append(
                     fail(
                         name,
-                        f"unreachable: {_error_kind(e)}",
+                        f"unreachable: {failure_kind(e)}",
                         "check the URL, DNS, firewall and proxy",
                     )
                 )
@@ -561,13 +486,6 @@ def check_service(s: Settings) -> list[Check]:
         }
         out += _check_endpoints(s, http, reached)
     return out
-
-
-def _origin_of(url: str) -> str:
-    u = httpx.URL(url)
-    return str(
-        u.copy_with(path="/", query=None, fragment=None, username=None, password=None)
-    ).rstrip("/")
 
 
 def _answered(what: str, key: str, r: httpx.Response) -> Check | None:
@@ -599,7 +517,7 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
     out: list[Check] = []
     svc = s.service
     user, password, api_key = svc.username or "", s.secret(svc.password), s.secret(svc.api_key)
-    if svc.claim_url and _origin_of(svc.claim_url) in reached:
+    if svc.claim_url and origin(svc.claim_url) in reached:
         what = "service claim interface"
         try:
             r = http.post(
@@ -607,7 +525,7 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
                 data={"username": user, "password": password, "api_key": api_key},
             )
         except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.claim_url"))
+            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.claim_url"))
         else:
             verdict = _answered(what, "claim_url", r)
             body = r.text[:4000].lower() if r.status_code == 404 else ""
@@ -635,13 +553,15 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
                         "check service.claim_url",
                     )
                 )
-    if svc.dashboard_url and _origin_of(svc.dashboard_url) in reached:
+    if svc.dashboard_url and origin(svc.dashboard_url) in reached:
         what = "service dashboard login"
-        login = svc.dashboard_url.rstrip("/") + "/login"
+        login = dashboard_login_url(svc.dashboard_url)
         try:
-            r = http.post(login, data={"username": user, "plaintext_password": password})
+            r = http.post(
+                login, data=dict(zip(DASHBOARD_LOGIN_VARIABLES, (user, password), strict=True))
+            )
         except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.dashboard_url"))
+            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.dashboard_url"))
         else:
             verdict = _answered(what, "dashboard_url", r)
             if verdict is not None:
@@ -658,12 +578,12 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
                         what, f"HTTP {r.status_code} without a token", "check service.dashboard_url"
                     )
                 )
-    if svc.outcomes_url and _origin_of(svc.outcomes_url) in reached:
+    if svc.outcomes_url and origin(svc.outcomes_url) in reached:
         what = "service outcomes interface"
         try:
             r = http.get(svc.outcomes_url)
         except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {_error_kind(e)}", "check service.outcomes_url"))
+            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.outcomes_url"))
         else:
             verdict = _answered(what, "outcomes_url", r)
             if verdict is not None:

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .outbox import queue_summary
-from .store import parse_iso
+from .store import Status, callbacks, parse_iso
 
 if TYPE_CHECKING:
     from .service_health import ServiceHealth
@@ -38,11 +38,11 @@ class _StoreCollector(Collector):
         dead = GaugeMetricFamily("pa_bridge_dead_letters", "Callback bodies kept as dead letters")
         try:
             counts, first = queue_summary(self.store)
-            for status in ("pending", "failed", "held"):
+            for status in (Status.PENDING, Status.FAILED, Status.HELD):
                 depth.add_metric([status], counts.get(status, 0))
             age = 0.0 if first is None else max(0.0, self.clock() - parse_iso(first))
             oldest.add_metric([], age)
-            dead.add_metric([], self.store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"])
+            dead.add_metric([], callbacks.count_dead_letters(self.store.reader()))
         except Exception:  # a scrape never fails because of the database
             return
         yield depth

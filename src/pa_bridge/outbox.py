@@ -27,10 +27,22 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import QueueSettings
 from .logs import log_event
-from .store import Database, Store, now_iso, parse_iso
+from .store import Database, Kind, Status, Store, now_iso, parse_iso
+from .store import outbox as items
+from .store.outbox import (
+    QUEUE_STATUSES,
+    drop_item,
+    enqueue,
+    hold_undelivered,
+    list_items,
+    retry_item,
+)
 
 __all__ = [
     "QUEUE_STATUSES",
+    "Kind",
+    "Status",
+    "enqueue",
     "Deliverer",
     "DeliveryFailed",
     "Outbox",
@@ -67,127 +79,22 @@ def _reason(e: DeliveryFailed) -> str:
 Observer = Callable[[str, bool, str | None], None]
 
 
-def enqueue(
-    db: Database,
-    kind: str,
-    payload: dict[str, Any],
-    *,
-    claim_id: str | None = None,
-    now: float | None = None,
-) -> int:
-    """Insert an item; call inside a write job so it commits with the work it belongs to."""
-    t = time.time() if now is None else now
-    cur = db.execute(
-        "INSERT INTO outbox (kind, claim_id, payload_json, status, attempts, next_attempt_at,"
-        " created_at, updated_at) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
-        [kind, claim_id, json.dumps(payload, separators=(",", ":")), t, now_iso(t), now_iso(t)],
-    )
-    return int(cur.lastrowid or 0)
-
-
 def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
-    rows = store.query(
-        "SELECT status, count(*) AS n, min(created_at) AS oldest FROM outbox"
-        " WHERE status NOT IN ('delivered', 'dropped') GROUP BY status"
-    )
-    oldest = min((r["oldest"] for r in rows if r["oldest"]), default=None)
-    return {r["status"]: int(r["n"]) for r in rows}, oldest
-
-
-#: what ``queue list --status`` takes. ``pending``: not tried yet; ``failed``: the last
-#: attempt failed (retried automatically at ``next_attempt_at``, or, when the service
-#: refused it for good, only by ``queue retry``); ``held``: put on hold when a backup
-#: was restored (it may have been delivered after the backup was taken: check, then
-#: ``queue retry`` or ``queue drop``); ``dropped``: dropped by store IT; ``delivered``.
-QUEUE_STATUSES = ("pending", "failed", "held", "dropped", "delivered")
-
-_STATUS_WHERE = {
-    "pending": "status = 'pending' AND last_error IS NULL",
-    "failed": "(status = 'failed' OR (status = 'pending' AND last_error IS NOT NULL))",
-    "held": "status = 'held'",
-    "dropped": "status = 'dropped'",
-    "delivered": "status = 'delivered'",
-}
-
-
-def _iso_or_none(t: Any) -> str | None:
-    return None if t is None else now_iso(float(t))
-
-
-def list_items(db: Database, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-    """Queue items, newest first, for store IT: one time format (UTC ISO 8601) for
-    every time, ``status`` as ``queue list`` shows it (see :data:`QUEUE_STATUSES`),
-    ``retrying`` whether the daemon will try it again by itself, ``next_attempt_at``
-    when (None when it will not)."""
-    sql = (
-        "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
-        " created_at, updated_at, delivered_at FROM outbox"
-    )
-    params: list[Any] = []
-    if status:
-        if status not in _STATUS_WHERE:
-            raise ValueError(f"unknown queue status {status!r}")
-        sql += f" WHERE {_STATUS_WHERE[status]}"
-    sql += " ORDER BY id DESC LIMIT ?"
-    params.append(limit)
-    cur = db.execute(sql, params)
-    cols = [c[0] for c in cur.description]
-    out = []
-    for row in cur.fetchall():
-        it = dict(zip(cols, row, strict=True))
-        stored = it["status"]
-        retrying = stored == "pending"
-        if stored == "pending" and it["last_error"] is not None:
-            it["status"] = "failed"
-        it["retrying"] = retrying
-        it["next_attempt_at"] = _iso_or_none(it["next_attempt_at"]) if retrying else None
-        out.append(it)
-    return out
-
-
-def retry_item(db: Database, item_id: int, now: float) -> bool:
-    """Make an undelivered item due now (held, failed or dropped ones too); call in a
-    write transaction. False when there is no such undelivered item."""
-    cur = db.execute(
-        "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
-        " WHERE id = ? AND status != 'delivered'",
-        [now, now_iso(now), item_id],
-    )
-    return cur.rowcount > 0
-
-
-def drop_item(db: Database, item_id: int, now: float, why: str) -> bool:
-    """Never deliver an undelivered item (kept, with ``why`` as its last error)."""
-    cur = db.execute(
-        "UPDATE outbox SET status = 'dropped', last_error = ?, updated_at = ?"
-        " WHERE id = ? AND status != 'delivered'",
-        [why, now_iso(now), item_id],
-    )
-    return cur.rowcount > 0
-
-
-def hold_undelivered(db: Database, why: str, now: float) -> int:
-    """Put every undelivered item on hold (after a restore); the count."""
-    cur = db.execute(
-        "UPDATE outbox SET status = 'held', last_error = ?, updated_at = ?"
-        " WHERE status IN ('pending', 'failed')",
-        [why, now_iso(now)],
-    )
-    return int(cur.rowcount)
+    return items.summary(store.reader())
 
 
 class Outbox:
     def __init__(
         self,
         store: Store,
-        deliverers: dict[str, Deliverer],
+        deliverers: dict[str, Deliverer] | None,
         settings: QueueSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.deliverers = deliverers
+        self.deliverers: dict[str, Deliverer] = deliverers if deliverers is not None else {}
         self.settings = settings
         self.clock = clock
         self._inflight: dict[int, threading.Event] = {}
@@ -201,6 +108,10 @@ class Outbox:
         self._wake_scheduled = False
         self.last_drain_at = time.monotonic()
         self.observer: Observer | None = None
+
+    def register(self, kind: str, deliverer: Deliverer) -> None:
+        """Deliver items of ``kind`` with ``deliverer`` (the composition root's call)."""
+        self.deliverers[kind] = deliverer
 
     # ---- scheduling ----------------------------------------------------------
     def start(self, scheduler: BackgroundScheduler) -> None:
@@ -256,15 +167,10 @@ class Outbox:
         # put it, which means the wall clock was set back since it was scheduled (a
         # day back would otherwise stall the queue for a day). Issue 19.
         horizon = now + self.settings.backoff_max_seconds + 60.0
-        due = self.store.query(
-            "SELECT id FROM outbox WHERE status = 'pending'"
-            " AND (next_attempt_at <= ? OR next_attempt_at > ?)"
-            " ORDER BY next_attempt_at, id LIMIT ?",
-            [now, horizon, self.settings.batch_size],
-        )
-        for row in due:
+        due = items.due(self.store.reader(), now, horizon, self.settings.batch_size)
+        for item_id in due:
             # an item a request is delivering right now is that request's: skip it
-            self.deliver(int(row["id"]), wait_s=0.0)
+            self.deliver(item_id, wait_s=0.0)
         return len(due)
 
     def deliver(self, item_id: int, *, wait_s: float = 60.0) -> bool:
@@ -281,17 +187,16 @@ class Outbox:
             with self._lock:
                 if item_id in self._unrecorded:
                     return self._unrecorded[item_id][0] is None
-            rows = self.store.query("SELECT status FROM outbox WHERE id = ?", [item_id])
-            return bool(rows) and rows[0]["status"] == "delivered"
+            state = items.state(self.store.reader(), item_id)
+            return state is not None and state[0] == Status.DELIVERED
         try:
             with self._lock:
                 if item_id in self._unrecorded:
                     return self._unrecorded[item_id][0] is None
-            rows = self.store.query("SELECT * FROM outbox WHERE id = ?", [item_id])
-            if not rows:
+            item = items.get(self.store.reader(), item_id)
+            if item is None:
                 return False
-            item = rows[0]
-            if item["status"] == "delivered":
+            if item["status"] == Status.DELIVERED:
                 return True
             deliverer = self.deliverers.get(item["kind"])
             error: str | None = None
@@ -333,44 +238,40 @@ class Outbox:
         with self._lock:
             pending = list(self._unrecorded.items())
         for item_id, (error, retryable) in pending:
-            rows = self.store.query("SELECT * FROM outbox WHERE id = ?", [item_id])
-            if rows:
-                self._record(rows[0], error, retryable)
+            item = items.get(self.store.reader(), item_id)
+            if item is not None:
+                self._record(item, error, retryable)
             with self._lock:
                 self._unrecorded.pop(item_id, None)
 
-    def _record(self, item: dict[str, Any], error: str | None, retryable: bool) -> None:
+    def _record(self, item: items.QueueRow, error: str | None, retryable: bool) -> None:
         attempts = int(item["attempts"]) + 1
         now = self.clock()
         if error is None:
-            status, next_at = "delivered", now
+            status, next_at = Status.DELIVERED, now
             # a delivered outcome report needs no PHI kept in the queue
-            payload = "{}" if item["kind"] == "outcome_report" else item["payload_json"]
+            payload = "{}" if item["kind"] == Kind.OUTCOME_REPORT else item["payload_json"]
         elif retryable:
             backoff = min(
                 self.settings.backoff_max_seconds,
                 self.settings.backoff_base_seconds * (2 ** min(attempts - 1, 30)),
             )
-            status, next_at = "pending", now + backoff * random.uniform(0.5, 1.0)
+            status, next_at = Status.PENDING, now + backoff * random.uniform(0.5, 1.0)
             payload = item["payload_json"]
         else:
-            status, next_at = "failed", now
+            status, next_at = Status.FAILED, now
             payload = item["payload_json"]
 
         def job(db: Database) -> None:
-            db.execute(
-                "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?, last_error = ?,"
-                " updated_at = ?, delivered_at = ?, payload_json = ? WHERE id = ?",
-                [
-                    status,
-                    attempts,
-                    next_at,
-                    error,
-                    now_iso(now),
-                    now_iso(now) if status == "delivered" else None,
-                    payload,
-                    item["id"],
-                ],
+            items.record_attempt(
+                db,
+                item["id"],
+                status=status,
+                attempts=attempts,
+                next_attempt_at=next_at,
+                last_error=error,
+                now=now_iso(now),
+                payload_json=payload,
             )
 
         self.store.write(job)
@@ -379,13 +280,13 @@ class Outbox:
             level=logging.INFO if error is None else logging.WARNING,
             item_id=item["id"],
             kind=item["kind"],
-            status=status,
+            status=str(status),
             attempts=attempts,
             error=error,
         )
 
     # ---- store IT ------------------------------------------------------------
-    def list(self, status: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    def list(self, status: str | None = None, limit: int = 200) -> list[items.QueueItem]:
         return list_items(self.store.reader(), status, limit)
 
     def retry(self, item_id: int) -> bool:
@@ -397,6 +298,6 @@ class Outbox:
 
     def depth(self) -> tuple[int, float | None]:
         """(pending + failed items, age in seconds of the oldest one)."""
-        counts, oldest = queue_summary(self.store)
+        counts, oldest = items.summary(self.store.reader())
         age = None if oldest is None else max(0.0, self.clock() - parse_iso(oldest))
         return sum(counts.values()), age

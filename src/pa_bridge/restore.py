@@ -24,15 +24,15 @@ import contextlib
 import fcntl
 import os
 import shutil
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .outbox import hold_undelivered
-from .store import Database, now_iso
+from .store import Database, DatabaseError, audit, files, meta, now_iso
+from .store.files import CannotOpen
+from .store.outbox import hold_undelivered
 
 __all__ = [
     "BACKUP_MARK",
@@ -92,25 +92,13 @@ def database_in_use(db: Path) -> bool:
     return False
 
 
-def mark_backup(conn: sqlite3.Connection, taken_at: str) -> None:
-    """Write the backup mark into a fresh copy (called by ``backup_database``)."""
-    has_meta = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-    ).fetchone()
-    if has_meta:
-        conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [BACKUP_MARK, taken_at]
-        )
-
-
 def adopt_restored(db: Database, now: float) -> dict[str, Any] | None:
     """Run in a write job when the daemon opens its database: if it is a backup copy
     served for the first time, hold its queued work, set the feed's floor, remove the
     mark and audit it. None when it is not a restored copy."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", [BACKUP_MARK]).fetchone()
-    if row is None:
+    taken_at = meta.get(db, BACKUP_MARK)
+    if taken_at is None:
         return None
-    taken_at = str(row[0])
     held = hold_undelivered(
         db,
         f"held: restored from the backup taken at {taken_at}; it may have been delivered "
@@ -118,12 +106,15 @@ def adopt_restored(db: Database, now: float) -> dict[str, Any] | None:
         now,
     )
     floor = int(time.time() * 1_000_000)
-    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [FEED_FLOOR, str(floor)])
-    db.execute("DELETE FROM meta WHERE key = ?", [BACKUP_MARK])
-    db.execute(
-        "INSERT INTO audit (at, actor, action, object_id, detail) VALUES (?, 'daemon',"
-        " 'database.restored', NULL, ?)",
-        [now_iso(now), f"backup taken at {taken_at}; {held} queue item(s) held"],
+    meta.put(db, FEED_FLOOR, str(floor))
+    meta.delete(db, BACKUP_MARK)
+    audit.add(
+        db,
+        "daemon",
+        "database.restored",
+        None,
+        f"backup taken at {taken_at}; {held} queue item(s) held",
+        at=now_iso(now),
     )
     return {"backup_taken_at": taken_at, "held": held}
 
@@ -141,26 +132,16 @@ def _check_backup(backup: Path) -> tuple[str | None, int]:
     if not backup.is_file():
         raise RestoreError(f"no backup file at {backup}")
     try:
-        conn = sqlite3.connect(f"file:{backup}?mode=ro", uri=True)
-    except sqlite3.Error as e:
+        facts = files.copy_facts(backup, BACKUP_MARK)
+    except CannotOpen as e:
         raise RestoreError(f"cannot open {backup}: {e}") from None
-    try:
-        rows = conn.execute("PRAGMA integrity_check").fetchall()
-        integrity = "; ".join(str(r[0]) for r in rows)
-        if integrity != "ok":
-            raise RestoreError(f"{backup} fails its integrity check: {integrity[:300]}")
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not {"outbox", "meta", "pas"} <= names:
-            raise RestoreError(f"{backup} is not a pa-bridge database")
-        mark = conn.execute("SELECT value FROM meta WHERE key = ?", [BACKUP_MARK]).fetchone()
-        queued = conn.execute(
-            "SELECT count(*) FROM outbox WHERE status IN ('pending', 'failed')"
-        ).fetchone()[0]
-    except sqlite3.Error as e:
+    except DatabaseError as e:
         raise RestoreError(f"cannot read {backup}: {e}") from None
-    finally:
-        conn.close()
-    return (None if mark is None else str(mark[0])), int(queued)
+    if facts.integrity != "ok":
+        raise RestoreError(f"{backup} fails its integrity check: {facts.integrity[:300]}")
+    if not facts.is_pa_bridge:
+        raise RestoreError(f"{backup} is not a pa-bridge database")
+    return facts.mark, facts.undelivered
 
 
 def restore_database(
@@ -209,11 +190,7 @@ def restore_database(
             os.chmod(tmp, 0o600)
             if mark is None:  # a copy made otherwise: treat it the same way
                 mark = now_iso(backup_p.stat().st_mtime)
-                conn = sqlite3.connect(str(tmp), isolation_level=None)
-                try:
-                    mark_backup(conn, mark)
-                finally:
-                    conn.close()
+                files.mark_file(tmp, BACKUP_MARK, mark)
             os.replace(tmp, dest_p)
         except OSError as e:
             with contextlib.suppress(OSError):

@@ -15,19 +15,47 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .bridge import Bridge
 from .callback_front import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import queue_summary
+from .outbox import Outbox, queue_summary
 from .restore import adopt_restored, lock_database_dir
+from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
 from .service_health import ServiceHealth
-from .store import Store, create_private
+from .store import Status, Store, create_private
 from .wsgi import Listening, WsgiServer
 
-__all__ = ["Daemon", "WsgiServer"]  # WsgiServer re-exported for the tests
+__all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
+
+
+def build_services(
+    settings: Settings,
+    store: Store,
+    client: PaServiceClient,
+    *,
+    metrics: Metrics,
+    clock: Callable[[], float] = time.time,
+) -> Services:
+    """The composition root of the use cases: each gets what it needs, the queue gets
+    its deliverers; nothing below calls back up."""
+    metrics.watch_store(store, clock)
+    outbox = Outbox(store, None, settings.queue, clock=clock)
+    pas = PaService(store, client, metrics, clock=clock)
+    deliveries = Deliveries(settings, store, client, pas, clock=clock)
+    deliveries.register(outbox)
+    return Services(
+        settings=settings,
+        store=store,
+        metrics=metrics,
+        outbox=outbox,
+        claims=ClaimIntake(settings, store, client, metrics, wake_queue=outbox.wake, clock=clock),
+        pas=pas,
+        reversals=Reversals(store, outbox, clock=clock),
+        deliveries=deliveries,
+        clock=clock,
+    )
 
 
 #: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
@@ -59,7 +87,7 @@ class Daemon:
         self.store: Store | None = None
         self.sandbox: Any = None
         self.client: PaServiceClient | None = None
-        self.bridge: Bridge | None = None
+        self.bridge: Services | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
@@ -90,7 +118,7 @@ class Daemon:
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
         self.client = self._make_client()
-        self.bridge = Bridge(s, self.store, self.client, clock=self.clock, metrics=metrics)
+        self.bridge = build_services(s, self.store, self.client, metrics=metrics, clock=self.clock)
         receiver.on_stored = self.bridge.outbox.wake
         self.bridge.outbox.observer = self.service_health.delivery
         metrics.watch_service(self.service_health)
@@ -266,10 +294,12 @@ class Daemon:
         degraded = self.service_health.degraded_reasons()
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
-            out["queue"] = {k: counts.get(k, 0) for k in ("pending", "failed", "held")}
-            if counts.get("held"):
+            out["queue"] = {
+                str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
+            }
+            if counts.get(Status.HELD):
                 degraded.append("queue_held_after_restore")
-            if counts.get("failed"):
+            if counts.get(Status.FAILED):
                 degraded.append("queue_failed")
         out["degraded"] = degraded
         return out

@@ -14,8 +14,10 @@ from typing import Any
 
 import ncpdp
 
-from .bridge import Bridge
-from .store import now_iso
+from .service import Services
+from .service.pas import pa_json
+from .store import exchanges, now_iso, pas
+from .store.pas import PaRow
 
 __all__ = ["local_day_start", "rx_lines", "claims_today", "pas_today", "worklist"]
 
@@ -74,30 +76,22 @@ _CONSOLE_PA_FIELDS = (
 )  # fmt: skip
 
 
-def _pa_summary(row: dict[str, Any]) -> dict[str, Any]:
-    pa = Bridge.pa_json(row)
+def _pa_summary(row: PaRow) -> dict[str, Any]:
+    pa = pa_json(row)
     return {k: pa[k] for k in _CONSOLE_PA_FIELDS}
 
 
-def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
     newest first, with the answer's message and button label and the PA if one exists."""
     start = local_day_start(bridge.clock() if now is None else now)
-    rows = bridge.store.query(
-        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"
-        " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
-        " ORDER BY received_at DESC LIMIT ?",
-        [start, MAX_ROWS],
-    )
+    reader = bridge.store.reader()
+    rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS)
     if not rows:
         return []
-    marks = ",".join("?" for _ in rows)
-    pas: dict[tuple[str, int], dict[str, Any]] = {}
-    for p in bridge.store.query(
-        f"SELECT * FROM pas WHERE claim_id IN ({marks}) ORDER BY created_at DESC",  # noqa: S608 - only placeholders
-        [r["id"] for r in rows],
-    ):
-        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p)
+    by_claim: dict[tuple[str | None, int], dict[str, Any]] = {}
+    for p in pas.for_claims(reader, [r["id"] for r in rows]):
+        by_claim[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p)
     default_label = bridge.settings.intake.default_button_label
     out: list[dict[str, Any]] = []
     for r in rows:
@@ -135,23 +129,17 @@ def claims_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any
                     "message": t.get("message"),
                     "button_label": t.get("button_label") or default_label,
                     "message_source": t.get("message_source"),
-                    "pa": pas.get((r["id"], i)),
+                    "pa": by_claim.get((r["id"], i)),
                 }
             )
     return out
 
 
-def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
+def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
     start = local_day_start(bridge.clock() if now is None else now)
-    rows = bridge.store.query(
-        "SELECT p.*, e.request_raw AS request_raw FROM pas p"
-        " LEFT JOIN exchanges e ON e.id = p.claim_id"
-        " WHERE p.updated_at >= ? OR p.created_at >= ?"
-        " ORDER BY p.change_seq DESC LIMIT ?",
-        [start, start, MAX_ROWS],
-    )
+    rows = pas.touched_since(bridge.store.reader(), start, MAX_ROWS)
     out = []
     for r in rows:
         pa = _pa_summary(r)
@@ -163,7 +151,7 @@ def pas_today(bridge: Bridge, now: float | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def worklist(bridge: Bridge, now: float | None = None) -> dict[str, Any]:
+def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
     """Everything the console shows, in one answer."""
     t = bridge.clock() if now is None else now
     return {

@@ -97,6 +97,22 @@ def test_every_model_claim_round_trips(t: Transmission) -> None:
     assert ncpdp.serialize(ncpdp.from_jsonable(doc)) == data
 
 
+@PROFILE
+@given(transmissions(), st.data())
+def test_only_transaction_round_trips(t: Transmission, data: st.DataObject) -> None:
+    """Any transaction of any transmission, alone: the same header but for 109-A9 = 1,
+    the same transmission-level segments, that group; it parses back to itself."""
+    i = data.draw(st.integers(0, len(t.groups) - 1))
+    one = ncpdp.only_transaction(t, i)
+    assert one.header.transaction_count == "1"
+    assert len(one.header.raw) == len(t.header.raw)
+    assert one.header.with_slot("A9", t.header.transaction_count) == t.header
+    assert one.segments == t.segments and one.groups == (t.groups[i],)
+    back = ncpdp.parse(ncpdp.serialize(one))
+    assert back == one and back.groups == one.groups
+    assert ncpdp.only_transaction(one, 0) == one
+
+
 def _check_any(data: bytes, strict: bool) -> None:
     try:
         t = ncpdp.parse(data, strict=strict)
@@ -236,3 +252,50 @@ def test_a_non_printable_byte_is_refused_strictly_and_kept_leniently(
     t = ncpdp.parse(bad, strict=False)
     assert ncpdp.serialize(t) == bad
     assert any(f"0x{byte[0]:02X} outside printable ASCII" in x for x in t.tolerated)
+
+
+def _same_reading(data: bytes) -> None:
+    """Strict parse: the fast path (well-formed input only) and the full path (with the
+    diagnostics) accept the same input and build the same transmission."""
+    from ncpdp._parser import _fast, _parse_full
+
+    fast = _fast(data.decode("latin-1"))
+    try:
+        full = _parse_full(data, True)
+    except ncpdp.NcpdpError:
+        assert fast is None, "the fast path accepted what strict parsing refuses"
+        return
+    if fast is None:  # passed on: the full path's exceptions (E1, header-level reject...)
+        return
+    assert bytes(fast) == bytes(full) == data
+    assert fast.header == full.header
+    assert fast.tolerated == full.tolerated == ()
+    assert fast.group_separators == full.group_separators
+    assert fast.segments == full.segments
+    assert [g.segments for g in fast.groups] == [g.segments for g in full.groups]
+    assert ncpdp.to_jsonable(fast) == ncpdp.to_jsonable(full)
+
+
+@PROFILE
+@given(mutated())
+def test_the_fast_path_agrees_with_the_full_one_on_damaged_claims(data: bytes) -> None:
+    _same_reading(data)
+
+
+@PROFILE
+@given(transmissions())
+def test_the_fast_path_agrees_with_the_full_one_on_model_claims(t: Transmission) -> None:
+    _same_reading(bytes(t))
+
+
+def test_the_fast_path_takes_every_well_formed_sample() -> None:
+    """Every strict sample is read by the fast path, apart from the two kinds that carry
+    no transaction group (an eligibility request, a response rejected at header level)."""
+    from ncpdp._parser import _fast
+
+    taken = 0
+    strict = [s for s in SAMPLES if s.strict]
+    for s in strict:
+        _same_reading(s.raw)
+        taken += _fast(s.raw.decode("latin-1")) is not None
+    assert taken >= len(strict) // 2

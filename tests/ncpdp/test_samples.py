@@ -8,6 +8,7 @@ import pytest
 
 import ncpdp
 from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+from tests import builders as b
 
 from .samples import LITERAL_D0_B1, LITERAL_F6_B1, LITERAL_SWITCH, SAMPLE_IDS, SAMPLES, Sample
 
@@ -186,3 +187,40 @@ def test_f6_transaction_starts_at_its_first_transaction_level_segment() -> None:
     # no transaction-level segment at all: a B1 with 109-A9 = 1 is refused
     with pytest.raises(ncpdp.ParseError, match="109-A9 says 1 but 0"):
         ncpdp.parse(header + b"\x1e\x1cAM04\x1cC2ZQX90817263\x1e\x1cAM98\x1c&BX")
+
+
+# --- only_transaction: one transaction of a transmission, on its own -------------
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
+def test_only_transaction_of_each_sample(sample: Sample) -> None:
+    t = _parse(sample)
+    for i in range(len(t.groups)):
+        one = ncpdp.only_transaction(t, i)
+        assert one.header.transaction_count.strip() == "1"
+        assert one.groups == (t.groups[i],) and one.segments == t.segments
+        assert one.leading == one.trailing == "" and one.tolerated == ()
+        # Written out, it parses back to itself.
+        assert ncpdp.parse(bytes(one), strict=sample.strict) == one
+    with pytest.raises(IndexError):
+        ncpdp.only_transaction(t, len(t.groups))
+    with pytest.raises(IndexError):
+        ncpdp.only_transaction(t, -1)
+
+
+def test_only_transaction_keeps_every_header_field_but_the_count() -> None:
+    rxs = tuple(b.Rx(rx_number=f"00000000000{i}") for i in range(1, 4))
+    t = ncpdp.parse(b.request_bytes(rxs=rxs))
+    one = ncpdp.only_transaction(t, 2)
+    changed = [
+        s.field_id
+        for (s, v), (_, w) in zip(t.header.items(), one.header.items(), strict=True)
+        if v != w
+    ]
+    assert changed == ["A9"]
+    assert one.as_request().transactions[0].rx_number == "000000000003"
+    assert t.header.with_slot("A9", "3") == t.header
+    with pytest.raises(ncpdp.ModelError):
+        t.header.with_slot("A9", "12")
+    with pytest.raises(KeyError):
+        t.header.with_slot("ZZ", "1")

@@ -56,14 +56,13 @@ def test_rejected_response_view() -> None:
     assert [(r.code, r.occurrence) for r in tx.reject_codes] == [("75", 1), ("76", 2)]
     assert tx.additional_message == "PRIOR AUTH REQUIRED"
     assert (tx.help_desk_phone_qualifier, tx.help_desk_phone) == ("03", "8005550100")
-    assert tx.pa_eligible and tx.outcomes_first
 
 
 def test_paid_status_with_reject_codes_is_rejected() -> None:
     raw = b.response_bytes([b.Outcome(status="P", reject_codes=("MR",))])
     tx = ncpdp.parse(raw).as_response().transactions[0]
     assert tx.transaction_status == "P"
-    assert tx.rejected and tx.pa_eligible and not tx.outcomes_first
+    assert tx.rejected and [r.code for r in tx.reject_codes] == ["MR"]
 
 
 def test_paid_and_duplicate() -> None:
@@ -129,9 +128,10 @@ def test_view_kind_mismatch_is_an_ncpdp_error() -> None:
         ncpdp.parse(LITERAL_51_REJECT).as_request()
 
 
-def test_pa_code_sets_follow_the_interface() -> None:
-    assert ncpdp.PA_REJECT_CODES == {"MR", "AG", "A6", "70", "75", "76"}
-    assert ncpdp.OUTCOMES_FIRST_CODES == {"70", "75", "76"}
+def test_no_pa_policy_in_the_protocol_library() -> None:
+    """Which reject codes offer a PA is the product's policy (pa_bridge.policy)."""
+    assert not hasattr(ncpdp, "PA_REJECT_CODES") and not hasattr(ncpdp, "OUTCOMES_FIRST_CODES")
+    assert not hasattr(ncpdp.ResponseTransactionView, "pa_eligible")
 
 
 # --- issue 17: what real claims showed, and F6 ------------------------------------
@@ -144,8 +144,7 @@ def test_a_status_sent_without_its_group_is_read_never_dropped() -> None:
     v = t.as_response()
     assert v.header_response_status == "A"  # what the header claims
     (tx,) = v.transactions
-    assert tx.rejected and tx.pa_eligible and tx.outcomes_first
-    assert [r.code for r in tx.reject_codes] == ["75"]
+    assert tx.rejected and [r.code for r in tx.reject_codes] == ["75"]
     assert v.rejected
 
 
@@ -182,7 +181,7 @@ def test_f6_response_view() -> None:
     assert v.version == "F6" and v.header_response_status == "R"
     assert [(p.qualifier, p.id) for p in v.payer_ids] == [("01", "SYNPAYER1"), ("02", "SYNPAYER2")]
     (tx,) = v.transactions
-    assert tx.rejected and tx.pa_eligible and tx.outcomes_first
+    assert tx.rejected and [r.code for r in tx.reject_codes] == ["75"]
     assert tx.help_desk_phone == "8005550100"
     assert [p.id for p in tx.preferred_products] == ["00093505602"]
 

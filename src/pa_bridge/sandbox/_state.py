@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from ..client import _make_verify
+from ..client import verify_context
 from .config import SandboxConfig
 
 __all__ = ["SandboxState", "CallbackTarget", "now_iso"]
@@ -352,7 +352,7 @@ class SandboxState:
         with self._cond:
             if self._http is None:
                 self._http = httpx.Client(
-                    verify=_make_verify(self.config.callback_verify),
+                    verify=verify_context(self.config.callback_verify),
                     timeout=self.config.callback_timeout_seconds,
                     follow_redirects=False,
                 )

@@ -20,7 +20,7 @@ from flask import Flask, Response, request
 import ncpdp
 
 from .. import __version__
-from ..client import CLAIM_VARIABLES, OUTCOME_VARIABLES
+from ..client import CLAIM_VARIABLES, DASHBOARD_LOGIN_VARIABLES, OUTCOME_VARIABLES, is_framed
 from ._state import CallbackTarget, SandboxState
 from .config import SandboxConfig
 
@@ -133,7 +133,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             )
         state.portal = state.portal or request.host_url.rstrip("/")
         raw_claim = form["ncpdp_claim"]
-        framed = raw_claim.startswith("\x02") and raw_claim.rstrip("\r\n").endswith("\x03")
+        framed = is_framed(raw_claim)
         state.record_claim(framed=framed, fmt=fmt)
         try:
             t = ncpdp.parse(raw_claim, strict=False)
@@ -323,7 +323,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
     @app.post("/dashboard/login")
     def dashboard_login() -> Response:
         form = request.form
-        missing = [v for v in ("username", "plaintext_password") if not form.get(v)]
+        missing = [v for v in DASHBOARD_LOGIN_VARIABLES if not form.get(v)]
         if missing:
             return _errors(404, *((404003, f"Missing POST variable: {v}", v) for v in missing))
         if not (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify
 
 from .. import worklist
-from ..bridge import Bridge
+from ..service import Services
 
 __all__ = ["bp", "is_public_path", "STATIC_PREFIX"]
 
@@ -36,8 +36,8 @@ def is_public_path(path: str) -> bool:
     return path in ("/", "/openapi.json") or path.startswith(STATIC_PREFIX + "/")
 
 
-def _bridge() -> Bridge:
-    b: Bridge = current_app.extensions["pa_bridge"]
+def _bridge() -> Services:
+    b: Services = current_app.extensions["pa_bridge"]
     return b
 
 

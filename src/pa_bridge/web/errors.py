@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..bridge import BridgeError
 from ..logs import log_event
-from ..store import StoreError
+from ..service.errors import BridgeError
+from ..store import DatabaseError, StoreError
 
 __all__ = ["error_response", "install_error_handlers"]
 
@@ -41,7 +40,7 @@ def install_error_handlers(app: Flask) -> None:
         return error_response(status, code, e.description or e.name)
 
     @app.errorhandler(StoreError)
-    @app.errorhandler(sqlite3.Error)
+    @app.errorhandler(DatabaseError)
     def _database(e: Exception) -> tuple[Response, int]:
         # SQLite's and the store's messages name the problem ("disk I/O error",
         # "database is locked") and never carry row values

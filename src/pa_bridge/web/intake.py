@@ -11,8 +11,8 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect,
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wrappers import Response as BaseResponse
 
-from ..bridge import Bridge, BridgeError
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
+from ..service import BridgeError, Services
 from . import console, openapi
 from .errors import error_response, install_error_handlers
 
@@ -21,9 +21,9 @@ __all__ = ["create_intake_app"]
 bp = Blueprint("intake", __name__)
 
 
-def _bridge() -> Bridge:
-    b: Bridge = current_app.extensions["pa_bridge"]
-    return b
+def _services() -> Services:
+    s: Services = current_app.extensions["pa_bridge"]
+    return s
 
 
 def _json_body() -> dict[str, Any]:
@@ -123,7 +123,7 @@ def _authenticate() -> tuple[Response, int] | None:
 
 @bp.post("/v1/claims")
 def post_claim() -> Response:
-    return jsonify(_bridge().intake(_json_body(), g.actor))
+    return jsonify(_services().claims.intake(_json_body(), g.actor))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
@@ -131,13 +131,13 @@ def post_pa(claim_id: str) -> tuple[Response, int]:
     body = _json_body() if request.get_data() else {}
     if not isinstance(body, dict):
         raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
-    pa, created = _bridge().submit_pa(claim_id, body, g.actor)
+    pa, created = _services().pas.submit_pa(claim_id, body, g.actor)
     return jsonify(pa), 201 if created else 200
 
 
 @bp.post("/v1/reversals")
 def post_reversal() -> tuple[Response, int]:
-    answer, delivered = _bridge().reversal(_json_body(), g.actor)
+    answer, delivered = _services().reversals.reversal(_json_body(), g.actor)
     return jsonify(answer), 200 if delivered else 202
 
 
@@ -147,24 +147,24 @@ def list_pas() -> Response:
         limit = min(1000, max(1, int(request.args.get("limit", "100"))))
     except ValueError:
         raise BridgeError(400, "invalid_limit", "'limit' must be a whole number") from None
-    return jsonify(_bridge().list_pas(request.args.get("since"), limit))
+    return jsonify(_services().pas.list_pas(request.args.get("since"), limit))
 
 
 @bp.get("/v1/pa/<pa_id>")
 def get_pa(pa_id: str) -> Response:
-    return jsonify(_bridge().get_pa(pa_id))
+    return jsonify(_services().pas.get_pa(pa_id))
 
 
 @bp.get("/v1/pa/<pa_id>/open")
 def open_pa(pa_id: str) -> BaseResponse:
-    resp = redirect(_bridge().pa_open_url(pa_id), code=302)
+    resp = redirect(_services().pas.pa_open_url(pa_id), code=302)
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.get("/v1/dashboard/open")
 def open_dashboard() -> BaseResponse:
-    resp = redirect(_bridge().dashboard_url(), code=302)
+    resp = redirect(_services().pas.dashboard_url(), code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
@@ -172,13 +172,13 @@ def open_dashboard() -> BaseResponse:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    data = generate_latest(_bridge().metrics.registry)
+    data = generate_latest(_services().metrics.registry)
     return Response(data, mimetype=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
-    checks = dict(_bridge().health())
+    checks = dict(_services().health())
     extra = current_app.config.get("PA_BRIDGE_HEALTH")
     if extra is not None:
         checks.update(extra())
@@ -189,7 +189,7 @@ def healthz() -> tuple[Response, int]:
 
 
 def create_intake_app(
-    bridge: Bridge,
+    services: Services,
     *,
     tokens: list[str],
     max_body_bytes: int,
@@ -207,7 +207,7 @@ def create_intake_app(
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["pa_bridge"] = bridge
+    app.extensions["pa_bridge"] = services
     app.register_blueprint(bp)
     app.register_blueprint(console.bp)
     app.register_blueprint(openapi.bp)

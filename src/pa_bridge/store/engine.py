@@ -1,4 +1,4 @@
-"""Storage: the only importer of sqlite-utils and the only writer.
+"""The engine: connections, the single writer, group commit, checkpoints, health.
 
 One writer thread owns the write connection. Callers hand it small functions
 (``store.write(fn)``); it runs every job that is waiting in ONE transaction, each
@@ -24,24 +24,27 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+
+from . import meta
+from .migrations import MIGRATIONS
 
 __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
     "StoreMissing",
+    "DatabaseError",
     "create_private",
-    "connect_existing",
-    "MIGRATIONS",
     "Database",
     "now_iso",
     "parse_iso",
 ]
 
-T = TypeVar("T")
+#: what a failing statement raises, for callers that map it (web/errors.py) without
+#: importing the driver themselves
+DatabaseError = sqlite3.Error
 
-MIGRATIONS = Migrations("pa_bridge")
+T = TypeVar("T")
 
 
 def now_iso(t: float | None = None) -> str:
@@ -65,152 +68,6 @@ class StoreUnavailable(StoreError):
 
 class StoreMissing(StoreError):
     """The database a command was pointed at does not exist (it is never created)."""
-
-
-def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
-    """A connection to an existing pa-bridge database, for the commands store IT runs
-    beside the daemon (``queue``, ``restore``): never creates the file, never migrates,
-    read-only unless ``write``. Raises :class:`StoreMissing` or :class:`StoreError`
-    with a message that says what to check."""
-    p = Path(path)
-    if not p.exists():
-        raise StoreMissing(
-            f"no database at {p} (check storage.path in the config; has the daemon run?)"
-        )
-    if not p.is_file():
-        raise StoreError(f"{p} is not a file (check storage.path)")
-    try:
-        conn = sqlite3.connect(
-            f"file:{p}?mode=rw", uri=True, isolation_level=None, timeout=10.0,
-            check_same_thread=False,
-        )  # fmt: skip
-        conn.execute("PRAGMA busy_timeout = 10000")
-        if not write:
-            conn.execute("PRAGMA query_only = ON")
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.Error as e:
-        raise StoreError(f"cannot open {p}: {e}") from None
-    if "outbox" not in names or "_sqlite_migrations" not in names:
-        conn.close()
-        raise StoreError(f"{p} is not a pa-bridge database (no outbox table)")
-    return conn
-
-
-@MIGRATIONS()
-def m001_initial(db: Database) -> None:
-    db.execute(
-        """CREATE TABLE exchanges (
-            id TEXT PRIMARY KEY,
-            received_at TEXT NOT NULL,
-            actor TEXT,
-            kind TEXT NOT NULL,              -- 'claim' or 'reversal'
-            version TEXT, transaction_code TEXT,
-            bin TEXT, pcn TEXT, group_id TEXT, provider_id TEXT, date_of_service TEXT,
-            transaction_count INTEGER,
-            request_raw BLOB,                -- exact bytes; purged after retention_days
-            response_raw BLOB,
-            metadata_json TEXT,              -- the dispensing system's metadata (PHI)
-            answer_json TEXT,                -- what we answered (no PHI)
-            transaction_status TEXT, reject_codes TEXT, pa_eligible INTEGER,
-            message_source TEXT,
-            raw_purged_at TEXT
-        )"""
-    )
-    db.execute("CREATE INDEX exchanges_received ON exchanges(received_at)")
-    db.execute(
-        """CREATE TABLE pas (
-            id TEXT PRIMARY KEY,             -- the service's PA id
-            claim_id TEXT REFERENCES exchanges(id),
-            transaction_index INTEGER,
-            claim_key TEXT,                  -- bin|pcn|group|rx|fill|provider
-            urls_json TEXT NOT NULL DEFAULT '[]',
-            workflow_status TEXT,
-            plan_outcome TEXT,
-            status_time TEXT,
-            deleted INTEGER NOT NULL DEFAULT 0,
-            matched INTEGER NOT NULL DEFAULT 1,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            change_seq INTEGER NOT NULL
-        )"""
-    )
-    db.execute("CREATE UNIQUE INDEX pas_change_seq ON pas(change_seq)")
-    db.execute("CREATE INDEX pas_claim ON pas(claim_id, transaction_index)")
-    db.execute("CREATE INDEX pas_claim_key ON pas(claim_key)")
-    db.execute(
-        """CREATE TABLE pa_history (
-            id INTEGER PRIMARY KEY,
-            pa_id TEXT NOT NULL,
-            received_at TEXT NOT NULL,
-            source TEXT NOT NULL,            -- submit, callback, reversal
-            workflow_status TEXT,
-            plan_outcome TEXT,
-            event_time TEXT,
-            events_json TEXT,
-            note TEXT
-        )"""
-    )
-    db.execute("CREATE INDEX pa_history_pa ON pa_history(pa_id, id)")
-    db.execute(
-        """CREATE TABLE outbox (
-            id INTEGER PRIMARY KEY,
-            kind TEXT NOT NULL,              -- outcome_report, reversal, webhook
-            claim_id TEXT,
-            payload_json TEXT NOT NULL,
-            status TEXT NOT NULL,            -- pending, delivered, failed
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at REAL NOT NULL,
-            last_error TEXT,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            delivered_at TEXT
-        )"""
-    )
-    db.execute("CREATE INDEX outbox_due ON outbox(status, next_attempt_at)")
-    db.execute(
-        """CREATE TABLE audit (
-            id INTEGER PRIMARY KEY,
-            at TEXT NOT NULL,
-            actor TEXT,
-            action TEXT NOT NULL,
-            object_id TEXT,
-            detail TEXT
-        )"""
-    )
-    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-
-
-@MIGRATIONS()
-def m002_callbacks(db: Database) -> None:
-    db.execute(
-        """CREATE TABLE callbacks (
-            id INTEGER PRIMARY KEY,          -- arrival order
-            dedupe_key TEXT NOT NULL UNIQUE, -- delivery id, or sha256 of the canonical body
-            received_at TEXT NOT NULL,
-            pa_id TEXT,
-            body BLOB,                       -- purged after retention_days
-            body_purged_at TEXT
-        )"""
-    )
-    db.execute("CREATE INDEX callbacks_pa ON callbacks(pa_id)")
-    db.execute(
-        """CREATE TABLE dead_letters (
-            id INTEGER PRIMARY KEY,
-            received_at TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            content_type TEXT,
-            body BLOB
-        )"""
-    )
-    db.execute("ALTER TABLE pas ADD COLUMN events_json TEXT NOT NULL DEFAULT '[]'")
-    db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
-
-
-@MIGRATIONS()
-def m003_pa_links(db: Database) -> None:
-    # The PA's links from its callbacks (html_url, tokens[].html_url, pdf_url), and
-    # what a submit answered without a PA id waits to be matched on (issue 14).
-    db.execute("ALTER TABLE pas ADD COLUMN links_json TEXT NOT NULL DEFAULT '{}'")
 
 
 def create_private(path: Path) -> None:
@@ -603,18 +460,13 @@ class Store:
             return f"{self.path}-wal was removed while the daemon has it open"
         at = now_iso()
         try:
-            self.write(
-                lambda db: db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('health.probe_at', ?)", [at]
-                ),
-                timeout=timeout,
-            )
+            self.write(lambda db: meta.put(db, "health.probe_at", at), timeout=timeout)
         except StoreError as e:
             return str(e)
         except sqlite3.Error as e:
             return f"cannot write: {e}"
         try:
-            self.query("SELECT value FROM meta WHERE key = 'health.probe_at'")
+            meta.get(self.reader(), "health.probe_at")
         except sqlite3.Error as e:
             return f"cannot read: {e}"
         return None

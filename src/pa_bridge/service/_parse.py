@@ -1,0 +1,56 @@
+"""Reading the raw NCPDP a request body carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ncpdp
+
+from ..store.exchanges import NewExchange
+from .decisions import parse_error_text
+from .errors import BridgeError
+
+__all__ = ["new_exchange", "parse_transmission"]
+
+
+def parse_transmission(raw: Any, what: str, *, want: str) -> tuple[ncpdp.Transmission, bytes]:
+    """The transmission in body field ``what`` and its bytes; BridgeError 400 else."""
+    if not isinstance(raw, str) or not raw:
+        raise BridgeError(400, "invalid_body", f"'{what}' must be a non-empty string of raw NCPDP")
+    try:
+        t = ncpdp.parse(raw, strict=False)
+    except ncpdp.ParseError as e:
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the {what} is not a well-formed NCPDP {want}: {parse_error_text(e)}",
+            {"part": what, "offset": e.offset, "segment_id": e.segment_id, "field_id": e.field_id},
+        ) from None
+    if t.kind != want:
+        raise BridgeError(
+            400,
+            "malformed_claim",
+            f"the {what} is an NCPDP {t.kind}, expected a {want}",
+            {"part": what},
+        )
+    return t, bytes(t)
+
+
+def new_exchange(
+    exchange_id: str, kind: str, actor: str, rv: ncpdp.RequestView, raw: bytes, received_at: str
+) -> NewExchange:
+    """The columns every stored exchange has, from its request."""
+    return {
+        "id": exchange_id,
+        "received_at": received_at,
+        "actor": actor,
+        "kind": kind,
+        "version": rv.version,
+        "transaction_code": rv.transaction_code,
+        "bin": rv.bin,
+        "pcn": rv.pcn,
+        "group_id": rv.group_id,
+        "provider_id": rv.service_provider_id,
+        "date_of_service": rv.date_of_service,
+        "request_raw": raw,
+    }

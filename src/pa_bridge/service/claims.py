@@ -1,0 +1,193 @@
+"""Claim intake: parse the exchange, decide, store it with its queued reports, call
+the outcomes interface for the transactions that need it, answer within the budget."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..client import OutcomesCall, PaServiceClient, outcome_variables
+from ..config import Settings
+from ..logs import log_event
+from ..metrics import Metrics
+from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, now_iso
+from ..store.outbox import enqueue
+from ._parse import new_exchange, parse_transmission
+from .decisions import count_problem, decide, prescriber_fax
+from .errors import BridgeError
+
+__all__ = ["ClaimIntake"]
+
+
+class ClaimIntake:
+    """``POST /v1/claims``. ``wake_queue`` is told when outcome reports were queued."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: PaServiceClient,
+        metrics: Metrics,
+        *,
+        wake_queue: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = client
+        self.metrics = metrics
+        self.wake_queue = wake_queue
+        self.clock = clock
+
+    def intake(self, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+        started = time.monotonic()
+        budget_s = self.settings.outcomes.budget_ms / 1000.0
+        req, req_bytes = parse_transmission(body.get("request"), "request", want="request")
+        resp, resp_bytes = parse_transmission(body.get("response"), "response", want="response")
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        problem = count_problem(req, resp)
+        if problem is not None:
+            part, why = problem
+            detail = {"part": part, "field_id": "A9"} if part == "request" else {"part": part}
+            raise BridgeError(400, "malformed_claim", why, detail)
+        rv = req.as_request()
+        sv = resp.as_response()
+        decisions = decide(sv)
+        claim_id = uuid.uuid4().hex
+        first = decisions[0]
+
+        def store_exchange(db: Database) -> None:
+            row = new_exchange(claim_id, "claim", actor, rv, req_bytes, now_iso(self.clock()))
+            row["transaction_count"] = len(decisions)
+            row["response_raw"] = resp_bytes
+            row["metadata_json"] = json.dumps(metadata)
+            row["transaction_status"] = first.transaction_status
+            row["reject_codes"] = ",".join(first.reject_codes)
+            row["pa_eligible"] = int(any(d.pa_eligible for d in decisions))
+            exchanges.insert(db, row)
+            audit.add(
+                db,
+                actor,
+                "claim.accepted",
+                claim_id,
+                f"{rv.transaction_code} {first.transaction_status}",
+            )
+            for d in decisions:
+                if not d.outcomes_first and d.index < len(req.groups):
+                    enqueue(
+                        db,
+                        Kind.OUTCOME_REPORT,
+                        {"claim_id": claim_id, "index": d.index},
+                        claim_id=claim_id,
+                        now=self.clock(),
+                    )
+
+        reports_queued = any(not d.outcomes_first and d.index < len(req.groups) for d in decisions)
+
+        # Outcomes calls for 70/75/76 transactions, all inside the same budget, start
+        # first (on the client's workers); the exchange is committed here while they
+        # are in flight, and the answer waits for both.
+        calls: dict[int, OutcomesCall] = {}
+        for d in decisions:
+            if not (d.outcomes_first and d.index < len(req.groups)):
+                continue
+            remaining_ms = (
+                max(0.0, budget_s - (time.monotonic() - started)) * 1000
+                - self.settings.outcomes.safety_margin_ms
+            )
+            variables = outcome_variables(
+                req,
+                resp,
+                d.index,
+                api_key=self.client.api_key,
+                views=(rv, sv),
+                prescriber_fax=prescriber_fax(metadata),
+            )
+            calls[d.index] = self.client.start_outcomes(
+                variables, budget_ms=max(1, int(remaining_ms)), fallback_message=d.payer_message
+            )
+        try:
+            self.store.write(store_exchange, timeout=10.0)
+            stored_error: StoreUnavailable | None = None
+        except StoreUnavailable as e:
+            stored_error = e
+
+        answers = []
+        for d in decisions:
+            message, label, source = d.payer_message, "", "payer"
+            outcomes_ms: float | None = None
+            if d.pa_eligible:
+                label = self.settings.intake.default_button_label
+            call = calls.get(d.index)
+            if call is not None:
+                res = call.result()  # never raises: the answer or the fallback
+                self.metrics.outcomes_calls.labels(
+                    "ok" if res.source == "outcomes" else "fallback"
+                ).inc()
+                outcomes_ms = round(res.elapsed_ms, 1)
+                self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
+                if res.source == "outcomes":
+                    message = res.message or d.payer_message
+                    label = res.button_label or label
+                    source = "outcomes"
+                else:
+                    source = "fallback"
+            answers.append(
+                {
+                    "index": d.index,
+                    "transaction_status": d.transaction_status,
+                    "reject_codes": d.reject_codes,
+                    "pa_eligible": d.pa_eligible,
+                    "message": message,
+                    "button_label": label,
+                    "message_source": source,
+                    **({"outcomes_elapsed_ms": outcomes_ms} if outcomes_ms is not None else {}),
+                }
+            )
+
+        if stored_error is not None:
+            raise BridgeError(
+                503,
+                "storage_unavailable",
+                "the claim could not be stored; send it again",
+                str(stored_error),
+            ) from None
+        if reports_queued:
+            self.wake_queue()
+
+        top = dict(answers[0])
+        top.pop("index")
+        answer: dict[str, Any] = {"claim_id": claim_id, **top}
+        if len(answers) > 1:
+            answer["transactions"] = answers
+        if req.tolerated or resp.tolerated:
+            answer["tolerated"] = list(req.tolerated) + list(resp.tolerated)
+        answer["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        decision = answer["message_source"]
+        if decision == "payer":
+            decision = "submit_pa" if answer["pa_eligible"] else "async"
+        self.metrics.claims.labels(decision).inc()
+        if calls and answer["elapsed_ms"] > self.settings.outcomes.budget_ms:
+            self.metrics.budget_misses.inc()
+        saved = json.dumps(answer)
+
+        def record_answer(db: Database) -> None:
+            exchanges.record_answer(db, claim_id, saved, answer["message_source"])
+
+        self.store.submit(record_answer)  # not awaited: the answer never waits on it
+        log_event(
+            "claim.accepted",
+            claim_id=claim_id,
+            transaction_code=rv.transaction_code,
+            transaction_status=answer["transaction_status"],
+            reject_codes=answer["reject_codes"],
+            message_source=answer["message_source"],
+            elapsed_ms=answer["elapsed_ms"],
+            outcomes_ms=answer.get("outcomes_elapsed_ms"),
+        )
+        return answer

@@ -1,0 +1,117 @@
+"""The queue's deliverers: outcome reports, reversals (B2 to the service) and webhooks
+(the PA as it is now, to the dispensing system). The composition root registers them
+with the outbox (:meth:`Deliveries.register`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+import ncpdp
+
+from ..client import PaServiceClient, ServiceError, outcome_variables
+from ..config import Settings
+from ..logs import log_event
+from ..outbox import DeliveryFailed, Outbox
+from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
+from .decisions import prescriber_fax
+from .errors import BridgeError
+from .pas import PaService
+
+__all__ = ["Deliveries"]
+
+
+class Deliveries:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: PaServiceClient,
+        pa_reads: PaService,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = client
+        self.pa_reads = pa_reads
+        self.clock = clock
+        self._http = httpx.Client(timeout=10.0)
+
+    def register(self, outbox: Outbox) -> None:
+        outbox.register(Kind.OUTCOME_REPORT, self.outcome_report)
+        outbox.register(Kind.REVERSAL, self.reversal)
+        outbox.register(Kind.WEBHOOK, self.webhook)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def outcome_report(self, payload: dict[str, Any]) -> None:
+        content = exchanges.claim_content(self.store.reader(), str(payload.get("claim_id")))
+        if content is None or content["request_raw"] is None:
+            raise DeliveryFailed("the claim's content is gone (purged)", retryable=False)
+        req = ncpdp.parse(content["request_raw"], strict=False)
+        resp = ncpdp.parse(content["response_raw"] or b"", strict=False)
+        try:
+            metadata = json.loads(content["metadata_json"] or "{}")
+        except ValueError:
+            metadata = {}
+        variables = outcome_variables(
+            req,
+            resp,
+            int(payload.get("index", 0)),
+            api_key=self.client.api_key,
+            prescriber_fax=prescriber_fax(metadata),
+        )
+        res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
+        if res.source != "outcomes":
+            raise DeliveryFailed(f"outcomes interface: {res.error or 'no answer'}")
+
+    def reversal(self, payload: dict[str, Any]) -> None:
+        raw = exchanges.request_raw(self.store.reader(), str(payload.get("exchange_id")))
+        if raw is None:
+            raise DeliveryFailed("the reversal's content is gone", retryable=False)
+        try:
+            self.client.submit_claim(raw, None)
+        except ServiceError as e:
+            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
+        keys = payload.get("claim_keys") or []
+        now = now_iso(self.clock())
+
+        def job(db: Database) -> None:
+            for key in keys:
+                for pa_id in pas.ids_for_claim_key(db, key):
+                    pa_history.add(db, pa_id, now, "reversal", note="B2 delivered to the service")
+
+        # The B2 is delivered: a history note that cannot be written now (the database
+        # is locked) must not make the delivery count as failed and send it again.
+        try:
+            self.store.write(job)
+        except Exception as e:
+            log_event(
+                "reversal.history_not_saved",
+                level=logging.WARNING,
+                reversal_id=payload.get("exchange_id"),
+                error=type(e).__name__,
+            )
+
+    def webhook(self, payload: dict[str, Any]) -> None:
+        """POST the PA as it is now to the dispensing system's webhook."""
+        url = self.settings.callbacks.forward_url
+        if not url:
+            raise DeliveryFailed("callbacks.forward_url is not configured", retryable=False)
+        try:
+            pa = self.pa_reads.get_pa(str(payload.get("pa_id")))
+        except BridgeError:
+            raise DeliveryFailed("the PA is gone", retryable=False) from None
+        try:
+            r = self._http.post(url, json={"pa": pa})
+        except httpx.HTTPError as e:
+            raise DeliveryFailed(f"webhook unreachable: {type(e).__name__}") from None
+        if not 200 <= r.status_code < 300:
+            raise DeliveryFailed(f"webhook answered HTTP {r.status_code}")

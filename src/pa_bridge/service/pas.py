@@ -1,0 +1,370 @@
+"""PAs: submit PA for a claim's transaction, and the PA read model (the feed, one PA
+with its history, where to open it, the service's dashboard)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ncpdp
+
+from .. import policy
+from ..callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
+from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
+from ..logs import log_event
+from ..metrics import Metrics
+from ..store import Database, Store, StoreUnavailable, audit, exchanges, now_iso, pa_history, pas
+from ..store import outbox as queue_items
+from ..store.pas import PaRow
+from .decisions import claim_key
+from .errors import BridgeError
+
+__all__ = ["PaService", "pa_json", "pa_links", "service_error"]
+
+
+def service_error(e: ServiceError) -> BridgeError:
+    """The answer for a service failure: 504 timeout, 503 unreachable, 502 TLS and
+    other refusals, 422 for claim data the service needs and did not get."""
+    status = {"timeout": 504, "unreachable": 503, "tls": 502, "missing_claim_data": 422}.get(
+        e.code, 502
+    )
+    return BridgeError(status, f"service_{e.code}", e.message, e.detail)
+
+
+def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | None]:
+    """(the PA's URLs, its links from callbacks, the one to open): the token link
+    (hosted page with ``token_id``) when there is one, else the best link known."""
+    urls = json.loads(row["urls_json"] or "[]")
+    try:
+        links = json.loads(row["links_json"] or "{}") if "links_json" in row.keys() else {}
+    except ValueError:
+        links = {}
+    public = {k: links[k] for k in ("html_url", "pdf_url", "token_urls") if k in links}
+    candidates = [*urls, *(links.get("token_urls") or [])]
+    candidates += [links[k] for k in ("html_url", "pdf_url") if links.get(k)]
+    best = best_urls(candidates)
+    return urls, public, best[0] if best else None
+
+
+def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    urls, links, url = pa_links(row)
+    return {
+        "pa_id": row["id"],
+        "claim_id": row["claim_id"],
+        "transaction_index": row["transaction_index"],
+        "urls": urls,
+        "url": url,
+        "links": links,
+        "link_pending": url is None,
+        "open_url": f"/v1/pa/{row['id']}/open",
+        "workflow_status": row["workflow_status"],
+        "plan_outcome": row["plan_outcome"],
+        "status": row["workflow_status"],
+        "deleted": bool(row["deleted"]),
+        "fax_failed": bool(row["fax_failed"]),
+        "events": json.loads(row["events_json"] or "[]"),
+        "matched": bool(row["matched"]),
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "cursor": str(row["change_seq"]),
+    }
+
+
+class PaService:
+    """``POST /v1/claims/{id}/pa``, ``GET /v1/pa...``, ``GET /v1/dashboard/open``."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: PaServiceClient,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.metrics = metrics
+        self.clock = clock
+        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks_guard = threading.Lock()
+
+    def _exchange(self, claim_id: str) -> exchanges.ExchangeRow:
+        row = exchanges.get(self.store.reader(), claim_id)
+        if row is None or row["kind"] != "claim":
+            raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
+        return row
+
+    # ---- submit PA -------------------------------------------------------------
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self._claim_locks_guard:
+            lock = self._claim_locks.get(key)
+            if lock is None:
+                lock = self._claim_locks[key] = threading.Lock()
+            return lock
+
+    def _pa_for_claim(self, claim_id: str, index: int) -> PaRow | None:
+        return pas.for_claim(self.store.reader(), claim_id, index)
+
+    def _reversed_since(self, key: str, since: str) -> bool:
+        """Whether a reversal of the claim with ``key`` came in after ``since`` (queued
+        or delivered; one store IT dropped does not count)."""
+        return queue_items.reversed_since(self.store.reader(), key, since)
+
+    def submit_pa(
+        self, claim_id: str, body: Mapping[str, Any], actor: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (the PA, created now?)."""
+        ex = self._exchange(claim_id)
+        index = body.get("transaction", 0)
+        if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
+            raise BridgeError(
+                400,
+                "invalid_body",
+                "'transaction' must be the index of one of the claim's transactions",
+            )
+        existing = self._pa_for_claim(claim_id, index)
+        if existing is not None:
+            return pa_json(existing), False
+        if ex["request_raw"] is None:
+            raise BridgeError(
+                410, "claim_purged", "this claim is older than the retention period; send it again"
+            )
+        req = ncpdp.parse(ex["request_raw"], strict=False)
+        resp = ncpdp.parse(ex["response_raw"] or b"", strict=False)
+        tx = resp.as_response().transactions
+        if index >= len(tx) or not policy.pa_eligible(tx[index]):
+            raise BridgeError(
+                409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
+            )
+        extra = body.get("metadata") or {}
+        if not isinstance(extra, dict):
+            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
+        key = claim_key(req, index)
+        # One lock per claim key: two clicks on the same claim (or on two exchanges of
+        # the same claim) send it once.
+        with self._lock_for(key):
+            existing = self._pa_for_claim(claim_id, index)
+            if existing is not None:
+                return pa_json(existing), False
+            if self._reversed_since(key, str(ex["received_at"])):
+                raise BridgeError(
+                    409,
+                    "claim_reversed",
+                    "this claim was reversed after it was sent; a PA cannot be started for"
+                    " it. If it was billed again, send the new claim",
+                )
+            same = self._live_pa_for_key(key)
+            if same is not None:  # a second click: our own records know this claim
+                self.metrics.pa_submits.labels("duplicate").inc()
+                log_event("pa.second_click", claim_id=claim_id, pa_id=same["id"])
+                return pa_json(same), False
+            md = claim_metadata(
+                req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
+            )
+            try:
+                result = self.client.submit_claim(bytes(ncpdp.only_transaction(req, index)), md)
+            except ServiceError as e:
+                self.metrics.pa_submits.labels(e.code).inc()
+                log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
+                raise service_error(e) from None
+            rv = req.as_request()
+            t = rv.transactions[index] if index < len(rv.transactions) else None
+            match = claim_match_fields(
+                md.bin_number or rv.bin,
+                md.pcn_number or rv.pcn,
+                md.group_id or rv.group_id,
+                rv.service_provider_id,
+                t.product_id if t else None,
+                t.rx_number if t else None,
+            )
+            pa, known = self._store_pa(claim_id, index, key, result, actor, match)
+        outcome = "duplicate" if known else ("created" if pa["url"] else "started")
+        self.metrics.pa_submits.labels(outcome).inc()
+        log_event(
+            "pa.submitted",
+            claim_id=claim_id,
+            pa_id=pa["pa_id"],
+            result=outcome,
+            links=len(result.pa_urls),
+            format=result.format,
+        )
+        return pa, not known
+
+    def _live_pa_for_key(self, key: str) -> PaRow | None:
+        return pas.live_for_claim_key(self.store.reader(), key)
+
+    def _store_pa(
+        self,
+        claim_id: str,
+        index: int,
+        key: str,
+        result: ClaimResult,
+        actor: str,
+        match: dict[str, str],
+    ) -> tuple[dict[str, Any], bool]:
+        """Store the PA the service answered for; (the PA, already known to our records?).
+
+        The PA id comes from the link(s) (``/request/view/{id}``); an answer without an
+        id but with a link gets a local id; an answer without a link (the empty format)
+        gets a ``pending-`` id that its first callback replaces (see callbacks.py),
+        unless a callback for it came first, in which case that PA is linked now.
+        """
+        now = now_iso(self.clock())
+        urls = list(result.pa_urls)
+        notes: list[str] = []
+        if len(urls) > 1:
+            notes.append(
+                f"the service answered {len(urls)} PA links"
+                + (f" (PAs {', '.join(result.pa_ids)})" if result.pa_ids else "")
+                + "; all are kept on this PA"
+            )
+        if not urls:
+            notes.append("PA started at the service; its link arrives with its callback")
+
+        def job(db: Database) -> tuple[str, bool]:
+            pa_id = result.pa_id
+            if pa_id is None and not urls:
+                pa_id = self._callback_only_match(db, match)
+            if pa_id is None:
+                prefix = "local-" if urls else PENDING_PREFIX
+                pa_id = prefix + uuid.uuid4().hex[:12]
+            seq = self.store.next_seq(db)
+            row = pas.submit_link(db, pa_id)
+            known = row is not None and row["claim_id"] is not None
+            if row is None:
+                links = {"awaiting": match} if pa_id.startswith(PENDING_PREFIX) else {}
+                pas.insert_submitted(
+                    db,
+                    pa_id=pa_id,
+                    claim_id=claim_id,
+                    index=index,
+                    claim_key=key,
+                    urls_json=json.dumps(urls),
+                    links_json=json.dumps(links),
+                    workflow_status="New",
+                    now=now,
+                    seq=seq,
+                )
+            else:  # known already (a callback came first, or a duplicate): link it
+                merged = [
+                    *urls,
+                    *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls),
+                ]
+                links = json.loads(row["links_json"] or "{}")
+                links.pop("match", None)
+                if known and row["claim_id"] != claim_id:
+                    notes.append(
+                        f"the service answered with this PA, already known for claim {row['claim_id']}"
+                    )
+                pas.link_submitted(
+                    db,
+                    pa_id=pa_id,
+                    claim_id=claim_id,
+                    index=index,
+                    claim_key=key,
+                    urls_json=json.dumps(merged),
+                    links_json=json.dumps(links),
+                    now=now,
+                    seq=seq,
+                )
+            pa_history.add(
+                db,
+                pa_id,
+                now,
+                "submit",
+                workflow_status=None if row is not None else "New",
+                note="; ".join(notes) or None,
+            )
+            audit.add(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
+            return pa_id, known
+
+        try:
+            pa_id, known = self.store.write(job)
+        except StoreUnavailable as e:
+            raise BridgeError(
+                503,
+                "storage_unavailable",
+                "the PA was created but could not be saved; click again",
+                str(e),
+            ) from None
+        pa = self.get_pa_row(pa_id)
+        assert pa is not None
+        return pa_json(pa), known
+
+    @staticmethod
+    def _callback_only_match(db: Database, match: dict[str, str]) -> str | None:
+        """The one PA first heard of in a callback, not yet tied to a claim, whose
+        identifiers agree with this claim's (for an answer that named no PA)."""
+        found = []
+        for pa_id, links_json in pas.unmatched_from_callbacks(db, 200):
+            try:
+                seen = json.loads(links_json or "{}").get("match") or {}
+            except (ValueError, AttributeError):
+                continue
+            if fields_agree(match, seen):
+                found.append(pa_id)
+        return found[0] if len(found) == 1 else None
+
+    # ---- PA reads ------------------------------------------------------------------
+    def get_pa_row(self, pa_id: str) -> PaRow | None:
+        return pas.get(self.store.reader(), pa_id)
+
+    def list_pas(self, since: str | None, limit: int) -> dict[str, Any]:
+        bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
+        try:
+            after = int(since) if since not in (None, "") else 0
+        except ValueError:
+            raise bad from None
+        # cursors are times in microseconds (decision 0009): one below zero, past 63
+        # bits or from the future was never handed out
+        if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
+            raise bad
+        rows = pas.since(self.store.reader(), after, limit)
+        cursor = str(rows[-1]["change_seq"]) if rows else str(after)
+        return {"pas": [pa_json(r) for r in rows], "cursor": cursor}
+
+    def get_pa(self, pa_id: str) -> dict[str, Any]:
+        row = self.get_pa_row(pa_id)
+        if row is None:
+            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        pa = pa_json(row)
+        hist = pa_history.for_pa(self.store.reader(), pa_id)
+        pa["history"] = [
+            {
+                "received_at": h["received_at"],
+                "source": h["source"],
+                "workflow_status": h["workflow_status"],
+                "plan_outcome": h["plan_outcome"],
+                "event_time": h["event_time"],
+                "events": json.loads(h["events_json"]) if h["events_json"] else [],
+                "note": h["note"],
+            }
+            for h in hist
+        ]
+        return pa
+
+    def pa_open_url(self, pa_id: str) -> str:
+        row = self.get_pa_row(pa_id)
+        if row is None:
+            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        url = pa_links(row)[2]
+        if url is None:
+            raise BridgeError(
+                404,
+                "no_pa_url",
+                "PA started, link on its way: the service sends it with the PA's first callback",
+            )
+        return url
+
+    def dashboard_url(self) -> str:
+        try:
+            token = self.client.dashboard_login()
+        except ServiceError as e:
+            raise service_error(e) from None
+        return self.client.dashboard_url_with_token(token)

@@ -1,0 +1,141 @@
+"""The ``exchanges`` table: every claim and reversal the dispensing system sent."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict, cast
+
+from sqlite_utils import Database
+
+from ._rows import all_rows, first_row
+
+__all__ = [
+    "ClaimContent",
+    "ExchangeRow",
+    "NewExchange",
+    "WorklistClaim",
+    "claim_content",
+    "get",
+    "insert",
+    "pa_eligible_claims_since",
+    "record_answer",
+    "request_raw",
+]
+
+
+class NewExchange(TypedDict, total=False):
+    """The columns an exchange is inserted with (the others stay NULL)."""
+
+    id: str
+    received_at: str
+    actor: str
+    kind: str  # 'claim' or 'reversal'
+    version: str | None
+    transaction_code: str | None
+    bin: str | None
+    pcn: str | None
+    group_id: str | None
+    provider_id: str | None
+    date_of_service: str | None
+    transaction_count: int
+    request_raw: bytes
+    response_raw: bytes
+    metadata_json: str
+    transaction_status: str
+    reject_codes: str
+    pa_eligible: int
+
+
+class ExchangeRow(TypedDict):
+    id: str
+    received_at: str
+    actor: str | None
+    kind: str
+    version: str | None
+    transaction_code: str | None
+    bin: str | None
+    pcn: str | None
+    group_id: str | None
+    provider_id: str | None
+    date_of_service: str | None
+    transaction_count: int | None
+    request_raw: bytes | None  # NULL once purged
+    response_raw: bytes | None
+    metadata_json: str | None
+    answer_json: str | None
+    transaction_status: str | None
+    reject_codes: str | None
+    pa_eligible: int | None
+    message_source: str | None
+    raw_purged_at: str | None
+
+
+class ClaimContent(TypedDict):
+    request_raw: bytes | None
+    response_raw: bytes | None
+    metadata_json: str | None
+
+
+class WorklistClaim(TypedDict):
+    id: str
+    received_at: str
+    request_raw: bytes | None
+    answer_json: str | None
+    reject_codes: str | None
+    transaction_count: int | None
+
+
+def insert(db: Database, row: NewExchange) -> None:
+    """A plain prepared INSERT: the claim hot path (sqlite-utils' insert() inspects the
+    table and builds its SQL on every call)."""
+    cols = list(row)
+    values: dict[str, Any] = cast(dict[str, Any], row)
+    db.conn.execute(
+        f"INSERT INTO exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608 - column names are ours
+        [values[c] for c in cols],
+    )
+
+
+def record_answer(db: Database, claim_id: str, answer_json: str, message_source: str) -> None:
+    db.conn.execute(
+        "UPDATE exchanges SET answer_json = ?, message_source = ? WHERE id = ?",
+        [answer_json, message_source, claim_id],
+    )
+
+
+def get(db: Database, exchange_id: str) -> ExchangeRow | None:
+    return cast(
+        ExchangeRow | None, first_row(db, "SELECT * FROM exchanges WHERE id = ?", [exchange_id])
+    )
+
+
+def claim_content(db: Database, exchange_id: str) -> ClaimContent | None:
+    return cast(
+        ClaimContent | None,
+        first_row(
+            db,
+            "SELECT request_raw, response_raw, metadata_json FROM exchanges WHERE id = ?",
+            [exchange_id],
+        ),
+    )
+
+
+def request_raw(db: Database, exchange_id: str) -> bytes | None:
+    """The exchange's request bytes; None when there is no such exchange or it is purged."""
+    row = db.conn.execute(
+        "SELECT request_raw FROM exchanges WHERE id = ?", [exchange_id]
+    ).fetchone()
+    return None if row is None or row[0] is None else bytes(row[0])
+
+
+def pa_eligible_claims_since(db: Database, start: str, limit: int) -> list[WorklistClaim]:
+    """PA-eligible claims received at or after ``start``, newest first."""
+    return cast(
+        list[WorklistClaim],
+        all_rows(
+            db,
+            "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"
+            " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
+            " ORDER BY received_at DESC LIMIT ?",
+            [start, limit],
+        ),
+    )

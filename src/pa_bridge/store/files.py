@@ -1,0 +1,229 @@
+"""The database as a file, for the commands store IT runs beside (or instead of) the
+daemon: ``queue``, ``doctor``, ``backup``, ``restore``. Nothing here creates a
+database or migrates one.
+
+The live database is only ever opened through SQLite here: opening and closing a
+descriptor of it ourselves would drop the daemon's POSIX locks if this ran in the
+daemon's process (see :func:`create_private`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from . import meta
+from . import outbox as queue_table
+from .engine import StoreError, StoreMissing
+from .migrations import MIGRATIONS
+
+__all__ = [
+    "BackupCopy",
+    "CannotOpen",
+    "CopyFacts",
+    "FileFacts",
+    "connect_existing",
+    "copy_facts",
+    "inspect_file",
+    "mark_file",
+    "open_database",
+    "Snapshot",
+    "transaction",
+]
+
+_Progress = Callable[[int, int], None]
+
+
+def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
+    """A connection to an existing pa-bridge database, for the commands store IT runs
+    beside the daemon (``queue``, ``restore``): never creates the file, never migrates,
+    read-only unless ``write``. Raises :class:`StoreMissing` or :class:`StoreError`
+    with a message that says what to check."""
+    p = Path(path)
+    if not p.exists():
+        raise StoreMissing(
+            f"no database at {p} (check storage.path in the config; has the daemon run?)"
+        )
+    if not p.is_file():
+        raise StoreError(f"{p} is not a file (check storage.path)")
+    try:
+        conn = sqlite3.connect(
+            f"file:{p}?mode=rw", uri=True, isolation_level=None, timeout=10.0,
+            check_same_thread=False,
+        )  # fmt: skip
+        conn.execute("PRAGMA busy_timeout = 10000")
+        if not write:
+            conn.execute("PRAGMA query_only = ON")
+        names = _tables(conn)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open {p}: {e}") from None
+    if "outbox" not in names or "_sqlite_migrations" not in names:
+        conn.close()
+        raise StoreError(f"{p} is not a pa-bridge database (no outbox table)")
+    return conn
+
+
+def open_database(path: str | os.PathLike[str], *, write: bool = False) -> Database:
+    """:func:`connect_existing` as the handle the table modules take."""
+    return Database(connect_existing(path, write=write))
+
+
+@contextlib.contextmanager
+def transaction(db: Database) -> Iterator[Database]:
+    """One immediate write transaction on a database opened with :func:`open_database`."""
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            db.conn.execute("ROLLBACK")
+        raise
+    db.conn.execute("COMMIT")
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+# ---- doctor ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileFacts:
+    """What doctor reads from a database file."""
+
+    applied: list[str]  # migrations applied, in order
+    backup_taken_at: str | None  # the mark of a backup copy not yet served
+    failed: int  # queue items failed for good
+
+
+def inspect_file(path: Path, backup_mark: str) -> FileFacts:
+    """Read a database without changing anything next to it. With no -wal file the
+    daemon is not running: it is opened immutable so that nothing (not even a -shm) is
+    created. Raises :data:`DatabaseError` when it cannot be read."""
+    wal = Path(f"{path}-wal")
+    shm = Path(f"{path}-shm")
+    mode = "mode=ro" if wal.exists() and shm.exists() else "mode=ro&immutable=1"
+    conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=5)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        tables = _tables(conn)
+        db = Database(conn)
+        applied = [m.name for m in MIGRATIONS.applied(db)]
+        taken_at = meta.get(db, backup_mark) if "meta" in tables else None
+        failed = queue_table.count_failed(db) if "outbox" in tables else 0
+    finally:
+        conn.close()
+    return FileFacts(applied, taken_at, failed)
+
+
+# ---- backup and restore ------------------------------------------------------------------
+@dataclass(frozen=True)
+class BackupCopy:
+    pages: int
+    integrity: str  # "ok", or what integrity_check found
+
+
+class Snapshot:
+    """One read transaction on the live database, held for the whole copy: every step
+    of SQLite's backup API reads the same snapshot (WAL: the daemon's writes go on
+    meanwhile and are simply not in the copy) and the copy never restarts."""
+
+    def __init__(self, src: Path, cannot_read: Callable[[str], Exception]) -> None:
+        """Raises ``cannot_read(message)`` when ``src`` is missing or unreadable."""
+        if not src.exists():
+            raise cannot_read(f"no database at {src} (check storage.path; has the daemon run?)")
+        if not src.is_file():
+            raise cannot_read(f"{src} is not a file")
+        try:
+            # a plain connection (it may need to create the -shm of a WAL database);
+            # query_only: this command never writes to the live database
+            conn = sqlite3.connect(
+                f"file:{src}?mode=rw", uri=True, isolation_level=None, timeout=10
+            )
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("PRAGMA query_only = ON")
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as e:
+            raise cannot_read(f"cannot read {src}: {e}") from None
+        self._conn = conn
+
+    def copy_to(
+        self, tmp: Path, *, pages: int, progress: _Progress | None, mark: tuple[str, str]
+    ) -> BackupCopy:
+        """Copy into the new file ``tmp``, write the ``mark`` (key, value) into its
+        ``meta``, switch it to a single self-contained file (``journal_mode=DELETE``)
+        and check it. Raises :data:`DatabaseError`."""
+        target = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+
+            def step(status: int, remaining: int, total: int) -> None:
+                if progress is not None:
+                    progress(total - remaining, total)
+
+            self._conn.backup(target, pages=pages, progress=step)
+            total = int(target.execute("PRAGMA page_count").fetchone()[0])
+            _mark(target, *mark)
+            target.execute("PRAGMA journal_mode = DELETE").fetchone()
+            rows = target.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            target.close()
+        return BackupCopy(total, "; ".join(str(r[0]) for r in rows))
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("COMMIT")
+        self._conn.close()
+
+
+def _mark(conn: sqlite3.Connection, key: str, value: str) -> None:
+    if "meta" in _tables(conn):
+        meta.put(Database(conn), key, value)
+
+
+def mark_file(path: Path, key: str, value: str) -> None:
+    """Write ``key`` = ``value`` into the ``meta`` of a copy no daemon serves."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        _mark(conn, key, value)
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class CopyFacts:
+    integrity: str
+    is_pa_bridge: bool
+    mark: str | None
+    undelivered: int  # pending and failed queue items
+
+
+class CannotOpen(StoreError):
+    """SQLite could not open the file at all."""
+
+
+def copy_facts(path: Path, mark_key: str) -> CopyFacts:
+    """Check a backup copy, read-only. Raises :class:`CannotOpen`, or
+    :data:`DatabaseError` when it cannot be read."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise CannotOpen(str(e)) from None
+    try:
+        rows = conn.execute("PRAGMA integrity_check").fetchall()
+        integrity = "; ".join(str(r[0]) for r in rows)
+        if integrity != "ok":
+            return CopyFacts(integrity, False, None, 0)
+        if not {"outbox", "meta", "pas"} <= _tables(conn):
+            return CopyFacts(integrity, False, None, 0)
+        db = Database(conn)
+        counts, _oldest = queue_table.summary(db)
+        undelivered = counts.get("pending", 0) + counts.get("failed", 0)
+        return CopyFacts(integrity, True, meta.get(db, mark_key), undelivered)
+    finally:
+        conn.close()

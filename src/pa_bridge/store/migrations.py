@@ -1,0 +1,146 @@
+"""The schema, as sqlite-utils migrations recorded in ``_sqlite_migrations``.
+
+A new column or table is a new ``@MIGRATIONS()`` step at the end; steps already
+released never change. :func:`applied` and :func:`known` are what doctor compares.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+__all__ = ["MIGRATIONS", "SET_NAME", "applied", "known", "pending"]
+
+SET_NAME = "pa_bridge"
+MIGRATIONS = Migrations(SET_NAME)
+
+
+@MIGRATIONS()
+def m001_initial(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE exchanges (
+            id TEXT PRIMARY KEY,
+            received_at TEXT NOT NULL,
+            actor TEXT,
+            kind TEXT NOT NULL,              -- 'claim' or 'reversal'
+            version TEXT, transaction_code TEXT,
+            bin TEXT, pcn TEXT, group_id TEXT, provider_id TEXT, date_of_service TEXT,
+            transaction_count INTEGER,
+            request_raw BLOB,                -- exact bytes; purged after retention_days
+            response_raw BLOB,
+            metadata_json TEXT,              -- the dispensing system's metadata (PHI)
+            answer_json TEXT,                -- what we answered (no PHI)
+            transaction_status TEXT, reject_codes TEXT, pa_eligible INTEGER,
+            message_source TEXT,
+            raw_purged_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX exchanges_received ON exchanges(received_at)")
+    db.execute(
+        """CREATE TABLE pas (
+            id TEXT PRIMARY KEY,             -- the service's PA id
+            claim_id TEXT REFERENCES exchanges(id),
+            transaction_index INTEGER,
+            claim_key TEXT,                  -- bin|pcn|group|rx|fill|provider
+            urls_json TEXT NOT NULL DEFAULT '[]',
+            workflow_status TEXT,
+            plan_outcome TEXT,
+            status_time TEXT,
+            deleted INTEGER NOT NULL DEFAULT 0,
+            matched INTEGER NOT NULL DEFAULT 1,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            change_seq INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE UNIQUE INDEX pas_change_seq ON pas(change_seq)")
+    db.execute("CREATE INDEX pas_claim ON pas(claim_id, transaction_index)")
+    db.execute("CREATE INDEX pas_claim_key ON pas(claim_key)")
+    db.execute(
+        """CREATE TABLE pa_history (
+            id INTEGER PRIMARY KEY,
+            pa_id TEXT NOT NULL,
+            received_at TEXT NOT NULL,
+            source TEXT NOT NULL,            -- submit, callback, reversal
+            workflow_status TEXT,
+            plan_outcome TEXT,
+            event_time TEXT,
+            events_json TEXT,
+            note TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX pa_history_pa ON pa_history(pa_id, id)")
+    db.execute(
+        """CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,              -- outcome_report, reversal, webhook
+            claim_id TEXT,
+            payload_json TEXT NOT NULL,
+            status TEXT NOT NULL,            -- pending, delivered, failed
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL NOT NULL,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            delivered_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX outbox_due ON outbox(status, next_attempt_at)")
+    db.execute(
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            actor TEXT,
+            action TEXT NOT NULL,
+            object_id TEXT,
+            detail TEXT
+        )"""
+    )
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+
+
+@MIGRATIONS()
+def m002_callbacks(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE callbacks (
+            id INTEGER PRIMARY KEY,          -- arrival order
+            dedupe_key TEXT NOT NULL UNIQUE, -- delivery id, or sha256 of the canonical body
+            received_at TEXT NOT NULL,
+            pa_id TEXT,
+            body BLOB,                       -- purged after retention_days
+            body_purged_at TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX callbacks_pa ON callbacks(pa_id)")
+    db.execute(
+        """CREATE TABLE dead_letters (
+            id INTEGER PRIMARY KEY,
+            received_at TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            content_type TEXT,
+            body BLOB
+        )"""
+    )
+    db.execute("ALTER TABLE pas ADD COLUMN events_json TEXT NOT NULL DEFAULT '[]'")
+    db.execute("ALTER TABLE pas ADD COLUMN fax_failed INTEGER NOT NULL DEFAULT 0")
+
+
+@MIGRATIONS()
+def m003_pa_links(db: Database) -> None:
+    # The PA's links from its callbacks (html_url, tokens[].html_url, pdf_url), and
+    # what a submit answered without a PA id waits to be matched on (issue 14).
+    db.execute("ALTER TABLE pas ADD COLUMN links_json TEXT NOT NULL DEFAULT '{}'")
+
+
+def known() -> list[str]:
+    """Every step this version knows, in order."""
+    return [m.name for m in MIGRATIONS.pending(Database(memory=True))]
+
+
+def applied(db: Database) -> list[str]:
+    """The steps recorded as applied in ``db`` (empty on a database without the table)."""
+    return [m.name for m in MIGRATIONS.applied(db)]
+
+
+def pending(db: Database) -> bool:
+    return bool(MIGRATIONS.pending(db))

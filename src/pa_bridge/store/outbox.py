@@ -1,0 +1,252 @@
+"""The ``outbox`` table: the durable queue's items, and the queue's read model for
+store IT (``pa-bridge queue list``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from typing import Any, TypedDict, cast
+
+from sqlite_utils import Database
+
+from ._rows import all_rows, first_row
+from .engine import now_iso
+
+__all__ = [
+    "QUEUE_STATUSES",
+    "Kind",
+    "QueueItem",
+    "QueueRow",
+    "Status",
+    "count_failed",
+    "drop_item",
+    "due",
+    "enqueue",
+    "get",
+    "hold_undelivered",
+    "list_items",
+    "record_attempt",
+    "retry_item",
+    "reversed_since",
+    "state",
+    "summary",
+]
+
+
+class Kind(StrEnum):
+    """What an item delivers (stored as its value)."""
+
+    OUTCOME_REPORT = "outcome_report"
+    REVERSAL = "reversal"
+    WEBHOOK = "webhook"
+
+
+class Status(StrEnum):
+    """An item's stored status."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    HELD = "held"
+    DROPPED = "dropped"
+
+
+class QueueRow(TypedDict):
+    id: int
+    kind: str
+    claim_id: str | None
+    payload_json: str
+    status: str
+    attempts: int
+    next_attempt_at: float
+    last_error: str | None
+    created_at: str
+    updated_at: str
+    delivered_at: str | None
+
+
+class QueueItem(TypedDict):
+    """An item as ``queue list`` shows it (see :func:`list_items`)."""
+
+    id: int
+    kind: str
+    claim_id: str | None
+    status: str
+    attempts: int
+    next_attempt_at: str | None
+    last_error: str | None
+    created_at: str
+    updated_at: str
+    delivered_at: str | None
+    retrying: bool
+
+
+def enqueue(
+    db: Database,
+    kind: Kind | str,
+    payload: dict[str, Any],
+    *,
+    claim_id: str | None = None,
+    now: float | None = None,
+) -> int:
+    """Insert an item; call inside a write job so it commits with the work it belongs to."""
+    t = time.time() if now is None else now
+    cur = db.conn.execute(
+        "INSERT INTO outbox (kind, claim_id, payload_json, status, attempts, next_attempt_at,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+        [str(kind), claim_id, json.dumps(payload, separators=(",", ":")), Status.PENDING, t,
+         now_iso(t), now_iso(t)],
+    )  # fmt: skip
+    return int(cur.lastrowid or 0)
+
+
+def summary(db: Database) -> tuple[dict[str, int], str | None]:
+    """Undelivered items by status, and when the oldest of them was created."""
+    rows = all_rows(
+        db,
+        "SELECT status, count(*) AS n, min(created_at) AS oldest FROM outbox"
+        " WHERE status NOT IN ('delivered', 'dropped') GROUP BY status",
+    )
+    oldest = min((r["oldest"] for r in rows if r["oldest"]), default=None)
+    return {r["status"]: int(r["n"]) for r in rows}, oldest
+
+
+def count_failed(db: Database) -> int:
+    """Items the service refused for good (stored status ``failed``)."""
+    return int(db.conn.execute("SELECT count(*) FROM outbox WHERE status = 'failed'").fetchone()[0])
+
+
+#: what ``queue list --status`` takes. ``pending``: not tried yet; ``failed``: the last
+#: attempt failed (retried automatically at ``next_attempt_at``, or, when the service
+#: refused it for good, only by ``queue retry``); ``held``: put on hold when a backup
+#: was restored (it may have been delivered after the backup was taken: check, then
+#: ``queue retry`` or ``queue drop``); ``dropped``: dropped by store IT; ``delivered``.
+QUEUE_STATUSES = ("pending", "failed", "held", "dropped", "delivered")
+
+_STATUS_WHERE = {
+    "pending": "status = 'pending' AND last_error IS NULL",
+    "failed": "(status = 'failed' OR (status = 'pending' AND last_error IS NOT NULL))",
+    "held": "status = 'held'",
+    "dropped": "status = 'dropped'",
+    "delivered": "status = 'delivered'",
+}
+
+
+def _iso_or_none(t: Any) -> str | None:
+    return None if t is None else now_iso(float(t))
+
+
+def list_items(db: Database, status: str | None = None, limit: int = 200) -> list[QueueItem]:
+    """Queue items, newest first, for store IT: one time format (UTC ISO 8601) for
+    every time, ``status`` as ``queue list`` shows it (see :data:`QUEUE_STATUSES`),
+    ``retrying`` whether the daemon will try it again by itself, ``next_attempt_at``
+    when (None when it will not)."""
+    sql = (
+        "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
+        " created_at, updated_at, delivered_at FROM outbox"
+    )
+    if status:
+        if status not in _STATUS_WHERE:
+            raise ValueError(f"unknown queue status {status!r}")
+        sql += f" WHERE {_STATUS_WHERE[status]}"
+    sql += " ORDER BY id DESC LIMIT ?"
+    out = []
+    for it in all_rows(db, sql, [limit]):
+        stored = it["status"]
+        retrying = stored == Status.PENDING
+        if stored == Status.PENDING and it["last_error"] is not None:
+            it["status"] = Status.FAILED.value
+        it["retrying"] = retrying
+        it["next_attempt_at"] = _iso_or_none(it["next_attempt_at"]) if retrying else None
+        out.append(cast(QueueItem, it))
+    return out
+
+
+def retry_item(db: Database, item_id: int, now: float) -> bool:
+    """Make an undelivered item due now (held, failed or dropped ones too); call in a
+    write transaction. False when there is no such undelivered item."""
+    cur = db.conn.execute(
+        "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
+        " WHERE id = ? AND status != 'delivered'",
+        [now, now_iso(now), item_id],
+    )
+    return cur.rowcount > 0
+
+
+def drop_item(db: Database, item_id: int, now: float, why: str) -> bool:
+    """Never deliver an undelivered item (kept, with ``why`` as its last error)."""
+    cur = db.conn.execute(
+        "UPDATE outbox SET status = 'dropped', last_error = ?, updated_at = ?"
+        " WHERE id = ? AND status != 'delivered'",
+        [why, now_iso(now), item_id],
+    )
+    return cur.rowcount > 0
+
+
+def hold_undelivered(db: Database, why: str, now: float) -> int:
+    """Put every undelivered item on hold (after a restore); the count."""
+    cur = db.conn.execute(
+        "UPDATE outbox SET status = 'held', last_error = ?, updated_at = ?"
+        " WHERE status IN ('pending', 'failed')",
+        [why, now_iso(now)],
+    )
+    return int(cur.rowcount)
+
+
+def due(db: Database, now: float, horizon: float, limit: int) -> list[int]:
+    """Pending items whose time has come, or lies beyond ``horizon`` (the clock was set
+    back), in the order they fall due."""
+    return [
+        int(r[0])
+        for r in db.conn.execute(
+            "SELECT id FROM outbox WHERE status = 'pending'"
+            " AND (next_attempt_at <= ? OR next_attempt_at > ?)"
+            " ORDER BY next_attempt_at, id LIMIT ?",
+            [now, horizon, limit],
+        )
+    ]
+
+
+def get(db: Database, item_id: int) -> QueueRow | None:
+    return cast(QueueRow | None, first_row(db, "SELECT * FROM outbox WHERE id = ?", [item_id]))
+
+
+def state(db: Database, item_id: int) -> tuple[str, str | None] | None:
+    """(stored status, last error) of an item."""
+    row = db.conn.execute(
+        "SELECT status, last_error FROM outbox WHERE id = ?", [item_id]
+    ).fetchone()
+    return None if row is None else (str(row[0]), row[1])
+
+
+def record_attempt(
+    db: Database,
+    item_id: int,
+    *,
+    status: Status,
+    attempts: int,
+    next_attempt_at: float,
+    last_error: str | None,
+    now: str,
+    payload_json: str,
+) -> None:
+    """The outcome of a delivery attempt."""
+    db.conn.execute(
+        "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?, last_error = ?,"
+        " updated_at = ?, delivered_at = ?, payload_json = ? WHERE id = ?",
+        [str(status), attempts, next_attempt_at, last_error, now,
+         now if status == Status.DELIVERED else None, payload_json, item_id],
+    )  # fmt: skip
+
+
+def reversed_since(db: Database, claim_key: str, since: str) -> bool:
+    """Whether a reversal of the claim with ``claim_key`` came in at or after ``since``
+    (queued or delivered; one store IT dropped does not count)."""
+    row = db.conn.execute(
+        "SELECT 1 FROM outbox, json_each(outbox.payload_json, '$.claim_keys') AS k"
+        " WHERE outbox.kind = 'reversal' AND outbox.status != 'dropped'"
+        " AND outbox.created_at >= ? AND k.value = ? LIMIT 1",
+        [since, claim_key],
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,300 @@
+"""The ``pas`` table: one row per PA, and the PA feed ordered by ``change_seq``.
+
+``change_seq`` comes from :meth:`Store.next_seq` inside the same write job.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict, cast
+
+from sqlite_utils import Database
+
+from ._rows import all_rows, first_row, marks
+
+__all__ = [
+    "CallbackState",
+    "PaRow",
+    "PaWithRequest",
+    "SubmitLink",
+    "awaiting_placeholders",
+    "callback_state",
+    "for_claim",
+    "for_claims",
+    "get",
+    "ids_for_claim_key",
+    "insert_from_callback",
+    "insert_submitted",
+    "link_submitted",
+    "live_for_claim_key",
+    "rename",
+    "since",
+    "submit_link",
+    "touched_since",
+    "unmatched_from_callbacks",
+    "update_from_callback",
+]
+
+
+class PaRow(TypedDict):
+    id: str  # the service's PA id, or local-/pending- until it is known
+    claim_id: str | None
+    transaction_index: int | None
+    claim_key: str | None
+    urls_json: str
+    workflow_status: str | None
+    plan_outcome: str | None
+    status_time: str | None
+    deleted: int
+    matched: int
+    created_at: str
+    updated_at: str
+    change_seq: int
+    events_json: str
+    fax_failed: int
+    links_json: str
+
+
+class PaWithRequest(PaRow):
+    request_raw: bytes | None  # its claim's request (None: unknown claim or purged)
+
+
+class SubmitLink(TypedDict):
+    claim_id: str | None
+    urls_json: str | None
+    links_json: str | None
+
+
+class CallbackState(TypedDict):
+    """What a callback merges with."""
+
+    workflow_status: str | None
+    plan_outcome: str | None
+    status_time: str | None
+    events_json: str | None
+    deleted: int
+    fax_failed: int
+    links_json: str | None
+    urls_json: str | None
+
+
+def get(db: Database, pa_id: str) -> PaRow | None:
+    return cast(PaRow | None, first_row(db, "SELECT * FROM pas WHERE id = ?", [pa_id]))
+
+
+def for_claim(db: Database, claim_id: str, index: int) -> PaRow | None:
+    """The first PA started for transaction ``index`` of the claim."""
+    return cast(
+        PaRow | None,
+        first_row(
+            db,
+            "SELECT * FROM pas WHERE claim_id = ? AND transaction_index = ?"
+            " ORDER BY created_at LIMIT 1",
+            [claim_id, index],
+        ),
+    )
+
+
+def live_for_claim_key(db: Database, key: str) -> PaRow | None:
+    """The first PA not deleted that a submit tied to a claim with ``key``."""
+    return cast(
+        PaRow | None,
+        first_row(
+            db,
+            "SELECT * FROM pas WHERE claim_key = ? AND deleted = 0 AND claim_id IS NOT NULL"
+            " ORDER BY created_at LIMIT 1",
+            [key],
+        ),
+    )
+
+
+def ids_for_claim_key(db: Database, key: str) -> list[str]:
+    return [r[0] for r in db.conn.execute("SELECT id FROM pas WHERE claim_key = ?", [key])]
+
+
+def since(db: Database, after: int, limit: int) -> list[PaRow]:
+    """The feed: PAs changed after cursor ``after``, oldest change first."""
+    return cast(
+        list[PaRow],
+        all_rows(
+            db,
+            "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
+            [after, limit],
+        ),
+    )
+
+
+def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
+    """The PAs of these claims, newest first."""
+    if not claim_ids:
+        return []
+    return cast(
+        list[PaRow],
+        all_rows(
+            db,
+            f"SELECT * FROM pas WHERE claim_id IN ({marks(len(claim_ids))}) ORDER BY created_at DESC",  # noqa: S608 - only placeholders
+            claim_ids,
+        ),
+    )
+
+
+def touched_since(db: Database, start: str, limit: int) -> list[PaWithRequest]:
+    """PAs created or changed at or after ``start``, latest change first, with their
+    claim's request."""
+    return cast(
+        list[PaWithRequest],
+        all_rows(
+            db,
+            "SELECT p.*, e.request_raw AS request_raw FROM pas p"
+            " LEFT JOIN exchanges e ON e.id = p.claim_id"
+            " WHERE p.updated_at >= ? OR p.created_at >= ?"
+            " ORDER BY p.change_seq DESC LIMIT ?",
+            [start, start, limit],
+        ),
+    )
+
+
+# ---- submit ------------------------------------------------------------------------
+def unmatched_from_callbacks(db: Database, limit: int = 200) -> list[tuple[str, str | None]]:
+    """(id, links_json) of PAs first heard of in a callback and not yet tied to a claim,
+    newest first."""
+    return [
+        (r[0], r[1])
+        for r in db.conn.execute(
+            "SELECT id, links_json FROM pas WHERE claim_id IS NULL AND deleted = 0"
+            " AND matched = 0 ORDER BY created_at DESC LIMIT ?",
+            [limit],
+        )
+    ]
+
+
+def submit_link(db: Database, pa_id: str) -> SubmitLink | None:
+    return cast(
+        SubmitLink | None,
+        first_row(db, "SELECT claim_id, urls_json, links_json FROM pas WHERE id = ?", [pa_id]),
+    )
+
+
+def insert_submitted(
+    db: Database,
+    *,
+    pa_id: str,
+    claim_id: str,
+    index: int,
+    claim_key: str,
+    urls_json: str,
+    links_json: str,
+    workflow_status: str,
+    now: str,
+    seq: int,
+) -> None:
+    db.conn.execute(
+        "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
+        " plan_outcome, created_at, updated_at, change_seq, matched, links_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1, ?)",
+        [pa_id, claim_id, index, claim_key, urls_json, workflow_status, now, now, seq,
+         links_json],
+    )  # fmt: skip
+
+
+def link_submitted(
+    db: Database,
+    *,
+    pa_id: str,
+    claim_id: str,
+    index: int,
+    claim_key: str,
+    urls_json: str,
+    links_json: str,
+    now: str,
+    seq: int,
+) -> None:
+    """Tie a PA known already (a callback came first, or a duplicate) to the claim."""
+    db.conn.execute(
+        "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
+        " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
+        " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
+        [claim_id, index, claim_key, urls_json, links_json, now, seq, pa_id],
+    )
+
+
+# ---- callbacks ---------------------------------------------------------------------
+_CALLBACK_STATE = (
+    "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
+    " links_json, urls_json FROM pas WHERE id = ?"
+)
+_STATE_COLS = (
+    "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
+    "fax_failed", "links_json", "urls_json",
+)  # fmt: skip
+
+
+def callback_state(db: Database, pa_id: str) -> CallbackState | None:
+    row = db.conn.execute(_CALLBACK_STATE, (pa_id,)).fetchone()
+    return None if row is None else cast(CallbackState, dict(zip(_STATE_COLS, row, strict=True)))
+
+
+def awaiting_placeholders(db: Database, prefix: str) -> list[tuple[str, str | None]]:
+    """(id, links_json) of PAs not deleted whose id starts with ``prefix``."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return [
+        (r[0], r[1])
+        for r in db.conn.execute(
+            "SELECT id, links_json FROM pas WHERE id >= ? AND id < ? AND deleted = 0",
+            (prefix, end),
+        )
+    ]
+
+
+def rename(db: Database, old: str, new: str) -> None:
+    """Give a PA (and its history) the id the service uses."""
+    db.conn.execute("UPDATE pas SET id = ? WHERE id = ?", (new, old))
+    db.conn.execute("UPDATE pa_history SET pa_id = ? WHERE pa_id = ?", (new, old))
+
+
+def insert_from_callback(
+    db: Database,
+    *,
+    pa_id: str,
+    urls_json: str,
+    workflow_status: str | None,
+    plan_outcome: str | None,
+    status_time: str | None,
+    deleted: int,
+    now: str,
+    seq: int,
+    events_json: str,
+    fax_failed: int,
+    links_json: str,
+) -> None:
+    """A PA we did not start (or whose submit we have not stored yet)."""
+    db.conn.execute(
+        "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
+        " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+        (pa_id, urls_json, workflow_status, plan_outcome, status_time,
+         deleted, now, now, seq, events_json, fax_failed, links_json),
+    )  # fmt: skip
+
+
+def update_from_callback(
+    db: Database,
+    *,
+    pa_id: str,
+    workflow_status: str | None,
+    plan_outcome: str | None,
+    status_time: str | None,
+    events_json: str | None,
+    deleted: int,
+    fax_failed: int,
+    now: str,
+    seq: int,
+    links_json: str | None,
+    urls_json: str | None,
+) -> None:
+    db.conn.execute(
+        "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
+        " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
+        " urls_json = ? WHERE id = ?",
+        (workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed, now, seq,
+         links_json, urls_json, pa_id),
+    )  # fmt: skip

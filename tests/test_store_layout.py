@@ -1,0 +1,70 @@
+"""Storage owns all SQL (issue 15): the statements, sqlite-utils and the driver live in
+``pa_bridge.store``; the queue's kinds and statuses are enums whose values are what
+the table stores."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from pa_bridge.store import Kind, Status, Store, migrations, pas
+from pa_bridge.store import outbox as queue_table
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "pa_bridge"
+#: the simulated PA service keeps its own state: it is not pa-bridge's database
+OUTSIDE_STORE = [
+    p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in ("store", "sandbox")
+]
+SQL = re.compile(
+    r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""
+)
+DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils)\b", re.MULTILINE)
+
+
+def test_no_sql_text_outside_the_store() -> None:
+    found = [
+        f"{p.relative_to(SRC)}: {m.group(1)}"
+        for p in OUTSIDE_STORE
+        for m in SQL.finditer(p.read_text())
+    ]
+    assert found == []
+
+
+def test_only_the_store_imports_the_driver() -> None:
+    found = [str(p.relative_to(SRC)) for p in OUTSIDE_STORE if DRIVER.search(p.read_text())]
+    assert found == []
+
+
+def test_queue_enums_are_the_stored_values(store: Store) -> None:
+    item = store.write(lambda db: queue_table.enqueue(db, Kind.WEBHOOK, {"pa_id": "x"}))
+    conn = sqlite3.connect(store.path)
+    try:
+        row = conn.execute("SELECT kind, status FROM outbox WHERE id = ?", [item]).fetchone()
+    finally:
+        conn.close()
+    assert row == ("webhook", "pending")
+    assert Kind(row[0]) is Kind.WEBHOOK and Status(row[1]) is Status.PENDING
+    assert set(queue_table.QUEUE_STATUSES) == {s.value for s in Status}
+
+
+def test_cli_offers_every_queue_status() -> None:
+    from pa_bridge.cli_daemon import queue_list
+
+    status = next(p for p in queue_list.params if p.name == "status")
+    assert list(status.type.choices) == list(queue_table.QUEUE_STATUSES)  # type: ignore[attr-defined]
+
+
+def test_migrations_applied_and_known(store: Store) -> None:
+    applied = migrations.applied(store.reader())
+    assert applied == migrations.known()
+    assert applied[0] == "m001_initial"
+
+
+def test_pa_rows_are_typed_dicts_of_every_column(store: Store) -> None:
+    conn = sqlite3.connect(store.path)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(pas)")]
+    finally:
+        conn.close()
+    assert sorted(pas.PaRow.__annotations__) == sorted(columns)
