@@ -6,7 +6,7 @@
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
   with its :class:`Kind` and :class:`Status`), :mod:`.callbacks`, :mod:`.audit`,
-  :mod:`.meta`;
+  :mod:`.meta`, :mod:`.console` (the pharmacist console's reads and acknowledgements);
 - :mod:`.retention` (purge and VACUUM) and :mod:`.files` (the database as a file, for
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
@@ -17,7 +17,7 @@ implements the same functions.
 
 from __future__ import annotations
 
-from . import audit, callbacks, exchanges, files, meta, migrations, outbox, pa_history, pas
+from . import audit, callbacks, console, exchanges, files, meta, migrations, outbox, pa_history, pas
 from . import retention as retention
 from .engine import (
     Database,
@@ -47,6 +47,7 @@ __all__ = [
     "audit",
     "callbacks",
     "connect_existing",
+    "console",
     "create_private",
     "exchanges",
     "files",
