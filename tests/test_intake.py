@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -184,6 +185,34 @@ def test_oversized_body_is_413(make_app: Any) -> None:
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+
+def _pieces(data: bytes, size: int = 64) -> Any:
+    """A body httpx sends with ``Transfer-Encoding: chunked`` (no Content-Length)."""
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_chunked_bodies_are_accepted_and_refused_over_the_limit(make_daemon: Any) -> None:
+    # issue 19: a small chunked body got a generic 400; over the limit is 413 however framed
+    d = make_daemon(intake={"max_body_bytes": 4096})
+    claim = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]))).encode()
+    headers = {"Content-Type": "application/json"}
+    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
+        r = c.post("/v1/claims", content=_pieces(claim), headers=headers)
+        assert r.request.headers["transfer-encoding"] == "chunked"
+        assert r.status_code == 200, r.text
+        assert r.json()["message_source"] == "payer" and r.json()["pa_eligible"] is False
+        big = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]), x="y" * 5000))
+        r = c.post("/v1/claims", content=_pieces(big.encode()), headers=headers)
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == "body_too_large"
+        assert set(r.json()["error"]) == {"code", "message", "detail"}
+        # a chunked body of the wrong type is still 415, like one with a length
+        r = c.post("/v1/claims", content=_pieces(b"a=b"), headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415
+    rows = d.store.query("SELECT count(*) AS n FROM exchanges")
+    assert rows[0]["n"] == 1  # the accepted claim alone
 
 
 def test_bearer_token_is_required_when_configured(make_app: Any) -> None:

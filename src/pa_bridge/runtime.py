@@ -31,6 +31,28 @@ from .wsgi import Listening, WsgiServer
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
 
 
+#: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
+#: open connection holds one, and the listeners serve many slow or idle ones at once
+#: without a thread each (decision 0013). systemd's default soft limit is 1024.
+OPEN_FILES = 8192
+
+
+def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
+    """Raise RLIMIT_NOFILE's soft limit to ``wanted`` (never past the hard limit,
+    never lower); returns the soft limit in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
+
+
 class Daemon:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
@@ -42,6 +64,7 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
+        self.callback_receiver: Any = None  # web.callbacks.CallbackReceiver, once started
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -51,6 +74,7 @@ class Daemon:
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
+        raise_open_files_limit()
         self._lock_database()
         self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
         log_event("daemon.database_ready", path=str(s.storage.path))
@@ -61,6 +85,7 @@ class Daemon:
 
         metrics = Metrics()
         receiver = CallbackReceiver(self.store, metrics, forward=bool(s.callbacks.forward_url))
+        self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -95,7 +120,11 @@ class Daemon:
             allowed_hosts=s.intake.allowed_hosts,
         )
         self.intake_server = WsgiServer.from_listen(app, s.intake.listen, name="intake")
-        self.intake_server.start()
+        try:
+            self.intake_server.start()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise OSError(e.errno, f"intake.listen {s.intake.listen}: {reason}") from e
         self._notify("READY=1\nSTATUS=serving")
         self._start_watchdog()
         log_event(
@@ -294,6 +323,8 @@ class Daemon:
         for srv in (self.intake_server, self.callback_server):
             if srv is not None:
                 srv.stop()
+        if self.callback_receiver is not None:
+            self.callback_receiver.unauthorized_log.flush()
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.bridge is not None:
