@@ -190,14 +190,18 @@ def _details(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stored_object(text: str | None) -> dict[str, Any]:
+    """A JSON object stored in a column, or ``{}`` for nothing or anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
     """The PA's details with the newest callback's values over the older ones."""
-    try:
-        merged = json.loads(old_json) if old_json else {}
-    except ValueError:
-        merged = {}
-    if not isinstance(merged, dict):
-        merged = {}
+    merged = _stored_object(old_json)
     merged.update(new)
     return json.dumps(merged)
 
@@ -260,12 +264,7 @@ def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
 
 def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
     """The PA's links: the newest html_url and pdf_url, every token link seen."""
-    try:
-        merged = json.loads(old_json) if old_json else {}
-    except ValueError:
-        merged = {}
-    if not isinstance(merged, dict):
-        merged = {}
+    merged = _stored_object(old_json)
     for key in ("html_url", "pdf_url"):
         if new.get(key):
             merged[key] = new[key]

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .. import __version__
+from ..pa_guide import ATTENTION_ORDER
 from ..service import bodies
 
 __all__ = ["bp", "document"]
@@ -164,15 +165,7 @@ _SCHEMAS: dict[str, Any] = {
         },
     },
     "Attention": {
-        "enum": [
-            "not_submitted",
-            "denied",
-            "fax_failed",
-            "deleted",
-            "failed",
-            "pending_too_long",
-            "approved",
-        ],
+        "enum": list(ATTENTION_ORDER),
         "description": "why it needs the pharmacist (the worklist's groups, in this order)",
     },
     "Acknowledgement": {
