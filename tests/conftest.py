@@ -8,12 +8,54 @@ from typing import Any
 
 import pytest
 
-from pa_bridge.store import Store
+from pa_bridge.store import PgStore, Store
+
+from . import pg_server
+
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[pg_server.PgServer]:
+    """A PostgreSQL server for the whole session (skips when it is not installed)."""
+    why = pg_server.missing_reason()
+    if why is not None:
+        pytest.skip(why)
+    with pg_server.running_server() as server:
+        yield server
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "pa-bridge.sqlite3")
+def pg_url(pg: pg_server.PgServer) -> Iterator[str]:
+    """The URL of a fresh, empty database on the test server."""
+    name = pg.new_database()
+    try:
+        yield pg.url(name)
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine in turn: a test taking ``store`` (or ``engine``) runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the test's database is: a SQLite path, or a PostgreSQL URL."""
+    if engine == "sqlite":
+        return str(tmp_path / "pa-bridge.sqlite3")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def open_store(where: str) -> Store:
+    return PgStore(where) if where.startswith("postgresql://") else Store(where)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    s = open_store(store_url)
     try:
         yield s
     finally:

@@ -193,41 +193,44 @@ class Outbox:
             with self._lock:
                 if item_id in self._unrecorded:
                     return self._unrecorded[item_id][0] is None
-            item = items.get(self.store.reader(), item_id)
-            if item is None:
-                return False
-            if item["status"] == Status.DELIVERED:
-                return True
-            deliverer = self.deliverers.get(item["kind"])
-            error: str | None = None
-            reason: str | None = None
-            retryable = True
-            if deliverer is None:
-                error, retryable = f"no deliverer for kind {item['kind']!r}", False
-                reason = "no_deliverer"
-            else:
+            with self.store.item_lock(item_id) as mine:
+                if not mine:  # another daemon is delivering it at this moment
+                    return False
+                item = items.get(self.store.reader(), item_id)
+                if item is None:
+                    return False
+                if item["status"] == Status.DELIVERED:
+                    return True
+                deliverer = self.deliverers.get(item["kind"])
+                error: str | None = None
+                reason: str | None = None
+                retryable = True
+                if deliverer is None:
+                    error, retryable = f"no deliverer for kind {item['kind']!r}", False
+                    reason = "no_deliverer"
+                else:
+                    try:
+                        deliverer(json.loads(item["payload_json"]))
+                    except DeliveryFailed as e:
+                        error, retryable, reason = str(e), e.retryable, _reason(e)
+                    except Exception as e:  # unexpected: keep it, retry later
+                        error, reason = f"unexpected {type(e).__name__}", "unexpected"
                 try:
-                    deliverer(json.loads(item["payload_json"]))
-                except DeliveryFailed as e:
-                    error, retryable, reason = str(e), e.retryable, _reason(e)
-                except Exception as e:  # unexpected: keep it, retry later
-                    error, reason = f"unexpected {type(e).__name__}", "unexpected"
-            try:
-                self._record(item, error, retryable)
-            except Exception as e:  # the result stands; write it down on the next drain
-                with self._lock:
-                    self._unrecorded[item_id] = (error, retryable)
-                log_event(
-                    "outbox.record_deferred",
-                    level=logging.WARNING,
-                    item_id=item_id,
-                    kind=item["kind"],
-                    delivered=error is None,
-                    error=type(e).__name__,
-                )
-            if self.observer is not None:
-                self.observer(str(item["kind"]), error is None, reason)
-            return error is None
+                    self._record(item, error, retryable)
+                except Exception as e:  # the result stands; write it down on the next drain
+                    with self._lock:
+                        self._unrecorded[item_id] = (error, retryable)
+                    log_event(
+                        "outbox.record_deferred",
+                        level=logging.WARNING,
+                        item_id=item_id,
+                        kind=item["kind"],
+                        delivered=error is None,
+                        error=type(e).__name__,
+                    )
+                if self.observer is not None:
+                    self.observer(str(item["kind"]), error is None, reason)
+                return error is None
         finally:
             with self._lock:
                 self._inflight.pop(item_id, None)

@@ -1,7 +1,9 @@
 """Storage: the only importer of sqlite-utils, the only place with SQL, the only writer.
 
-- :mod:`.engine`: connections, the single writer with group commit, checkpoints, the
+- :mod:`.engine`: SQLite (``storage.path``, the embedded default): connections, the single writer with group commit, checkpoints, the
   health probe (:class:`Store`);
+- :mod:`.pg`: PostgreSQL (``storage.url``), the same interface for several daemons on
+  one database (issue 18), and :mod:`.pg_migrations`, its parallel schema steps;
 - :mod:`.migrations`: the schema;
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
@@ -11,16 +13,17 @@
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
 Write functions take the write job's handle (``store.write(lambda db: ...)``); read
-functions take a reader (``store.reader()``). A second engine (PostgreSQL, issue 18)
-implements the same functions.
+functions take a reader (``store.reader()``); either is a :class:`Database` (``_db``)
+whose ``conn.execute`` takes ``?`` placeholders on both engines. The few statements
+that differ ask ``_db.is_postgres(db)`` and keep both spellings side by side.
 """
 
 from __future__ import annotations
 
 from . import audit, callbacks, exchanges, files, meta, migrations, outbox, pa_history, pas
 from . import retention as retention
+from ._db import Database
 from .engine import (
-    Database,
     DatabaseError,
     Store,
     StoreError,
@@ -31,6 +34,7 @@ from .engine import (
     parse_iso,
 )
 from .files import connect_existing
+from .pg import PgError, PgStore, redact_url
 from .migrations import MIGRATIONS
 from .outbox import Kind, Status
 
@@ -39,6 +43,8 @@ __all__ = [
     "Database",
     "DatabaseError",
     "Kind",
+    "PgError",
+    "PgStore",
     "Status",
     "Store",
     "StoreError",
@@ -56,6 +62,7 @@ __all__ = [
     "outbox",
     "pa_history",
     "parse_iso",
+    "redact_url",
     "pas",
     "retention",
 ]
