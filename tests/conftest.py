@@ -54,6 +54,16 @@ def open_store(where: str) -> Store:
 
 
 @pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """SQLite only: for what is about the file (modes, WAL, pages)."""
+    s = Store(tmp_path / "pa-bridge.sqlite3")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     try:

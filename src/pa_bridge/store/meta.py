@@ -14,9 +14,11 @@ def get(db: Database, key: str) -> str | None:
 
 
 def put(db: Database, key: str, value: str) -> None:
-    db.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
+    db.conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)"
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [key, value],)
+        [key, value],
+    )
 
 
 def delete(db: Database, key: str) -> None:

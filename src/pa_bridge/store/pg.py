@@ -60,6 +60,11 @@ class _PgConn:
     def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[Any]:
         return self.raw.execute(_pg_sql(sql), list(parameters or ()))
 
+    def executemany(self, sql: str, seq: Any, /) -> psycopg.Cursor[Any]:
+        cur = self.raw.cursor()
+        cur.executemany(_pg_sql(sql), [list(p) for p in seq])
+        return cur
+
 
 class PgDatabase:
     """The handle table functions take (see ``_db.Database``), on PostgreSQL."""
@@ -276,9 +281,7 @@ class PgStore(Store):
         while it runs, and when it last ran in ``meta`` (``fleet.<name>``)."""
         raw = self.reader().conn.raw
         args = [_FLEET_CLASS, name]
-        got = bool(
-            raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args).fetchone()[0]
-        )
+        got = bool(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args).fetchone()[0])
         if not got:
             yield False
             return

@@ -183,11 +183,15 @@ def page_counts(store: Store) -> tuple[int, int]:
     """(pages, free pages) of the database file. PostgreSQL: the tables' 8 kB pages,
     and the share of them its statistics count as dead rows."""
     if store.dialect == "postgresql":
-        row = store.reader().conn.execute(
-            "SELECT coalesce(sum(pg_table_size(relid)), 0) / 8192,"
-            " coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup + n_dead_tup), 0)"
-            " FROM pg_stat_user_tables"
-        ).fetchone()
+        row = (
+            store.reader()
+            .conn.execute(
+                "SELECT coalesce(sum(pg_table_size(relid)), 0) / 8192,"
+                " coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup + n_dead_tup), 0)"
+                " FROM pg_stat_user_tables"
+            )
+            .fetchone()
+        )
         pages, dead, rows = int(row[0]), int(row[1]), int(row[2])
         return pages, (pages * dead // rows if rows else 0)
     reader = store.reader().conn
