@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 SUPERUSER = "pa_bridge_test"
-PASSWORD = "synthetic-test-password"  # noqa: S105 - a throwaway server on loopback
+PASSWORD = "synthetic-test-password"
 
 
 def bin_dir() -> Path | None:
@@ -87,9 +87,7 @@ class PgServer:
 
     def _run(self, args: list[str], *, check: bool = True) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
-        subprocess.run(  # noqa: S603 - our own fixed command line
-            cmd, check=check, user=self.user, capture_output=True, timeout=60
-        )
+        subprocess.run(cmd, check=check, user=self.user, capture_output=True, timeout=60)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ the table stores."""
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 
 from pa_bridge.store import Kind, Status, Store, migrations, pas
@@ -19,7 +18,7 @@ OUTSIDE_STORE = [
 SQL = re.compile(
     r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""
 )
-DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils)\b", re.MULTILINE)
+DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg)\b", re.MULTILINE)
 
 
 def test_no_sql_text_outside_the_store() -> None:
@@ -73,7 +72,7 @@ def _columns(store: Store, table: str) -> list[str]:
             [table],
         )
         return [r["column_name"] for r in rows]
-    return [r["name"] for r in store.query(f"SELECT name FROM pragma_table_info('{table}')")]
+    return [r["name"] for r in store.query("SELECT name FROM pragma_table_info(?)", [table])]
 
 
 def test_both_engines_have_the_same_tables_columns_and_steps(

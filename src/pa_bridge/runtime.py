@@ -24,7 +24,7 @@ from .outbox import Outbox, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
 from .service_health import ServiceHealth
-from .store import Status, Store, create_private
+from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
@@ -78,9 +78,14 @@ class Daemon:
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
-        self._lock_database()
-        self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
-        log_event("daemon.database_ready", path=str(s.storage.path))
+        url = s.storage.database_url()
+        if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
+            self.store = PgStore(url)
+            log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
+        else:
+            self._lock_database()
+            self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
+            log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
         # commits with the store alone; forwarding waits for the bridge's queue.

@@ -34,9 +34,9 @@ from .engine import (
     parse_iso,
 )
 from .files import connect_existing
-from .pg import PgError, PgStore, redact_url
 from .migrations import MIGRATIONS
 from .outbox import Kind, Status
+from .pg import PgError, PgStore, redact_url
 
 __all__ = [
     "MIGRATIONS",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ._db import Database
-
 from .engine import now_iso
 
 __all__ = ["add"]

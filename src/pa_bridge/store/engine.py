@@ -166,7 +166,7 @@ class Store:
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
             create_private(self.path)
-            self._wconn = _connect(self.path)
+            self._wconn: Any = _connect(self.path)  # PgStore's is psycopg's
             mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")

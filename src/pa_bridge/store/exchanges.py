@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, TypedDict, cast
 
 from ._db import Database
-
 from ._rows import all_rows, first_row
 
 __all__ = [

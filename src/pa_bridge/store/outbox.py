@@ -9,7 +9,6 @@ from enum import StrEnum
 from typing import Any, TypedDict, cast
 
 from ._db import Database, is_postgres
-
 from ._rows import all_rows, first_row
 from .engine import now_iso
 

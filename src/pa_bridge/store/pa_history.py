@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TypedDict, cast
 
 from ._db import Database
-
 from ._rows import all_rows
 
 __all__ = ["HistoryRow", "add", "for_pa"]

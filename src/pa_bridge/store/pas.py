@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TypedDict, cast
 
 from ._db import Database
-
 from ._rows import all_rows, first_row, marks
 
 __all__ = [

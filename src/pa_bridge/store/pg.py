@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,7 +210,7 @@ class PgStore(Store):
         return db
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[PgDatabase]:  # type: ignore[override]
+    def snapshot(self) -> Iterator[PgDatabase]:
         db = self.reader()
         db.conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
@@ -267,7 +266,7 @@ class PgStore(Store):
         """Try to take queue item ``item_id`` (an advisory lock, released by the
         database if this daemon dies): False when another daemon is delivering it."""
         raw = self.reader().conn.raw
-        got = bool(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]).fetchone()[0])
+        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
         try:
             yield got
         finally:
@@ -281,7 +280,7 @@ class PgStore(Store):
         while it runs, and when it last ran in ``meta`` (``fleet.<name>``)."""
         raw = self.reader().conn.raw
         args = [_FLEET_CLASS, name]
-        got = bool(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args).fetchone()[0])
+        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
         if not got:
             yield False
             return
@@ -303,6 +302,11 @@ class PgStore(Store):
         a transaction and does not block writes)."""
         with self._connect() as conn:
             conn.execute("VACUUM (ANALYZE)")
+
+
+def _one(cur: psycopg.Cursor[Any]) -> bool:
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
 
 
 def _why(e: BaseException) -> str:

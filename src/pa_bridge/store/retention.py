@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._db import Database
-
 from .engine import Store
 
 __all__ = ["page_counts", "purge", "vacuum"]
