@@ -49,6 +49,15 @@ def store_url(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> st
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture
+def daemon_storage(engine: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """``[storage]`` for ``make_daemon`` on each engine in turn (SQLite: its default
+    file in the test's directory)."""
+    if engine == "sqlite":
+        return {}
+    return {"url": str(request.getfixturevalue("pg_url"))}
+
+
 def open_store(where: str) -> Store:
     return PgStore(where) if where.startswith("postgresql://") else Store(where)
 

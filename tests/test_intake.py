@@ -16,8 +16,8 @@ def _claim(request: bytes, response: bytes, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(make_daemon: Any) -> Any:
-    d = make_daemon()
+def api(make_daemon: Any, daemon_storage: dict[str, Any]) -> Any:
+    d = make_daemon(storage=daemon_storage)
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
         c.daemon = d  # type: ignore[attr-defined]
         yield c
