@@ -27,12 +27,13 @@ def pg() -> Iterator[pg_server.PgServer]:
 
 @pytest.fixture
 def pg_url(pg: pg_server.PgServer) -> Iterator[str]:
-    """The URL of a fresh, empty database on the test server."""
-    name = pg.new_database()
+    """The URL of a fresh, empty database on the test server (a schema of its own in
+    a shared database: the URL's ``options`` set the search path)."""
+    url = pg.new_schema()
     try:
-        yield pg.url(name)
+        yield url
     finally:
-        pg.drop_database(name)
+        pg.drop_schema(url)
 
 
 @pytest.fixture(params=ENGINES)

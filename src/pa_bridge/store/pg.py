@@ -132,7 +132,9 @@ class PgStore(Store):
         self._start_writer(max_batch)
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
-        options = f"-c lock_timeout={self._lock_timeout_ms}"
+        # ours after the URL's own options (a search_path, say), which are kept
+        given = psycopg.conninfo.conninfo_to_dict(self.url).get("options") or ""
+        options = f"{given} -c lock_timeout={self._lock_timeout_ms}".strip()
         if readonly:
             options += " -c default_transaction_read_only=on"
         return psycopg.connect(
