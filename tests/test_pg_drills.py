@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -94,3 +96,101 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
     finally:
         for d in daemons[1:]:
             d.terminate()
+
+
+def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from collections import Counter
+
+    from flask import request
+
+    from pa_bridge.sandbox import (
+        SANDBOX_API_KEY,
+        SANDBOX_PASSWORD,
+        SANDBOX_USERNAME,
+        SandboxConfig,
+        SandboxServer,
+    )
+    from tests import builders as b
+
+    sandbox = SandboxServer(SandboxConfig(step_seconds=60), host="127.0.0.1", port=0)
+    refusing = threading.Event()
+    refusing.set()
+    received: Counter[str] = Counter()
+    count_lock = threading.Lock()
+
+    @sandbox.app.before_request
+    def _down() -> tuple[str, int] | None:  # the service is down for a while
+        if request.path == "/outcomes.json" and refusing.is_set():
+            return "down for maintenance", 503
+        return None
+
+    @sandbox.app.after_request
+    def _count(resp: Any) -> Any:  # what the service received, each report once
+        if request.path == "/outcomes.json" and resp.status_code == 200:
+            with count_lock:
+                received[repr(sorted(request.form.items(multi=True)))] += 1
+        return resp
+
+    sandbox.start()
+    env = {
+        "PA_BRIDGE_STORAGE__URL": pg_url,
+        "PA_BRIDGE_SANDBOX__ENABLED": "false",
+        "PA_BRIDGE_SERVICE__CLAIM_URL": f"{sandbox.url}/cmmimport/",
+        "PA_BRIDGE_SERVICE__OUTCOMES_URL": f"{sandbox.url}/outcomes.json",
+        "PA_BRIDGE_SERVICE__DASHBOARD_URL": f"{sandbox.url}/dashboard",
+        "PA_BRIDGE_SERVICE__USERNAME": SANDBOX_USERNAME,
+        "PA_BRIDGE_SERVICE__PASSWORD": SANDBOX_PASSWORD,
+        "PA_BRIDGE_SERVICE__API_KEY": SANDBOX_API_KEY,
+        "PA_BRIDGE_QUEUE__POLL_SECONDS": "0.2",
+        "PA_BRIDGE_QUEUE__BACKOFF_BASE_SECONDS": "0.2",
+        "PA_BRIDGE_QUEUE__BACKOFF_MAX_SECONDS": "1",
+    }
+    daemons = []
+    for k in range(3):
+        cwd = tmp_path / f"d{k}"
+        cwd.mkdir()
+        daemons.append(DaemonProcess(cwd, env=env))
+    try:
+        for d in daemons:
+            d.start()
+        n = 90
+        with httpx.Client(timeout=20) as c:
+            for i in range(n):
+                claim = b.Claim(rxs=(b.Rx(rx_number=f"{700000 + i:012d}"),))
+                r = c.post(
+                    f"{daemons[i % 3].url}/v1/claims",
+                    json={
+                        "request": b.request_bytes(claim).decode("latin-1"),
+                        "response": b.response_bytes([b.PAID]).decode("latin-1"),
+                    },
+                )
+                assert r.status_code == 200
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+
+            def attempted() -> bool:
+                row = conn.execute(
+                    "SELECT count(*) FROM outbox WHERE attempts > 0 AND status = 'pending'"
+                ).fetchone()
+                return row is not None and row[0] >= n // 2
+
+            wait_until(attempted, timeout=60, what="reports tried while the service is down")
+            daemons[0].kill()  # with its share of the queue undelivered
+            refusing.clear()
+
+            def all_delivered() -> bool:
+                row = conn.execute(
+                    "SELECT count(*) FROM outbox WHERE status = 'delivered'"
+                ).fetchone()
+                return row is not None and row[0] == n
+
+            wait_until(all_delivered, timeout=90, what="every report delivered")
+        time.sleep(1.0)  # a second delivery, if any, would arrive now
+        with count_lock:
+            assert len(received) == n and set(received.values()) == {1}
+    finally:
+        for d in daemons[1:]:
+            if d.proc is not None:
+                d.terminate()
+        sandbox.stop()
