@@ -287,3 +287,25 @@ def test_two_clicks_on_two_daemons_give_one_pa(make_daemon: Any, pg_url: str) ->
         assert len(sandbox.state.claims()) == 1  # sent to the service once
     finally:
         sandbox.stop()
+
+
+def test_an_item_another_daemon_just_tried_waits_for_its_backoff(fleet: list[PgStore]) -> None:
+    """Daemon two read the item as due; daemon one tried it meanwhile and the service
+    failed: two leaves it to the backoff instead of trying again at once."""
+    from pa_bridge.outbox import DeliveryFailed
+
+    one, two, _ = fleet
+    item = one.write(lambda db: queue_items.enqueue(db, "webhook", {"x": 1}))
+    seen_due_at = time.time()
+    calls: list[str] = []
+
+    def failing(payload: dict[str, Any]) -> None:
+        calls.append("one")
+        raise DeliveryFailed("503 from the service")
+
+    settings = QueueSettings(backoff_base_seconds=30)
+    assert Outbox(one, {"webhook": failing}, settings).deliver(item) is False
+    box_two = Outbox(two, {"webhook": lambda p: calls.append("two")}, settings)
+    horizon = seen_due_at + settings.backoff_max_seconds + 60
+    assert box_two.deliver(item, wait_s=0.0, due=(seen_due_at, horizon)) is False
+    assert calls == ["one"]

@@ -79,6 +79,12 @@ def _reason(e: DeliveryFailed) -> str:
 Observer = Callable[[str, bool, str | None], None]
 
 
+def _still_due(item: items.QueueRow, now: float, horizon: float) -> bool:
+    """Whether an item a drain pass found due still is (as :func:`items.due` reads it)."""
+    at = float(item["next_attempt_at"])
+    return item["status"] == Status.PENDING and (at <= now or at > horizon)
+
+
 def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
     return items.summary(store.reader())
@@ -170,10 +176,12 @@ class Outbox:
         due = items.due(self.store.reader(), now, horizon, self.settings.batch_size)
         for item_id in due:
             # an item a request is delivering right now is that request's: skip it
-            self.deliver(item_id, wait_s=0.0)
+            self.deliver(item_id, wait_s=0.0, due=(now, horizon))
         return len(due)
 
-    def deliver(self, item_id: int, *, wait_s: float = 60.0) -> bool:
+    def deliver(
+        self, item_id: int, *, wait_s: float = 60.0, due: tuple[float, float] | None = None
+    ) -> bool:
         """Try one item now. True when it is delivered (now or before). When another
         thread is delivering it at this moment, wait up to ``wait_s`` for that
         attempt and answer by its result. A delivery whose result cannot be written
@@ -201,6 +209,8 @@ class Outbox:
                     return False
                 if item["status"] == Status.DELIVERED:
                     return True
+                if due is not None and not _still_due(item, *due):
+                    return False  # another daemon tried it since this pass read it
                 deliverer = self.deliverers.get(item["kind"])
                 error: str | None = None
                 reason: str | None = None
