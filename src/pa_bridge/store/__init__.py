@@ -25,6 +25,7 @@ from . import retention as retention
 from ._db import Database
 from .engine import (
     DatabaseError,
+    SqliteDatabase,
     Store,
     StoreError,
     StoreMissing,
@@ -45,6 +46,7 @@ __all__ = [
     "Kind",
     "PgError",
     "PgStore",
+    "SqliteDatabase",
     "Status",
     "Store",
     "StoreError",

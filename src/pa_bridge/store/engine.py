@@ -36,6 +36,7 @@ __all__ = [
     "StoreMissing",
     "DatabaseError",
     "create_private",
+    "SqliteDatabase",
     "now_iso",
     "parse_iso",
 ]
