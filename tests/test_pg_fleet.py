@@ -309,3 +309,43 @@ def test_an_item_another_daemon_just_tried_waits_for_its_backoff(fleet: list[PgS
     horizon = seen_due_at + settings.backoff_max_seconds + 60
     assert box_two.deliver(item, wait_s=0.0, due=(seen_due_at, horizon)) is False
     assert calls == ["one"]
+
+
+def test_queue_commands_on_postgresql(pg_url: str, tmp_path: Any) -> None:
+    """`queue list|retry|drop` with storage.url (its password from a file): the same
+    items, the same answers, as on the SQLite file."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from click.testing import CliRunner
+
+    from pa_bridge.cli import main
+    from tests import pg_server
+
+    with PgStore(pg_url) as store:
+        item = store.write(lambda db: queue_items.enqueue(db, "reversal", {"exchange_id": "x"}))
+    parts = urlsplit(pg_url)
+    bare = urlunsplit(
+        (parts.scheme, f"{parts.username}@{parts.hostname}:{parts.port}", parts.path,
+         parts.query, "")
+    )  # fmt: skip
+    pw = tmp_path / "db-password"
+    pw.write_text(pg_server.PASSWORD + "\n")
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\nurl = "{bare}"\npassword_file = "{pw}"\n')
+    runner = CliRunner()
+    r = runner.invoke(main, ["queue", "list", "--json", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    import json
+
+    (shown,) = json.loads(r.output)
+    assert shown["id"] == item and shown["kind"] == "reversal" and shown["retrying"]
+    r = runner.invoke(main, ["queue", "drop", str(item), "--config", str(cfg)])
+    assert r.exit_code == 0 and "dropped" in r.output, r.output
+    r = runner.invoke(main, ["queue", "retry", str(item), "--config", str(cfg)])
+    assert r.exit_code == 0 and "due now" in r.output, r.output
+    r = runner.invoke(main, ["queue", "retry", "999", "--config", str(cfg)])
+    assert r.exit_code == 1 and "no undelivered queue item 999" in r.output
+    pw.write_text("wrong-password\n")
+    r = runner.invoke(main, ["queue", "list", "--config", str(cfg)])
+    assert r.exit_code == 1 and "cannot connect" in r.output
+    assert "wrong-password" not in r.output and pg_server.PASSWORD not in r.output

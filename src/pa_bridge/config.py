@@ -433,9 +433,21 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
     config whose other sections are for another version."""
     data = _read_toml(path) if path is not None else {}
     try:
-        return _StorageOnly(storage=data.get("storage", {})).storage
+        st = _StorageOnly(storage=data.get("storage", {})).storage
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
+    problems: list[str] = []
+    for key in ("url", "password"):  # PostgreSQL's URL and password: secrets in files
+        file = getattr(st, f"{key}_file")
+        if file is not None and getattr(st, key) is None:
+            try:
+                setattr(st, key, SecretStr(_read_secret_file(file)))
+            except OSError as e:
+                problems.append(f"storage.{key}_file: cannot read {file}: {e.strerror}")
+    _check_storage(st, problems)
+    if problems:
+        raise ConfigError(problems)
+    return st
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

@@ -22,6 +22,7 @@ from . import meta
 from . import outbox as queue_table
 from .engine import StoreError, StoreMissing
 from .migrations import MIGRATIONS
+from .pg import PgDatabase
 
 __all__ = [
     "BackupCopy",
@@ -33,6 +34,7 @@ __all__ = [
     "inspect_file",
     "mark_file",
     "open_database",
+    "open_url",
     "Snapshot",
     "transaction",
 ]
@@ -74,14 +76,35 @@ def open_database(path: str | os.PathLike[str], *, write: bool = False) -> Datab
     return Database(connect_existing(path, write=write))
 
 
+def open_url(url: str, *, write: bool = False) -> PgDatabase:
+    """A connection to an existing pa-bridge database on PostgreSQL (``storage.url``),
+    for ``queue``: never migrates, read-only unless ``write``. Raises
+    :class:`StoreError` saying what to check."""
+    import psycopg
+
+    from . import pg_migrations
+    from .pg import connect, redact_url
+
+    try:
+        raw = connect(url, readonly=not write)
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+    if not pg_migrations.applied(raw):
+        raw.close()
+        raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
+    return PgDatabase(raw)
+
+
 @contextlib.contextmanager
-def transaction(db: Database) -> Iterator[Database]:
-    """One immediate write transaction on a database opened with :func:`open_database`."""
-    db.conn.execute("BEGIN IMMEDIATE")
+def transaction(db: Database | PgDatabase) -> Iterator[Database | PgDatabase]:
+    """One write transaction on a database opened with :func:`open_database` (immediate:
+    it takes SQLite's write lock at once) or :func:`open_url`."""
+    db.conn.execute("BEGIN" if isinstance(db, PgDatabase) else "BEGIN IMMEDIATE")
     try:
         yield db
     except BaseException:
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(Exception):
             db.conn.execute("ROLLBACK")
         raise
     db.conn.execute("COMMIT")

@@ -34,7 +34,7 @@ from . import meta
 from . import pg_migrations as schema
 from .engine import Store, StoreError, StoreUnavailable, _Job, now_iso
 
-__all__ = ["PgDatabase", "PgStore", "redact_url"]
+__all__ = ["PgDatabase", "PgStore", "connect", "redact_url"]
 
 #: advisory lock classes (two-int form); queue items use the one-bigint form, a
 #: separate key space
@@ -59,6 +59,9 @@ class _PgConn:
     def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[Any]:
         return self.raw.execute(_pg_sql(sql), list(parameters or ()))
 
+    def close(self) -> None:
+        self.raw.close()
+
     def executemany(self, sql: str, seq: Any, /) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
         cur.executemany(_pg_sql(sql), [list(p) for p in seq])
@@ -80,6 +83,24 @@ class PgDatabase:
 
     def execute(self, sql: str, parameters: Any = ()) -> psycopg.Cursor[Any]:
         return self._conn.execute(sql, parameters)
+
+
+def connect(
+    url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
+) -> psycopg.Connection[Any]:
+    """An autocommit connection; ``settings`` (``-c name=value ...``) after the URL's
+    own ``options`` (a search_path, say), which are kept."""
+    given = psycopg.conninfo.conninfo_to_dict(url).get("options") or ""
+    options = f"{given} {settings}".strip()
+    if readonly:
+        options += " -c default_transaction_read_only=on"
+    return psycopg.connect(
+        url,
+        autocommit=True,
+        connect_timeout=max(1, int(timeout_s)),
+        options=options,
+        application_name="pa-bridge",
+    )
 
 
 def redact_url(url: str) -> str:
@@ -132,17 +153,11 @@ class PgStore(Store):
         self._start_writer(max_batch)
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
-        # ours after the URL's own options (a search_path, say), which are kept
-        given = psycopg.conninfo.conninfo_to_dict(self.url).get("options") or ""
-        options = f"{given} -c lock_timeout={self._lock_timeout_ms}".strip()
-        if readonly:
-            options += " -c default_transaction_read_only=on"
-        return psycopg.connect(
+        return connect(
             self.url,
-            autocommit=True,
-            connect_timeout=self._connect_timeout,
-            options=options,
-            application_name="pa-bridge",
+            readonly=readonly,
+            timeout_s=self._connect_timeout,
+            settings=f"-c lock_timeout={self._lock_timeout_ms}",
         )
 
     # ---- the writer's hooks ------------------------------------------------------------
