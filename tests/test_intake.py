@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -197,11 +198,13 @@ def test_dashboard_open_redirects_with_a_token(api: httpx.Client) -> None:
     assert r.headers["cache-control"] == "no-store"
 
 
-def test_healthz_reports_components(api: httpx.Client) -> None:
+def test_healthz_reports_components(api: httpx.Client, engine: str) -> None:
     body = api.get("/healthz").json()
     assert body["status"] == "ok"
     assert body["database"] and body["scheduler"] and body["writer"]
     assert body["queue_depth"] == 0
+    assert body["database_engine"] == engine
+    assert body["daemon_id"].endswith(f":{os.getpid()}")  # in-process daemon
 
 
 def test_metrics_count_decisions_and_queue(api: httpx.Client) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -265,6 +266,9 @@ class Daemon:
             "scheduler": sched,
             "writer": self.store is not None and self.store.writer_alive,
             "callbacks": self.callback_server is not None and self.callback_server.alive,
+            # which daemon answered, on what: several may share one PostgreSQL database
+            "daemon_id": f"{socket.gethostname()}:{os.getpid()}",
+            "database_engine": self.store.dialect if self.store is not None else None,
         }
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()
