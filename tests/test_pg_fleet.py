@@ -349,3 +349,41 @@ def test_queue_commands_on_postgresql(pg_url: str, tmp_path: Any) -> None:
     r = runner.invoke(main, ["queue", "list", "--config", str(cfg)])
     assert r.exit_code == 1 and "cannot connect" in r.output
     assert "wrong-password" not in r.output and pg_server.PASSWORD not in r.output
+
+
+def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None:
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    before = {c.name: c for c in check_postgres(pg_url)}
+    assert before["database schema"].status == "ok" and "applied at start" in (
+        before["database schema"].message
+    )
+    PgStore(pg_url).close()  # migrates
+    after = check_postgres(pg_url)
+    assert [c.status for c in after] == ["ok", "ok", "ok"], after
+    assert "PostgreSQL 1" in after[0].message and "synthetic" not in after[0].message
+
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_reader")
+        admin.execute("CREATE ROLE doctor_reader LOGIN PASSWORD 'reader-password-123'")
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO doctor_reader')
+        admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO doctor_reader')
+    try:
+        parts = urlsplit(pg_url)
+        reader_url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_reader:reader-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(reader_url)}
+        assert checks["database privileges"].status == "FAIL"
+        assert "outbox: INSERT" in checks["database privileges"].message
+        wrong = check_postgres(reader_url.replace("reader-password-123", "nope"))
+        assert wrong[0].status == "FAIL" and "cannot connect" in wrong[0].message
+        assert "nope" not in wrong[0].message
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM doctor_reader')
+            admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_reader')
+            admin.execute("DROP ROLE doctor_reader")

@@ -35,6 +35,8 @@ __all__ = [
     "mark_file",
     "open_database",
     "open_url",
+    "PgFacts",
+    "pg_facts",
     "Snapshot",
     "transaction",
 ]
@@ -94,6 +96,64 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
         raw.close()
         raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
     return PgDatabase(raw)
+
+
+@dataclass(frozen=True)
+class PgFacts:
+    """What doctor reads from a PostgreSQL database (``storage.url``)."""
+
+    server_version: int  # e.g. 150018
+    applied: list[str]  # migrations applied, in order
+    missing_privileges: list[str]  # "table: PRIVILEGE" this user lacks
+    can_create: bool  # may create tables in its schema (needed for pending migrations)
+    failed: int  # queue items failed for good
+
+
+#: what the daemon does to each table
+_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def pg_facts(url: str) -> PgFacts:
+    """Read-only checks of a PostgreSQL database. Raises :class:`StoreError` naming
+    the (password-less) URL when it cannot connect."""
+    import psycopg
+
+    from . import pg_migrations
+    from .pg import connect, redact_url
+
+    try:
+        raw = connect(url, readonly=True)
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+    try:
+        version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+        applied = pg_migrations.applied(raw)
+        missing = []
+        tables = [
+            r[0]
+            for r in raw.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() ORDER BY table_name"
+            )
+        ]
+        for table in tables:
+            for priv in _PRIVILEGES:
+                row = raw.execute(
+                    "SELECT has_table_privilege(current_user, quote_ident(%s), %s)",
+                    [table, priv],
+                ).fetchone()
+                if row is None or not row[0]:
+                    missing.append(f"{table}: {priv}")
+        row = raw.execute(
+            "SELECT has_schema_privilege(current_user, current_schema(), 'CREATE')"
+        ).fetchone()
+        failed = 0
+        if "outbox" in tables:
+            failed = queue_table.count_failed(PgDatabase(raw))
+        return PgFacts(version, applied, missing, bool(row and row[0]), failed)
+    finally:
+        raw.close()
 
 
 @contextlib.contextmanager
