@@ -114,7 +114,8 @@ class PgServer:
 
 
 @contextlib.contextmanager
-def running_server() -> Iterator[PgServer]:
+def running_server(*, durable: bool = False) -> Iterator[PgServer]:
+    """``durable``: fsync and synchronous commits on (the benchmark)."""
     bindir = bin_dir()
     assert bindir is not None
     root = Path(tempfile.mkdtemp(prefix="pa-bridge-pg-"))
@@ -138,9 +139,10 @@ def running_server() -> Iterator[PgServer]:
         )  # fmt: skip
         opts = (
             f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories=''"
-            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             " -c max_connections=300 -c shared_buffers=32MB -c deadlock_timeout=200ms"
         )
+        if not durable:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         server._run(
             ["pg_ctl", "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "-t", "60",
              "start"]

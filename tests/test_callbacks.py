@@ -194,7 +194,7 @@ def test_oversized_body_is_413(https_daemon: Any) -> None:
 
 def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any) -> None:
     if https_daemon.daemon.store.dialect != "sqlite":
-        pytest.skip("holds the SQLite file's lock; PostgreSQL's failures: test_pg_engine")
+        pytest.skip("holds the SQLite file's lock; PostgreSQL: test_pg_fleet")
     path = https_daemon.daemon.store.path
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the database
