@@ -42,18 +42,53 @@ def pct(values: list[float], p: float) -> float:
 
 def floor_app(body: str, threads: int) -> str:
     """The source of a small Flask app for ``python -c``: ``body`` (indented as in a
-    triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it on
-    cheroot with ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``."""
+    triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it
+    with ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``, through the
+    daemon's own WSGI server helper (``pa_bridge.wsgi.WsgiServer``), so the floor runs
+    on whatever server the daemon's listeners run on."""
     return textwrap.dedent(body) + textwrap.dedent(
         f"""
-        import sys as _sys
-        from cheroot import wsgi as _wsgi
+        import sys as _sys, threading as _threading
+        from pa_bridge.wsgi import WsgiServer as _WsgiServer
         @app.get("/healthz")
         def _healthz():
             return "ok"
-        _wsgi.Server(("127.0.0.1", int(_sys.argv[1])), app, numthreads={threads}).safe_start()
+        _WsgiServer(app, "127.0.0.1", int(_sys.argv[1]), name="floor", numthreads={threads}).start()
+        _threading.Event().wait()
         """
     )
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and every process
+    below it: the live ones, and the children it has waited for (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                children.setdefault(int(st[1]), []).append(int(name))
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        st = _proc_stat(p)
+        if st is None:
+            continue
+        # utime, stime, cutime, cstime are fields 14-17 (index 11-14 here)
+        total += sum(int(x) for x in st[11:15])
+        todo += children.get(p, [])
+    return total / tick
 
 
 def free_port() -> int:

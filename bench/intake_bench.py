@@ -1,4 +1,15 @@
-"""Intake answers per second and latency from 8 concurrent clients.
+"""The cost of a claim: the daemon's CPU time per claim beside the floor's, and,
+for information, intake answers per second and latency from 8 concurrent clients.
+
+Cost (the target, which holds on a shared machine): a few hundred sequential claims,
+and the CPU time (user + system, from /proc) the daemon and its child process used
+for them, divided by their number; beside it the same figure for the bare relay floor
+(Flask on the daemon's own WSGI server helper, forwarding one fixed outcomes form to
+the sandbox over a kept-alive connection, parsing and storing nothing), in alternating
+rounds of the same run. A paid claim's cost includes delivering its queued outcome
+report (the rounds wait for the queue to drain). Target: at most 1.5x the floor for a
+75-reject and for a paid claim, with the exchange committed (synchronous=FULL) before
+the answer, as always.
 
 Cases: paid claims (answered at once, report queued), 75-rejects with the sandbox's
 outcomes answering at once, and 75-rejects while the outcomes interface stalls (BIN
@@ -23,6 +34,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +51,7 @@ from bench._common import (
     pct,
     run_clients,
     run_paced,
+    tree_cpu_s,
     wait_healthy,
 )
 from pa_bridge.client import form_encode, outcome_variables
@@ -52,8 +65,12 @@ PER_CLIENT = 60
 ROUNDS = 3
 PACED_PER_CLIENT_S = 10  # open loop: each client sends 10 claims a second, 80/s in all
 PACED_SECONDS = 4
+COST_CLAIMS = 200  # sequential claims a round, for the CPU cost per claim
+COST_ROUNDS = 3
+COST_TARGET = 1.5  # times the floor's CPU per claim
 
-# The floor of any intake on this stack: a bare Flask endpoint on cheroot that reads
+# The floor of any intake on this stack: a bare Flask endpoint on the daemon's WSGI
+# server (pa_bridge.wsgi.WsgiServer, as its listeners use) that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
 # http.client connection (as pa-bridge does) and answers. No parsing, no storage.
 RELAY_APP = floor_app(
@@ -85,7 +102,72 @@ RELAY_APP = floor_app(
 )
 
 
+def _drained(url: str, timeout: float = 30.0) -> None:
+    """Wait until the daemon's queue is empty (a paid claim's report delivered)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(f"{url}/healthz", timeout=5).json().get("queue_depth") == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the daemon's queue did not drain")
+
+
+def cpu_per_claim(pid: int, url: str, body: dict[str, str], n: int, drain: str | None) -> float:
+    """CPU milliseconds per claim used by ``pid`` and its children for ``n`` sequential
+    claims POSTed to ``url`` (and, with ``drain``, the queue work they left)."""
+    content = json.dumps(body).encode()
+    with httpx.Client(timeout=30) as c:
+        c.post(url, content=content, headers=JSON)  # the connection, outside the count
+        if drain:
+            _drained(drain)
+        before = tree_cpu_s(pid)
+        for _ in range(n):
+            r = c.post(url, content=content, headers=JSON)
+            assert r.status_code == 200, r.text
+        if drain:
+            _drained(drain)
+        return (tree_cpu_s(pid) - before) * 1000 / n
+
+
+def cost(d: Daemon, relay_pid: int, relay_url: str, cases: dict[str, dict[str, str]]) -> bool:
+    """Print the CPU per claim of each case beside the floor's; True when on target."""
+    daemon_pid = d.proc.pid if d.proc is not None else 0
+    claims = f"{d.url}/v1/claims"
+    floor: list[float] = []
+    per_case: dict[str, list[float]] = {name: [] for name in cases}
+    for body in cases.values():  # warm-up
+        cpu_per_claim(daemon_pid, claims, body, 30, d.url)
+    cpu_per_claim(relay_pid, relay_url, cases["reject 75 (outcomes first)"], 30, None)
+    for _ in range(COST_ROUNDS):
+        floor.append(
+            cpu_per_claim(
+                relay_pid, relay_url, cases["reject 75 (outcomes first)"], COST_CLAIMS, None
+            )
+        )
+        for name, body in cases.items():
+            per_case[name].append(cpu_per_claim(daemon_pid, claims, body, COST_CLAIMS, d.url))
+    f = statistics.median(floor)
+    print(
+        f"cost: CPU per claim (daemon and its child process), {COST_CLAIMS} sequential claims"
+        f" a round, median of {COST_ROUNDS} alternating rounds"
+    )
+    print(f"{'case':<38} {'CPU ms/claim':>12} {'x floor':>8}  rounds")
+    print(f"{'floor: bare Flask relay':<38} {f:>12.2f} {1.0:>8.2f}  {_rounds(floor)}")
+    ok = True
+    for name, values in per_case.items():
+        m = statistics.median(values)
+        ok = ok and m <= COST_TARGET * f
+        print(f"{'intake: ' + name:<38} {m:>12.2f} {m / f:>8.2f}  {_rounds(values)}")
+    print(f"cost target: at most {COST_TARGET}x the floor: {'met' if ok else 'NOT met'}")
+    return ok
+
+
+def _rounds(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
 def main() -> None:
+    cost_only = "--cost-only" in sys.argv
     print(f"intake_bench: {machine_facts()}; {CLIENTS} concurrent clients")
     req = b.request_bytes()
     paid = {
@@ -138,6 +220,16 @@ def main() -> None:
         )
         wait_healthy(relay_port)
         relay_call = post(r75, f"http://127.0.0.1:{relay_port}/v1/claims")
+        cost(
+            d,
+            relay.pid,
+            f"http://127.0.0.1:{relay_port}/v1/claims",
+            {"reject 75 (outcomes first)": r75, "paid claim (async report)": paid},
+        )
+        if cost_only:
+            relay.terminate()
+            relay.wait(10)
+            return
 
         run_clients(CLIENTS, 10, post(paid))  # warm-up
         run_clients(CLIENTS, 10, outcomes_direct)

@@ -278,10 +278,15 @@ class _FixedHeader:
 
     def slot(self, field_id: str) -> str:
         """The raw (padded) value of the header field ``field_id``."""
-        for s in self.LAYOUTS[len(self._raw)]:
-            if s.field_id == field_id:
-                return self._raw[s.start : s.start + s.width]
-        raise KeyError(field_id)
+        raw = self._raw
+        spans = _SLOT_SPANS.get((type(self), len(raw)))
+        if spans is None:  # a subclass: read its own layout
+            for s in self.LAYOUTS[len(raw)]:
+                if s.field_id == field_id:
+                    return raw[s.start : s.start + s.width]
+            raise KeyError(field_id)
+        start, end = spans[field_id]
+        return raw[start:end]
 
     def with_slot(self, field_id: str, value: str) -> Self:
         """The same header with field ``field_id`` set to ``value`` (padded with spaces
@@ -442,6 +447,13 @@ class ResponseHeader(_FixedHeader):
 
 Header = RequestHeader | ResponseHeader
 
+#: (header class, header length) -> field id -> (start, end): where each slot is.
+_SLOT_SPANS: dict[tuple[type[_FixedHeader], int], dict[str, tuple[int, int]]] = {
+    (cls, length): {s.field_id: (s.start, s.start + s.width) for s in layout}
+    for cls in (RequestHeader, ResponseHeader)
+    for length, layout in cls.LAYOUTS.items()
+}
+
 
 class Transmission:
     """A whole request or response: header, transmission-level segments, and 1-4
@@ -461,6 +473,8 @@ class Transmission:
         "_groups",
         "_header",
         "_leading",
+        "_request_view",
+        "_response_view",
         "_segments",
         "_text",
         "_tolerated",
@@ -476,6 +490,9 @@ class Transmission:
     _tolerated: tuple[str, ...]
     _text: str | None
     _wire: list[str] | None
+    #: The typed view, built on first use (the transmission never changes).
+    _request_view: RequestView | None
+    _response_view: ResponseView | None
 
     def __init__(
         self,
@@ -520,6 +537,7 @@ class Transmission:
         self._tolerated = tuple(tolerated)
         self._text = None
         self._wire = None
+        self._request_view = self._response_view = None
 
     @classmethod
     def _trusted(
@@ -542,6 +560,7 @@ class Transmission:
         t._tolerated = tolerated
         t._text = None
         t._wire = None
+        t._request_view = t._response_view = None
         return t
 
     def _materialize(self) -> None:
@@ -653,14 +672,22 @@ class Transmission:
         return self.to_text().encode("latin-1")
 
     def as_request(self) -> RequestView:
-        from ._views import request_view
+        """The request's typed view (built once: the transmission never changes)."""
+        view = self._request_view
+        if view is None:
+            from ._views import request_view
 
-        return request_view(self)
+            view = self._request_view = request_view(self)
+        return view
 
     def as_response(self) -> ResponseView:
-        from ._views import response_view
+        """The response's typed view (built once: the transmission never changes)."""
+        view = self._response_view
+        if view is None:
+            from ._views import response_view
 
-        return response_view(self)
+            view = self._response_view = response_view(self)
+        return view
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Transmission):

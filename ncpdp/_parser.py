@@ -305,6 +305,7 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
     t._tolerated = tuple(tolerated) if tolerated else ()
     t._text = full
     t._wire = chunks
+    t._request_view = t._response_view = None
     return t
 
 
@@ -439,6 +440,7 @@ def _fast(text: str) -> Transmission | None:
     t._tolerated = ()
     t._text = text
     t._wire = chunks
+    t._request_view = t._response_view = None
     return t
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from ._codecs import decode_implied
 from ._errors import CodecError, NcpdpError
@@ -46,6 +47,17 @@ def _get(seg: Segment | None, field_id: str) -> str | None:
     return None if seg is None else _clean(seg.get(field_id))
 
 
+def _firsts(seg: Segment | None) -> dict[str, str]:
+    """Field id -> the first occurrence's raw value (one pass, for reading many)."""
+    out: dict[str, str] = {}
+    if seg is not None:
+        for r in seg._raw:
+            fid = r[:2]
+            if fid not in out:
+                out[fid] = r[2:]
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QualifiedId:
     """An id with its qualifier: a patient id (331-CX/332-CY, repeating in F6) or a
@@ -64,16 +76,17 @@ def _pairs(seg: Segment | None, qualifier_id: str, value_id: str) -> tuple[Quali
     q: str | None = None
     v: str | None = None
     started = False
-    for f in seg:
-        if f.id == qualifier_id:
+    for r in seg._raw:
+        fid = r[:2]
+        if fid == qualifier_id:
             if started:
                 out.append(QualifiedId(qualifier=q, id=v))
-            q, v, started = _clean(f.value), None, True
-        elif f.id == value_id:
+            q, v, started = _clean(r[2:]), None, True
+        elif fid == value_id:
             if started and v is not None:
                 out.append(QualifiedId(qualifier=q, id=v))
                 q = None
-            v, started = _clean(f.value), True
+            v, started = _clean(r[2:]), True
     if started:
         out.append(QualifiedId(qualifier=q, id=v))
     return tuple(out)
@@ -189,17 +202,57 @@ class ResponseView:
         return self.header_response_status == "R" or any(t.rejected for t in self.transactions)
 
 
+# The views' text fields as data: attribute -> field id, per segment.
+_CLAIM_TEXTS = {
+    "rx_number": "D2",
+    "rx_number_qualifier": "EM",
+    "product_id": "D7",
+    "product_id_qualifier": "E1",
+    "date_written": "DE",
+}
+_PRESCRIBER_TEXTS = {
+    "prescriber_id": "DB",
+    "prescriber_id_qualifier": "EZ",
+    "prescriber_last_name": "DR",
+    "prescriber_first_name": "2J",
+    "prescriber_phone": "PM",
+}
+_INSURANCE_TEXTS = {
+    "group_id": "C1",
+    "cardholder_id": "C2",
+    "person_code": "C3",
+    "patient_relationship_code": "C6",
+}
+_PATIENT_TEXTS = {
+    "first_name": "CA",
+    "last_name": "CB",
+    "date_of_birth": "C4",
+    "gender_code": "C5",
+    "street": "CM",
+    "city": "CN",
+    "state": "CO",
+    "zip": "CP",
+    "middle_name": "0C",
+}
+
+
+def _texts(values: dict[str, str], table: dict[str, str]) -> dict[str, Any]:
+    """attribute -> the trimmed value of its field (None when absent or blank)."""
+    return {attr: _clean(values.get(fid)) for attr, fid in table.items()}
+
+
 def request_view(t: Transmission) -> RequestView:
     h = t.header
     if not isinstance(h, RequestHeader):
         raise NcpdpError("as_request() needs a request transmission; this is a response")
-    pat = t.segment("01")
-    ins = t.segment("04")
+    pat_seg = t.segment("01")
+    pat = _firsts(pat_seg)
+    ins = _firsts(t.segment("04"))
     txs = []
     for i, g in enumerate(t.groups):
-        claim = g.segment("07")
-        pres = g.segment("03")
-        qty_raw = _get(claim, "E7")
+        claim = _firsts(g.segment("07"))
+        pres = _firsts(g.segment("03"))
+        qty_raw = _clean(claim.get("E7"))
         try:
             quantity = decode_implied(qty_raw, 3) if qty_raw is not None else None
         except CodecError:
@@ -207,19 +260,11 @@ def request_view(t: Transmission) -> RequestView:
         txs.append(
             RequestTransactionView(
                 index=i,
-                rx_number=_get(claim, "D2"),
-                rx_number_qualifier=_get(claim, "EM"),
-                product_id=_get(claim, "D7"),
-                product_id_qualifier=_get(claim, "E1"),
-                fill_number=_int(_get(claim, "D3")),
+                fill_number=_int(claim.get("D3")),
                 quantity=quantity,
-                days_supply=_int(_get(claim, "D5")),
-                date_written=_get(claim, "DE"),
-                prescriber_id=_get(pres, "DB"),
-                prescriber_id_qualifier=_get(pres, "EZ"),
-                prescriber_last_name=_get(pres, "DR"),
-                prescriber_first_name=_get(pres, "2J"),
-                prescriber_phone=_get(pres, "PM"),
+                days_supply=_int(claim.get("D5")),
+                **_texts(claim, _CLAIM_TEXTS),
+                **_texts(pres, _PRESCRIBER_TEXTS),
             )
         )
     return RequestView(
@@ -231,22 +276,8 @@ def request_view(t: Transmission) -> RequestView:
         service_provider_id_qualifier=h.service_provider_id_qualifier,
         date_of_service=h.date_of_service,
         software_vendor_id=h.software_vendor_id,
-        group_id=_get(ins, "C1"),
-        cardholder_id=_get(ins, "C2"),
-        person_code=_get(ins, "C3"),
-        patient_relationship_code=_get(ins, "C6"),
-        patient=PatientView(
-            first_name=_get(pat, "CA"),
-            last_name=_get(pat, "CB"),
-            date_of_birth=_get(pat, "C4"),
-            gender_code=_get(pat, "C5"),
-            street=_get(pat, "CM"),
-            city=_get(pat, "CN"),
-            state=_get(pat, "CO"),
-            zip=_get(pat, "CP"),
-            ids=_pairs(pat, "CX", "CY"),
-            middle_name=_get(pat, "0C"),
-        ),
+        **_texts(ins, _INSURANCE_TEXTS),
+        patient=PatientView(ids=_pairs(pat_seg, "CX", "CY"), **_texts(pat, _PATIENT_TEXTS)),
         transactions=tuple(txs),
         iin=h.bin if h.is_f6_layout else None,
     )
@@ -261,21 +292,26 @@ def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
     rejects: list[RejectCode] = []
     approved: list[str] = []
     messages: list[str] = []
+    status: dict[str, str] = {}
     if st is not None:
-        for f in st:
-            if f.id == "FB":
-                rejects.append(RejectCode(code=f.value.strip()))
-            elif f.id == "4F" and rejects and rejects[-1].occurrence is None:
-                rejects[-1] = RejectCode(code=rejects[-1].code, occurrence=_int(f.value))
-            elif f.id == "6F":
-                approved.append(f.value.strip())
-            elif f.id == "FQ":
-                messages.append(f.value.strip())
+        for r in st._raw:
+            fid = r[:2]
+            if fid == "FB":
+                rejects.append(RejectCode(code=r[2:].strip()))
+            elif fid == "4F" and rejects and rejects[-1].occurrence is None:
+                rejects[-1] = RejectCode(code=rejects[-1].code, occurrence=_int(r[2:]))
+            elif fid == "6F":
+                approved.append(r[2:].strip())
+            elif fid == "FQ":
+                messages.append(r[2:].strip())
+            elif fid not in status:
+                status[fid] = r[2:]
     products: list[PreferredProduct] = []
     if rc is not None:
         cur: dict[str, str | None] | None = None
-        for f in rc:
-            key = _PREFERRED_KEYS.get(f.id)
+        for r in rc._raw:
+            fid = r[:2]
+            key = _PREFERRED_KEYS.get(fid)
             if key is None:
                 continue
             # A new product starts at each 552-AP, or when a field of the current one
@@ -283,23 +319,23 @@ def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
             if (
                 cur is None
                 or cur[key] is not None
-                or (f.id == "AP" and any(v is not None for v in cur.values()))
+                or (fid == "AP" and any(v is not None for v in cur.values()))
             ):
                 if cur is not None:
                     products.append(PreferredProduct(**cur))
                 cur = {"qualifier": None, "id": None, "description": None}
-            cur[key] = _clean(f.value)
+            cur[key] = _clean(r[2:])
         if cur is not None:
             products.append(PreferredProduct(**cur))
     return ResponseTransactionView(
         index=i,
-        transaction_status=_get(st, "AN"),
-        authorization_number=_get(st, "F3"),
+        transaction_status=_clean(status.get("AN")),
+        authorization_number=_clean(status.get("F3")),
         reject_codes=tuple(rejects),
         approved_message_codes=tuple(approved),
         additional_messages=tuple(m for m in messages if m),
-        help_desk_phone_qualifier=_get(st, "7F"),
-        help_desk_phone=_get(st, "8F"),
+        help_desk_phone_qualifier=_clean(status.get("7F")),
+        help_desk_phone=_clean(status.get("8F")),
         preferred_products=tuple(products),
     )
 

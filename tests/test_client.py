@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import select
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
@@ -63,7 +65,7 @@ from .builders import (
     request_bytes,
     response,
 )
-from .fakes import FakeHttpServer, Reply, free_port, json_reply
+from .fakes import FakeHttpServer, Reply, free_port, json_reply, wait_until
 
 SECRETS = (SANDBOX_PASSWORD, SANDBOX_API_KEY)
 PHI = (PATIENT_FIRST, PATIENT_LAST, PATIENT_DOB, CARDHOLDER_ID)
@@ -552,6 +554,43 @@ def test_outcomes_trickle_drill_returns_the_fallback_in_budget(client: PaService
     assert result.source == "fallback" and result.error is not None
     assert result.error.startswith("deadline")
     assert result.elapsed_ms < 1500 + 1000  # proves it returned, not a timing claim
+
+
+@pytest.mark.parametrize(("bin_", "fault"), [("999998", "stall"), ("999996", "trickle")])
+def test_outcomes_on_a_kept_alive_connection_go_out_on_the_callers_thread(
+    sandbox: SandboxServer, bin_: str, fault: str
+) -> None:
+    """Once a connection is kept alive, the request goes out at once on the caller's
+    thread (no worker) and its answer is read there, within the same deadline: a
+    stall or a trickle still ends in the fallback by the deadline."""
+    with PaServiceClient(**sandbox.client_kwargs()) as c:
+        assert c.outcomes(rejected_vars(), fallback_message="o").source == "outcomes"
+        call = c.start_outcomes(rejected_vars(), fallback_message="o")
+        assert call.inline is not None and call.future is None
+        assert call.result().source == "outcomes"
+        call = c.start_outcomes(rejected_vars(bin=bin_), budget_ms=400, fallback_message="orig")
+        assert call.inline is not None, fault
+        result = call.result()
+        assert result.source == "fallback" and result.message == "orig"
+        assert result.error is not None and result.error.startswith("deadline"), result.error
+        assert result.elapsed_ms < 400 + 1000  # it returned: not a timing claim
+        # the stalled connection was closed, not kept: the next call is answered
+        assert c.outcomes(rejected_vars(), fallback_message="o").source == "outcomes"
+
+
+def test_outcomes_answer_that_came_is_used_by_a_late_caller(sandbox: SandboxServer) -> None:
+    """A caller back after its deadline (its own commit was slow) still takes an
+    answer that arrived in time, as it would from a worker that had finished."""
+    with PaServiceClient(**sandbox.client_kwargs()) as c:
+        c.outcomes(rejected_vars(), fallback_message="o")  # a kept-alive connection
+        call = c.start_outcomes(rejected_vars(), budget_ms=1000, fallback_message="o")
+        assert call.inline is not None
+        sock = call.inline[1].sock
+        assert sock is not None
+        wait_until(lambda: select.select([sock], [], [], 0)[0], what="the answer")
+        wait_until(lambda: time.monotonic() > call.deadline + 0.05, what="the deadline")
+        result = call.result()
+        assert result.source == "outcomes" and result.button_label == "Submit PA"
 
 
 def test_outcomes_bad_api_key_falls_back(sandbox: SandboxServer) -> None:

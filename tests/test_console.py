@@ -226,9 +226,10 @@ def test_keyboard_tab_to_the_button_and_enter_submits(make_daemon: Any, page: An
     url = d.intake_server.url
     answer = _post_75(url)
     page.goto(f"{url}/")
-    button = page.get_by_role("button", name=answer["button_label"])
+    # the worklist's button comes first in the page
+    button = page.locator("#groups").get_by_role("button", name=answer["button_label"])
     expect(button).to_be_visible()
-    for _ in range(6):
+    for _ in range(12):
         page.keyboard.press("Tab")
         if button.evaluate("el => el === document.activeElement"):
             break
@@ -259,13 +260,14 @@ def test_token_from_the_url_is_kept_for_the_tab_and_the_form_asks_otherwise(
         page = ctx.new_page()
         page.set_default_timeout(15_000)
         page.goto(f"{url}/?token={TOKEN}")
-        expect(page.get_by_role("button", name=answer["button_label"])).to_be_visible()
+        claims = page.locator("#claims-body")
+        expect(claims.get_by_role("button", name=answer["button_label"])).to_be_visible()
         assert "token" not in page.url  # dropped from the address bar and history
         assert page.evaluate("sessionStorage.getItem('pa-bridge.intake-token')") == TOKEN
         expect(page.locator("#token-form")).to_be_hidden()
         # with a token, the link goes to the PA's own URL (a link cannot send the header)
         with ctx.expect_page() as popup:
-            page.get_by_role("button", name=answer["button_label"]).click()
+            claims.get_by_role("button", name=answer["button_label"]).click()
         assert popup.value.url.startswith(d.sandbox.url)
         pa_url = json.loads(d.store.query("SELECT urls_json FROM pas")[0]["urls_json"])[0]
         expect(page.locator("#claims-body a")).to_have_attribute("href", pa_url)
@@ -306,12 +308,589 @@ def test_a_failed_submit_is_explained_in_plain_words(make_daemon: Any, page: Any
         timeout=10,
     ).json()
     page.goto(f"{url}/")
-    button = page.get_by_role("button", name=body["button_label"])
+    button = page.locator("#claims-body").get_by_role("button", name=body["button_label"])
     button.click()
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text("was not submitted")
     expect(alert).to_contain_text("does not recognise the drug")
     expect(page.locator("#claims-body .row-error")).to_contain_text("does not recognise")
     # the button is still there to try again, and nothing was stored
-    expect(page.get_by_role("button", name=body["button_label"])).to_be_visible()
+    expect(button).to_be_visible()
     assert d.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0
+
+
+# ---- issue 16: the worklist of what needs the pharmacist ------------------------------------
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
+
+
+def _shot(page: Any, tmp_path: Path, name: str, full_page: bool = False) -> None:
+    """A screenshot kept as a test artifact: under pytest's tmp dir and in the
+    git-ignored ``test-artifacts/console/`` of the worktree."""
+    page.screenshot(path=str(tmp_path / name), full_page=full_page)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / name, ARTIFACTS / name)
+
+
+def _post_mr(url: str, rx: str, *, group: str = "SYNGRP01", token: str | None = None) -> str:
+    """A claim rejected MR (answered at once, no outcomes call); its claim id."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = b.request_bytes(group_id=group, rxs=(b.Rx(rx_number=rx),))
+    r = httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(req, b.response_bytes([b.REJECT_MR])),
+        headers=headers,
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    claim_id: str = r.json()["claim_id"]
+    return claim_id
+
+
+def _submit(url: str, claim_id: str, *, token: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.post(f"{url}/v1/claims/{claim_id}/pa", headers=headers, timeout=10)
+    assert r.status_code in (200, 201), r.text
+    pa: dict[str, Any] = r.json()
+    return pa
+
+
+def _callback(d: Any, body: dict[str, Any]) -> None:
+    r = httpx.post(
+        f"{d.callback_server.url}/callbacks/pharmacy", json={"request": body}, timeout=10
+    )
+    assert r.status_code in (200, 201), r.text
+
+
+def _worklist(url: str, token: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.get(f"{url}/v1/console/worklist", headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def _groups(data: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for it in data["items"]:
+        ident = it["pa"]["pa_id"] if it["pa"] else it["claim"]["rx_number"]
+        out.setdefault(it["attention"], []).append(ident)
+    return out
+
+
+def _pa_status(d: Any, pa_id: str) -> tuple[str | None, str | None]:
+    row = d.store.query("SELECT workflow_status, plan_outcome FROM pas WHERE id = ?", [pa_id])
+    return (row[0]["workflow_status"], row[0]["plan_outcome"]) if row else (None, None)
+
+
+def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(make_daemon: Any) -> None:
+    d = make_daemon()
+    url = d.intake_server.url
+    _post_mr(url, "000000000101")  # rejected, never submitted
+    denied = _submit(url, _post_mr(url, "000000000102", group="DENYGRP"))["pa_id"]
+    approved = _submit(url, _post_mr(url, "000000000103"))["pa_id"]
+    pending = _submit(url, _post_mr(url, "000000000104", group="PENDGRP"))["pa_id"]
+    for pa_id, outcome in ((denied, "Unfavorable"), (approved, "Favorable"), (pending, "Pending")):
+        wait_until(lambda p=pa_id, o=outcome: _pa_status(d, p) == ("PA Response", o), what=pa_id)
+    _callback(
+        d,
+        {
+            "id": "FAXF01",
+            "workflow_status": "Sent to Plan",
+            "plan_outcome": None,
+            "is_epa": "false",
+            "events": [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-24T08:00:00Z"}],
+        },
+    )
+    _callback(
+        d,
+        {
+            "id": "DELT01",
+            "workflow_status": "PA Request",
+            "events": [{"type": "DELETE", "time": "2026-11-24T08:01:00Z"}],
+        },
+    )
+    data = _worklist(url)
+    groups = _groups(data)
+    assert groups == {
+        "not_submitted": ["101"],
+        "denied": [denied],
+        "fax_failed": ["FAXF01"],
+        "deleted": ["DELT01"],
+        "approved": [approved],
+    }, groups
+    assert [i["attention"] for i in data["items"]] == [
+        "not_submitted", "denied", "fax_failed", "deleted", "approved",
+    ]  # fmt: skip
+    assert data["counts"] == {
+        "not_submitted": 1, "denied": 1, "fax_failed": 1, "deleted": 1, "failed": 0,
+        "pending_too_long": 0, "approved": 1, "total": 5,
+    }  # fmt: skip
+    by_pa = {i["pa"]["pa_id"]: i["pa"] for i in data["items"] if i["pa"]}
+    ok = by_pa[approved]
+    assert ok["label"] == "Approved" and "Send the claim again" in ok["next_step"]
+    assert ok["expiration_date"] and ok["expiration_date"] > data["generated_at"]
+    assert ok["drug_name"] == "Sandboxin (test drug) 10 MG" and ok["rx_number"] == "103"
+    assert by_pa[denied]["tone"] == "bad" and "denied" in by_pa[denied]["meaning"]
+    assert "fax" in by_pa["FAXF01"]["meaning"]
+    # every status of both workflows has words
+    statuses = {(g["workflow_status"], g["plan_outcome"]) for g in data["guide"]}
+    for pair in (("PA Response", "Favorable"), ("Sent to Plan", None), ("Archived", "Unsent"),
+                 ("Question Response", "N/A"), ("Shared \\ Accessed Online", None),
+                 ("Appealed", "Cancelled"), ("Failure", None), ("Expired", None)):  # fmt: skip
+        assert pair in statuses, pair
+    for word in PHI:
+        assert word not in json.dumps(data)
+
+    # a PA without a decision 72 hours after it was started is waiting too long
+    later = worklist.needs_action(d.bridge, time.time() + 73 * 3600)
+    assert [i["pa"]["pa_id"] for i in later if i["attention"] == "pending_too_long"] == [pending]
+
+    # acknowledging takes it off the list, records who and when
+    r = httpx.post(f"{url}/v1/pa/{approved}/acknowledge", timeout=10)
+    assert r.status_code == 200, r.text
+    ack = r.json()["acknowledged"]
+    assert ack["by"] == "console" and ack["attention"] == "approved"
+    audit = d.store.query(
+        "SELECT actor, at, detail FROM audit WHERE action = 'pa.acknowledged' AND object_id = ?",
+        [approved],
+    )
+    assert len(audit) == 1 and audit[0]["actor"] == "console" and audit[0]["at"] == ack["at"]
+    assert approved not in _groups(_worklist(url)).get("approved", [])
+    # a change that is not a new reason leaves it off; a new reason brings it back
+    _callback(d, {"id": approved, "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                  "memo": "again"})  # fmt: skip
+    assert approved not in json.dumps(_groups(_worklist(url)))
+    _callback(d, {"id": approved, "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                  "events": [{"type": "DELETE", "time": "2026-11-24T09:00:00Z"}]})  # fmt: skip
+    assert approved in _groups(_worklist(url))["deleted"]
+
+    assert httpx.post(f"{url}/v1/pa/NOSUCH/acknowledge", timeout=10).status_code == 404
+
+
+def test_acknowledgement_names_the_intake_token(make_daemon: Any) -> None:
+    d = make_daemon(intake={"tokens": ["first-token-aaaaaaaa", TOKEN]})
+    url = d.intake_server.url
+    _callback(d, {"id": "DENY01", "workflow_status": "PA Response", "plan_outcome": "Unfavorable"})
+    assert httpx.post(f"{url}/v1/pa/DENY01/acknowledge", timeout=10).status_code == 401
+    r = httpx.post(
+        f"{url}/v1/pa/DENY01/acknowledge", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    )
+    assert r.status_code == 200 and r.json()["acknowledged"]["by"] == "token#2"
+    assert _worklist(url, TOKEN)["counts"]["denied"] == 0
+
+
+def test_a_pas_own_read_model(make_daemon: Any) -> None:
+    d = make_daemon()
+    url = d.intake_server.url
+    answer = _post_75(url)
+    pa_id = _submit(url, answer["claim_id"])["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id) == ("PA Response", "Favorable"), what="approved")
+    r = httpx.get(f"{url}/v1/console/pa/{pa_id}", timeout=10)
+    assert r.status_code == 200 and r.headers["Cache-Control"] == "no-store"
+    page = r.json()
+    assert page["pa"]["pa_id"] == pa_id and page["pa"]["label"] == "Approved"
+    assert page["pa"]["expiration_date"] and page["pa"]["url"].startswith(d.sandbox.url)
+    claim = page["claim"]
+    assert claim["rx_number"] == "1234567" and claim["product_id"] == "00093505601"
+    assert claim["claim_id"] == answer["claim_id"] and claim["reject_codes"] == ["75"]
+    assert page["pa"]["drug_name"] == "Sandboxin (test drug) 10 MG"
+    assert [h["workflow_status"] for h in page["history"]][-1] == "PA Response"
+    assert page["events"] == [] and page["acknowledgements"] == []
+    for word in PHI:
+        assert word not in r.text
+    missing = httpx.get(f"{url}/v1/console/pa/NOSUCH", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_pa"
+    shell = httpx.get(f"{url}/console/pa/{pa_id}", timeout=10)
+    assert shell.status_code == 200 and "text/html" in shell.headers["Content-Type"]
+
+
+# ---- issue 16: the defects, in Chromium -----------------------------------------------------
+
+
+def _polls(page: Any) -> int:
+    return int(page.evaluate("Number(document.body.getAttribute('data-polls') || 0)"))
+
+
+def _wait_polls(page: Any, n: int) -> None:
+    """Wait until the page has finished ``n`` more polls than now."""
+    target = _polls(page) + n
+    page.wait_for_function(
+        "(t) => Number(document.body.getAttribute('data-polls') || 0) >= t",
+        arg=target,
+        timeout=15_000,
+    )
+
+
+def test_a_resent_claim_gets_the_same_pa_and_the_button_does_not_stick(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})
+    url = d.intake_server.url
+    first = _post_75(url)
+    second = _post_75(url)  # the same exchange sent again: another claim id, same claim key
+    popups: list[Any] = []
+    page.context.on("page", lambda p: popups.append(p))
+    page.goto(f"{url}/")
+    rows = page.locator("#claims-body tr")
+    expect(rows).to_have_count(2)
+    first_row = page.locator(f'#claims-body tr[data-key="{first["claim_id"]}:0"]')
+    second_row = page.locator(f'#claims-body tr[data-key="{second["claim_id"]}:0"]')
+    first_row.get_by_role("button").click()
+    pa_id = wait_until(lambda: d.store.query("SELECT id FROM pas"), what="PA")[0]["id"]
+    expect(first_row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    # the second copy shows the same PA (the service answers it for the same claim key)
+    expect(second_row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    expect(second_row).to_contain_text("same claim sent earlier")
+    expect(second_row.get_by_role("button")).to_have_count(0)
+    expect(page.get_by_text("Submitting…")).to_have_count(0)
+    wait_until(lambda: len(popups) == 1, what="one tab opened")
+    _wait_polls(page, 2)
+    assert len(popups) == 1  # nothing else opened a tab
+    assert d.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 1
+    _shot(page, tmp_path, "resent-claim.png", full_page=True)
+
+
+def test_a_resent_claim_submitted_before_the_page_knows_shows_the_pa_not_submitting(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    """The defect as seen: the PA exists for the first copy, the page still offers the
+    button on the second; clicking it must end with the PA's link, not "Submitting..."."""
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})
+    url = d.intake_server.url
+    first = _post_75(url)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    pa_id = _submit(url, first["claim_id"])["pa_id"]
+    second = _post_75(url)
+    row = page.locator(f'#claims-body tr[data-key="{second["claim_id"]}:0"]')
+    expect(row).to_have_count(1)
+    buttons = row.get_by_role("button")
+    if buttons.count():
+        with page.context.expect_page():
+            buttons.first.click()
+    expect(row.get_by_role("link", name=f"Open PA {pa_id}")).to_be_visible()
+    expect(row).not_to_contain_text("Submitting")
+    expect(row.get_by_role("button")).to_have_count(0)
+    _shot(page, tmp_path, "resent-claim-late.png")
+
+
+def test_the_green_line_never_contradicts_the_red_box(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(intake={"tokens": [TOKEN]})
+    url = d.intake_server.url
+    page.goto(f"{url}/")
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("intake token")
+    page.get_by_label("Intake token").fill("wrong-token-xxxxxxxx")
+    page.get_by_role("button", name="Use this token").click()
+    expect(alert).to_contain_text("not accepted")
+    _wait_polls(page, 0)
+    expect(page.locator("#status")).to_have_text("")  # not "Token saved"
+
+    page.get_by_label("Intake token").fill(TOKEN)
+    page.get_by_role("button", name="Use this token").click()
+    expect(alert).to_be_hidden()
+    # a failed submit: the red box says why, the green line does not say "Submitting"
+    body = httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(
+            b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)),
+            b.response_bytes([b.REJECT_MR]),
+        ),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=10,
+    ).json()
+    button = page.locator("#claims-body").get_by_role("button", name=body["button_label"])
+    button.click()
+    expect(alert).to_contain_text("was not submitted")
+    _wait_polls(page, 1)
+    expect(page.locator("#status")).to_have_text("")
+    expect(button).to_have_text(body["button_label"] + " for Rx 1234567")
+
+
+def test_nothing_loaded_never_says_no_claims(make_daemon: Any, page: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(intake={"tokens": [TOKEN]})
+    page.goto(f"{d.intake_server.url}/")
+    expect(page.get_by_role("alert")).to_be_visible()
+    expect(page.get_by_text("No claims have been rejected for PA today.")).to_be_hidden()
+    expect(page.get_by_text("Nothing needs you right now.")).to_be_hidden()
+    expect(page.locator("#worklist-loading")).to_have_text("Sign in to see the worklist.")
+    _shot(page, tmp_path, "not-loaded.png")
+
+
+def test_the_fallback_note_says_what_the_stored_answer_says(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon()
+    url = d.intake_server.url
+    # the outcomes service answers HTTP 500 for BIN 999997 in the sandbox
+    body = _claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+    answer = httpx.post(f"{url}/v1/claims", json=body, timeout=10).json()
+    assert answer["message_source"] == "fallback"
+    page.goto(f"{url}/")
+    note = page.locator("#claims-body .fallback")
+    expect(note).to_have_count(1)
+    if "fallback_reason" in answer:  # once the backend records why
+        expect(note).to_contain_text("HTTP 500")
+    else:
+        expect(note).to_contain_text("replacement message was not available")
+    expect(note).not_to_contain_text("did not answer in time")
+    said = page.evaluate(
+        """() => ["timeout", "refused", "unreadable", "http_500", {kind: "http", status: 502},
+                  null].map(r => window.PaConsole.fallbackNote(r))"""
+    )
+    assert "did not answer in time" in said[0]
+    assert "could not be reached" in said[1]
+    assert "could not be read" in said[2]
+    assert "HTTP 500" in said[3] and "HTTP 502" in said[4]
+    assert "not available" in said[5] and "in time" not in said[5]
+    _shot(page, tmp_path, "fallback-note.png")
+
+
+def test_the_success_message_stays(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 30})  # the PA stays New: no real change comes
+    url = d.intake_server.url
+    _post_75(url)
+    page.goto(f"{url}/")
+    with page.context.expect_page():
+        page.locator("#claims-body").get_by_role("button").click()
+    status = page.locator("#status")
+    expect(status).to_contain_text("created")
+    expect(page.locator("#pas-body tr")).to_have_count(1)
+    _wait_polls(page, 2)
+    expect(status).to_contain_text("created")  # not "PA ... : New." half a second later
+
+
+def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: Path) -> None:
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    for i in range(6):
+        _post_75(url, rxs=(b.Rx(rx_number=f"00000000{i:04d}"),))
+    pa_id = _submit(url, _post_mr(url, "000000009999"))["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id)[0] == "PA Response", what="approved")
+    # what made the old page 45-96 px too wide: long statuses with both event badges,
+    # four reject codes and a message with a long unbroken word
+    events = [
+        {"type": "DELETE", "time": "2026-11-24T08:00:00Z"},
+        {"type": "REQUEST_FAX_FAILED", "time": "2026-11-24T08:00:00Z"},
+    ]
+    for j, (status, outcome) in enumerate(
+        (
+            ("Shared \\ Accessed Online", None),
+            ("Cancel Request Sent", None),
+            ("Appeal Response", "Unfavorable"),
+        )
+    ):
+        _callback(
+            d,
+            {"id": f"LONGPA{j:04d}", "workflow_status": status, "plan_outcome": outcome,
+             "events": events},
+        )  # fmt: skip
+    long_message = "CALL THE HELP DESK OR SEE HTTPS://EXAMPLE.INVALID/PRIOR-AUTHORIZATION-RULES"
+    outcome = b.Outcome(status="R", reject_codes=("75", "76", "MR", "AG"), messages=(long_message,))
+    httpx.post(
+        f"{url}/v1/claims",
+        json=_claim(
+            b.request_bytes(rxs=(b.Rx(rx_number="000009999998"),)), b.response_bytes([outcome])
+        ),
+        timeout=10,
+    )
+    ctx = browser.new_context(viewport={"width": 800, "height": 900})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(15_000)
+        for shot, path, ready in (
+            ("worklist", "/", "#pas-body tr[data-key=LONGPA0002]"),
+            ("pa-page", f"/console/pa/{pa_id}", "#history tr"),
+            ("pa-page-events", "/console/pa/LONGPA0000", "#events li"),
+        ):
+            page.goto(url + path)
+            page.locator(ready).first.wait_for()
+            over = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert over <= 0, f"{path}: {over} px of sideways scroll at 800 px"
+            _shot(page, tmp_path, f"800px-{shot}.png", full_page=True)
+    finally:
+        ctx.close()
+
+
+def test_the_pages_have_a_favicon_and_nothing_is_missing(make_daemon: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon()
+    url = d.intake_server.url
+    _post_75(url)
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    href = page.locator('link[rel="icon"]').get_attribute("href")
+    assert href
+    icon = httpx.get(url + href, timeout=10)
+    assert icon.status_code == 200 and icon.headers["Content-Type"].startswith("image/svg+xml")
+    _wait_polls(page, 1)
+    assert failed == []
+
+
+def _in_view(page: Any, locator: Any) -> bool:
+    box = locator.bounding_box()
+    vp = page.viewport_size
+    return bool(box) and box["y"] >= 0 and box["y"] + box["height"] <= vp["height"]
+
+
+def test_a_busy_day_what_is_above_the_fold(make_daemon: Any, page: Any, tmp_path: Path) -> None:
+    """40 claims: 25 waiting for a submit, 15 submitted (5 denied, 7 approved, 3 with the
+    plan). At 1280 x 800 the pharmacist sees, without scrolling, the counts of every
+    group and the first rejected claims with their Submit buttons."""
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    submitted = []
+    for i in range(40):
+        group = "DENYGRP" if i < 5 else "PENDGRP" if i < 8 else "SYNGRP01"
+        claim_id = _post_mr(url, f"0000000{i + 1000:05d}", group=group)
+        if i < 15:
+            submitted.append(_submit(url, claim_id)["pa_id"])
+    wait_until(
+        lambda: all(_pa_status(d, p)[0] == "PA Response" for p in submitted), what="PA answers"
+    )
+    data = _worklist(url)
+    assert (data["counts"]["not_submitted"], data["counts"]["denied"]) == (25, 5)
+    assert data["counts"]["approved"] == 7 and data["counts"]["total"] == 37
+
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(40)
+    counts = page.locator("#counts button")
+    expect(counts).to_have_count(8)
+    expect(counts.first).to_have_text("37 All")
+    for i in range(8):
+        assert _in_view(page, counts.nth(i)), counts.nth(i).inner_text()
+    expect(page.locator("#counts [data-filter=denied]")).to_have_text("5 Denied")
+    assert _in_view(page, page.get_by_role("heading", name="Needs you"))
+    first_items = page.locator("#groups .group[data-group=not_submitted] li")
+    expect(first_items).to_have_count(25)
+    for i in range(4):
+        item = first_items.nth(i)
+        assert _in_view(page, item), i
+        assert _in_view(page, item.get_by_role("button", name="Submit PA"))
+    # the newest claim is first
+    expect(first_items.first).to_contain_text("Rx 1039")
+    assert not _in_view(page, page.locator("#claims-heading"))  # the day's table is below
+    _shot(page, tmp_path, "busy-day-fold.png")
+    _shot(page, tmp_path, "busy-day-full.png", full_page=True)
+
+    # the counts filter: only the denied ones, all five above the fold
+    page.locator("#counts [data-filter=denied]").click()
+    expect(page.locator("#counts [data-filter=denied]")).to_have_attribute("aria-pressed", "true")
+    denied = page.locator("#groups li")
+    expect(denied).to_have_count(5)
+    for i in range(5):
+        assert _in_view(page, denied.nth(i)), i
+    expect(denied.first).to_contain_text("Denied")
+    expect(denied.first).to_contain_text("Next:")
+    _shot(page, tmp_path, "busy-day-denied.png")
+    # find by Rx number
+    page.locator("#counts [data-filter=all]").click()
+    page.get_by_label("Find Rx number or PA").fill("1003")
+    expect(page.locator("#groups li")).to_have_count(1)
+    expect(page.locator("#groups li")).to_contain_text("Rx 1003")
+
+
+def test_acknowledge_from_the_worklist_and_the_pas_own_page(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"step_seconds": 0.05})
+    url = d.intake_server.url
+    answer = _post_75(url)
+    pa_id = _submit(url, answer["claim_id"])["pa_id"]
+    wait_until(lambda: _pa_status(d, pa_id) == ("PA Response", "Favorable"), what="approved")
+    denied = _submit(url, _post_mr(url, "000000002222", group="DENYGRP"))["pa_id"]
+    wait_until(lambda: _pa_status(d, denied)[1] == "Unfavorable", what="denied")
+    page.goto(f"{url}/")
+    item = page.locator(f'#groups li[data-key="pa:{pa_id}"]')
+    expect(item).to_contain_text("Approved")
+    expect(item).to_contain_text("Approved until")
+    expect(item).to_contain_text("Sandboxin (test drug) 10 MG")
+    expect(item.get_by_role("link", name=f"Open PA {pa_id}")).to_have_attribute(
+        "href", f"/v1/pa/{pa_id}/open"
+    )
+    _shot(page, tmp_path, "worklist-approved.png")
+    item.get_by_role("button", name=f"Acknowledge PA {pa_id}").click()
+    expect(item).to_have_count(0)
+    expect(page.locator("#status")).to_contain_text(f"PA {pa_id} acknowledged")
+    expect(page.locator("#counts [data-filter=approved]")).to_have_text(
+        "0 Approved or not required: not yet acknowledged"
+    )
+    row = d.store.query(
+        "SELECT actor FROM audit WHERE action = 'pa.acknowledged' AND object_id = ?", [pa_id]
+    )
+    assert [r["actor"] for r in row] == ["console"]
+
+    # the denied PA's own page
+    page.locator(f'#groups li[data-key="pa:{denied}"]').get_by_role("link", name="Details").click()
+    expect(page).to_have_url(f"{url}/console/pa/{denied}")
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"PA {denied} for Rx 2222")
+    expect(page.locator("#pa-badge")).to_have_text("Denied")
+    expect(page.locator("#pa-next")).to_contain_text("appeal")
+    facts = page.locator("#claim")
+    expect(facts).to_contain_text("2222")
+    expect(facts).to_contain_text("Sandboxin (test drug) 10 MG")
+    expect(facts).to_contain_text("00093505601")
+    expect(page.locator("#history tr")).to_have_count(4)  # submit, New, PA Request, PA Response
+    expect(page.locator("#no-events")).to_be_visible()
+    link = page.get_by_role("link", name=f"Open PA {denied}")
+    expect(link).to_have_attribute("target", "_blank")
+    _shot(page, tmp_path, "pa-page-denied.png", full_page=True)
+    page.get_by_role("button", name=f"Acknowledge PA {denied}").click()
+    expect(page.locator("#pa-ack")).to_contain_text("Acknowledged by console")
+    expect(page.locator("#acks li")).to_have_count(1)
+    for word in PHI:
+        assert word not in page.content()
+
+    # events on the page: a deletion
+    _callback(d, {"id": denied, "workflow_status": "PA Response", "plan_outcome": "Unfavorable",
+                  "events": [{"type": "DELETE", "time": "2026-11-24T09:00:00Z"}]})  # fmt: skip
+    expect(page.locator("#events li")).to_have_count(1, timeout=15_000)
+    expect(page.locator("#events")).to_contain_text("Deleted")
+    expect(page.locator("#pa-badge")).to_have_text("Deleted")
+    expect(page.get_by_role("button", name=f"Acknowledge PA {denied}")).to_be_visible()
+    _shot(page, tmp_path, "pa-page-deleted.png", full_page=True)
+
+
+def test_lost_contact_then_connected_again_never_beside_a_problem(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.support import free_port
+
+    d = make_daemon(intake={"listen": f"127.0.0.1:{free_port()}"})
+    url = d.intake_server.url
+    _post_75(url)
+    page.goto(f"{url}/")
+    expect(page.locator("#claims-body tr")).to_have_count(1)
+    alert, status = page.get_by_role("alert"), page.locator("#status")
+    d.intake_server.stop()  # pa-bridge's API goes away
+    expect(alert).to_contain_text("Lost contact")
+    expect(status).to_have_text("")
+    expect(page.locator("#claims-body tr")).to_have_count(1)  # what was shown stays
+    _shot(page, tmp_path, "lost-contact.png")
+    d.intake_server.start()  # and comes back on the same port
+    expect(status).to_have_text("Connected to pa-bridge again.")
+    expect(alert).to_be_hidden()

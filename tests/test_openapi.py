@@ -187,6 +187,14 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
 
         work = api.call("get", "/v1/console/worklist", "/v1/console/worklist").json()
         assert work["claims"] and work["pas"]
+        assert work["items"] and work["guide"]
+        page = "/v1/console/pa/{pa_id}"
+        assert api.call("get", page, f"/v1/console/pa/{pa['pa_id']}").json()["claim"]
+        api.call("get", page, "/v1/console/pa/NOPE00")
+        ack = "/v1/pa/{pa_id}/acknowledge"
+        assert api.call("post", ack, f"/v1/pa/{pa['pa_id']}/acknowledge").status_code == 200
+        api.call("post", ack, "/v1/pa/NOPE00/acknowledge")
+        api.call("get", "/console/pa/{pa_id}", f"/console/pa/{pa['pa_id']}")
         api.call("get", "/healthz", "/healthz")
         api.call("get", "/", "/")
         api.call("get", "/console/static/{filename}", "/console/static/console.js")

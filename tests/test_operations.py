@@ -465,6 +465,25 @@ def test_log_events_are_stable_identifiers_with_free_text_apart() -> None:
     assert ours["event"] == "claim.accepted" and "message" not in ours
 
 
+def test_log_lines_redact_phi_and_secrets_whatever_the_field_order() -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    try:
+        log_event("a.plain", claim_id="c1", elapsed_ms=1.5, codes=["75"])
+        log_event("a.phi", claim_id="c2", cardholder_id="ZQX1", Service_API_Key="k")
+        log_event("a.nested", claim_id="c3", detail={"date_of_birth": "19610407", "n": 1})
+        logging.getLogger("pa_bridge").info("free %s", "text")
+    finally:
+        logging.getLogger().handlers.clear()
+    plain, phi, nested, free = (json.loads(x) for x in stream.getvalue().splitlines())
+    assert plain["claim_id"] == "c1" and plain["codes"] == ["75"] and plain["elapsed_ms"] == 1.5
+    assert phi["cardholder_id"] == "[redacted]" and phi["Service_API_Key"] == "[redacted]"
+    assert nested["detail"] == {"date_of_birth": "[redacted]", "n": 1}
+    assert free["message"] == "free text" and free["event"] == "log.pa_bridge"
+    assert "ZQX1" not in stream.getvalue() and "19610407" not in stream.getvalue()
+    assert plain["ts"].endswith("Z") and len(plain["ts"]) == len("2026-01-01T00:00:00.000Z")
+
+
 def test_a_service_echoing_our_form_never_reaches_the_answer_or_the_log(
     make_daemon: Any,
 ) -> None:

@@ -129,6 +129,8 @@ class ParsedCallback:
     links: dict[str, Any] = field(default_factory=dict)
     #: payer, pharmacy and drug identifiers to match a PA submitted without an id
     match: dict[str, str] = field(default_factory=dict)
+    #: what the console shows beyond the status (see ``_details``), no PHI
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _text(value: Any) -> str | None:
@@ -163,6 +165,40 @@ def _links(req: dict[str, Any]) -> dict[str, Any]:
     if token_urls:
         links["token_urls"] = token_urls
     return links
+
+
+def _details(req: dict[str, Any]) -> dict[str, Any]:
+    """The approval period, the drug's name and strength, and ePA or classic: what the
+    console shows beyond the status. Never the patient, prescriber or pharmacy."""
+    out: dict[str, Any] = {}
+    period = req.get("authorization_period")
+    if isinstance(period, dict):
+        for key in ("effective_date", "expiration_date"):
+            v = _text(period.get(key))
+            if v:
+                out[key] = v[:40]
+    rx = req.get("prescription")
+    if isinstance(rx, dict):
+        for key, name in (("name", "drug_name"), ("strength", "drug_strength")):
+            v = _text(rx.get(key))
+            if v:
+                out[name] = v[:200]
+    epa = _text(req.get("is_epa"))
+    if epa in ("true", "false"):
+        out["is_epa"] = epa == "true"
+    return out
+
+
+def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
+    """The PA's details with the newest callback's values over the older ones."""
+    try:
+        merged = json.loads(old_json) if old_json else {}
+    except ValueError:
+        merged = {}
+    if not isinstance(merged, dict):
+        merged = {}
+    merged.update(new)
+    return json.dumps(merged)
 
 
 def _digits_key(value: str | None) -> str:
@@ -285,7 +321,15 @@ def parse_callback(body: bytes) -> ParsedCallback:
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
     return ParsedCallback(
-        pa_id, status, outcome, event_time, events, key, _links(req), _callback_match(req)
+        pa_id,
+        status,
+        outcome,
+        event_time,
+        events,
+        key,
+        _links(req),
+        _callback_match(req),
+        _details(req),
     )
 
 
@@ -425,6 +469,9 @@ class CallbackService:
             links_json, urls_json = json.dumps(links), json.dumps(urls)
         else:  # nothing to merge (the hot path of a body without links)
             links_json, urls_json = (row["links_json"], row["urls_json"]) if row else ("{}", "[]")
+        details_json = (
+            merge_details(row["details_json"] if row else None, cb.details) if cb.details else None
+        )
         if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
             pas.insert_from_callback(
                 db,
@@ -439,6 +486,7 @@ class CallbackService:
                 events_json=events_json or "[]",
                 fax_failed=fax_failed,
                 links_json=links_json or "{}",
+                details_json=details_json or "{}",
             )
         else:
             newer = cb.workflow_status is not None and is_newer(
@@ -463,6 +511,7 @@ class CallbackService:
                 seq=seq,
                 links_json=links_json,
                 urls_json=urls_json,
+                details_json=details_json,
             )
         pa_history.add(
             db,

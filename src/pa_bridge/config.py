@@ -131,6 +131,9 @@ class IntakeSettings(_Section):
     #: host names (beyond IP addresses, localhost and this machine's own name) that
     #: workstations use to reach the API; any other name in Host is refused (403)
     allowed_hosts: list[str] = Field(default_factory=list)
+    #: the console lists a PA still without a decision this long after it was started
+    #: under "Waiting too long" (the plan's usual answer time is 72 hours)
+    pending_alert_hours: float = Field(default=72.0, gt=0)
 
     _v_listen = field_validator("listen")(_listen_ok)
 

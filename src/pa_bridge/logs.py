@@ -9,6 +9,7 @@ content.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -33,11 +34,18 @@ SECRET_KEYS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1024)
+def _sensitive(key: str) -> bool:
+    """Whether a field named ``key`` may hold PHI or a secret (keys are few and fixed,
+    so the answer is kept)."""
+    lk = key.lower()
+    return lk in PHI_KEYS or lk in SECRET_KEYS or any(s in lk for s in SECRET_KEYS)
+
+
 def redact(fields: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in fields.items():
-        lk = k.lower()
-        if lk in PHI_KEYS or lk in SECRET_KEYS or any(s in lk for s in SECRET_KEYS):
+        if _sensitive(k):
             out[k] = "[redacted]"
         elif isinstance(v, dict):
             out[k] = redact(v)
@@ -46,12 +54,21 @@ def redact(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4)
+def _second(t: int) -> str:
+    """``CCYY-MM-DDTHH:MM:SS`` (UTC) of a whole second; the last few are kept."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         t = record.created
         event = getattr(record, "event", None)
         doc: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z",
+            "ts": _second(int(t)) + f".{int(t % 1 * 1000):03d}Z",
             "level": record.levelname.lower(),
             # a stable identifier to filter on (journalctl ... | jq 'select(.event == ..)');
             # a library's or module's free text goes in "message", never in "event"
@@ -61,11 +78,13 @@ class _JsonFormatter(logging.Formatter):
             doc["message"] = record.getMessage()
         fields = getattr(record, "fields", None)
         if fields:
-            doc.update(redact(fields))
+            if any(map(_sensitive, fields)) or any(isinstance(v, dict) for v in fields.values()):
+                fields = redact(fields)
+            doc.update(fields)
         if record.exc_info and record.exc_info[0] is not None:
             # the type only: messages of arbitrary exceptions may quote claim content
             doc["exception"] = record.exc_info[0].__name__
-        return json.dumps(doc, default=str, separators=(",", ":"))
+        return _ENCODER.encode(doc)
 
 
 def configure_logging(level: str = "INFO", stream: Any = None) -> None:
@@ -82,4 +101,12 @@ def configure_logging(level: str = "INFO", stream: Any = None) -> None:
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
-    LOGGER.log(level, event, extra={"event": event, "fields": fields})
+    """Log ``event`` with its fields. The record is made directly (no search of the
+    caller's frame: the JSON lines do not carry a source line), as cheaply as logging
+    allows, since every claim logs."""
+    if LOGGER.isEnabledFor(level):
+        LOGGER.handle(
+            LOGGER.makeRecord(
+                LOGGER.name, level, "", 0, event, (), None, extra={"event": event, "fields": fields}
+            )
+        )

@@ -10,16 +10,32 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import ncpdp
 
+from .pa_guide import ATTENTION_ORDER, ATTENTION_TITLES, guide, guide_table
 from .service import Services
+from .service.decisions import claim_key
+from .service.errors import BridgeError
 from .service.pas import pa_json
-from .store import exchanges, now_iso, pas
-from .store.pas import PaRow
+from .store import StoreUnavailable, exchanges, now_iso
+from .store import console as console_store
+from .store import pas as pa_rows
 
-__all__ = ["local_day_start", "rx_lines", "claims_today", "pas_today", "worklist"]
+__all__ = [
+    "local_day_start",
+    "rx_lines",
+    "claim_keys",
+    "attention_of",
+    "claims_today",
+    "pas_today",
+    "needs_action",
+    "worklist",
+    "pa_page",
+    "acknowledge",
+]
 
 #: At most this many rows of each kind (a busy store sees a few hundred claims a day).
 MAX_ROWS = 500
@@ -38,9 +54,9 @@ def _rx(value: str | None) -> str | None:
     return value.lstrip("0") or "0"
 
 
-_Lines = tuple[tuple[str | None, str | None], ...]
-#: claim id -> (Rx number, product id) per transaction. Keyed by id, holding only those
-#: two fields: no raw claim (PHI) is kept in memory past the query that read it.
+_Lines = tuple[tuple[str | None, str | None, str], ...]
+#: claim id -> (Rx number, product id, claim key) per transaction. Keyed by id, holding
+#: only those fields: no raw claim (PHI) is kept in memory past the query that read it.
 _LINES: dict[str, _Lines] = {}
 _LINES_MAX = 4096
 _LINES_LOCK = threading.Lock()
@@ -48,10 +64,14 @@ _LINES_LOCK = threading.Lock()
 
 def _parse_lines(raw: bytes) -> _Lines:
     try:
-        view = ncpdp.parse(raw, strict=False).as_request()
+        parsed = ncpdp.parse(raw, strict=False)
+        view = parsed.as_request()
+        return tuple(
+            (_rx(t.rx_number), t.product_id, claim_key(parsed, i))
+            for i, t in enumerate(view.transactions)
+        )
     except Exception:  # stored requests parsed once already; be safe anyway
         return ()
-    return tuple((_rx(t.rx_number), t.product_id) for t in view.transactions)
 
 
 def rx_lines(claim_id: str | None, raw: bytes | None) -> list[dict[str, str | None]]:
@@ -67,7 +87,17 @@ def rx_lines(claim_id: str | None, raw: bytes | None) -> list[dict[str, str | No
                 if len(_LINES) >= _LINES_MAX:
                     _LINES.pop(next(iter(_LINES)))
                 _LINES[claim_id] = lines
-    return [{"rx_number": r, "product_id": p} for r, p in lines]
+    return [{"rx_number": r, "product_id": p} for r, p, _k in lines]
+
+
+def claim_keys(claim_id: str | None, raw: bytes | None) -> list[str]:
+    """The claim key of each transaction (what the service's duplicate check uses)."""
+    rx_lines(claim_id, raw)  # fills the cache
+    with _LINES_LOCK:
+        lines = _LINES.get(claim_id) if claim_id else None
+    if lines is None:
+        lines = _parse_lines(bytes(raw)) if raw else ()
+    return [k for _r, _p, k in lines]
 
 
 _CONSOLE_PA_FIELDS = (
@@ -76,22 +106,97 @@ _CONSOLE_PA_FIELDS = (
 )  # fmt: skip
 
 
-def _pa_summary(row: PaRow) -> dict[str, Any]:
+#: statuses after which nobody is waiting on the plan any more
+_SETTLED = frozenset({"Archived", "Provider Cancel", "Cancel Request Sent"})
+
+
+def _details(row: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        d = json.loads(row.get("details_json") or "{}")
+    except ValueError:
+        d = {}
+    return d if isinstance(d, dict) else {}
+
+
+def attention_of(
+    row: Mapping[str, Any], now: float, pending_hours: float, cutoff: str | None = None
+) -> str | None:
+    """The worklist group a PA belongs in as it is now, or None (nothing to do).
+    ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it."""
+    g = guide(
+        row["workflow_status"],
+        row["plan_outcome"],
+        deleted=bool(row["deleted"]),
+        fax_failed=bool(row["fax_failed"]),
+    )
+    if g.attention is not None:
+        return g.attention
+    if (
+        row["workflow_status"] not in _SETTLED
+        and (row["plan_outcome"] or "") != "Cancelled"
+        and row["created_at"]
+        and row["created_at"] <= (cutoff or now_iso(now - pending_hours * 3600))
+    ):
+        return "pending_too_long"
+    return None
+
+
+def _pa_summary(
+    row: Mapping[str, Any],
+    now: float | None = None,
+    pending_hours: float | None = None,
+    cutoff: str | None = None,
+) -> dict[str, Any]:
     pa = pa_json(row)
-    return {k: pa[k] for k in _CONSOLE_PA_FIELDS}
+    out = {k: pa[k] for k in _CONSOLE_PA_FIELDS}
+    g = guide(
+        row["workflow_status"],
+        row["plan_outcome"],
+        deleted=bool(row["deleted"]),
+        fax_failed=bool(row["fax_failed"]),
+    )
+    d = _details(row)
+    out.update(
+        {
+            "label": g.label,
+            "meaning": g.meaning,
+            "next_step": g.next_step,
+            "tone": g.tone,
+            "attention": None
+            if now is None or pending_hours is None
+            else attention_of(row, now, pending_hours, cutoff),
+            "drug_name": " ".join(x for x in (d.get("drug_name"), d.get("drug_strength")) if x)
+            or None,
+            "expiration_date": d.get("expiration_date"),
+            "effective_date": d.get("effective_date"),
+            "is_epa": d.get("is_epa"),
+            "page_url": f"/console/pa/{row['id']}",
+        }
+    )
+    return out
 
 
 def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
-    newest first, with the answer's message and button label and the PA if one exists."""
-    start = local_day_start(bridge.clock() if now is None else now)
+    newest first, with the answer's message and button label and the PA if one exists:
+    the claim's own, or the one the service answered for the same claim sent earlier
+    (same claim key; ``pa_via`` says which)."""
+    t_now = bridge.clock() if now is None else now
+    start = local_day_start(t_now)
+    hours = bridge.settings.intake.pending_alert_hours
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS)
     if not rows:
         return []
-    by_claim: dict[tuple[str | None, int], dict[str, Any]] = {}
-    for p in pas.for_claims(reader, [r["id"] for r in rows]):
-        by_claim[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p)
+    pas: dict[tuple[str | None, int], dict[str, Any]] = {}
+    for p in pa_rows.for_claims(reader, [r["id"] for r in rows]):
+        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours)
+    keys = {r["id"]: claim_keys(r["id"], r["request_raw"]) for r in rows}
+    wanted = sorted({k for ks in keys.values() for k in ks})
+    by_key = {
+        k: _pa_summary(p, t_now, hours)
+        for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
+    }
     default_label = bridge.settings.intake.default_button_label
     out: list[dict[str, Any]] = []
     for r in rows:
@@ -117,6 +222,11 @@ def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, A
                 continue
             i = int(t.get("index", 0))
             line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
+            pa = pas.get((r["id"], i))
+            via = "claim" if pa is not None else None
+            ks = keys[r["id"]]
+            if pa is None and i < len(ks) and ks[i] in by_key:
+                pa, via = by_key[ks[i]], "claim_key"
             out.append(
                 {
                     "key": f"{r['id']}:{i}",
@@ -129,34 +239,184 @@ def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, A
                     "message": t.get("message"),
                     "button_label": t.get("button_label") or default_label,
                     "message_source": t.get("message_source"),
-                    "pa": by_claim.get((r["id"], i)),
+                    "fallback_reason": t.get("fallback_reason"),
+                    "pa": pa,
+                    "pa_via": via,
                 }
             )
     return out
 
 
+def _with_line(bridge: Services, row: Mapping[str, Any], pa: dict[str, Any]) -> dict[str, Any]:
+    lines = rx_lines(row["claim_id"], row.get("request_raw"))
+    i = row["transaction_index"] or 0
+    pa.update(lines[i] if i < len(lines) else {"rx_number": None, "product_id": None})
+    return pa
+
+
 def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
-    start = local_day_start(bridge.clock() if now is None else now)
-    rows = pas.touched_since(bridge.store.reader(), start, MAX_ROWS)
-    out = []
-    for r in rows:
-        pa = _pa_summary(r)
-        lines = rx_lines(r["claim_id"], r["request_raw"])
-        i = r["transaction_index"] or 0
-        line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
-        pa.update(line)
-        out.append(pa)
-    return out
+    t_now = bridge.clock() if now is None else now
+    start = local_day_start(t_now)
+    hours = bridge.settings.intake.pending_alert_hours
+    rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS)
+    return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
+
+
+#: At most this many worklist items in one answer (the counts still count them all).
+MAX_ITEMS = 200
+
+
+def needs_action(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
+    """What needs the pharmacist, most urgent group first, newest first in a group
+    (at most ``MAX_ITEMS``).
+
+    Claims rejected for PA today with no PA; and every PA changed within the retention
+    period (``storage.retention_days``) that is denied, deleted, failed its fax, failed
+    or expired at the service, approved (or not required), or still without a decision
+    ``intake.pending_alert_hours`` after it was started, unless the pharmacist has
+    acknowledged it for that same reason. A later change that puts it in another
+    group brings it back (decision 0014)."""
+    t = bridge.clock() if now is None else now
+    return _needs_action(bridge, t, claims_today(bridge, t))[0]
+
+
+def _needs_action(
+    bridge: Services, t_now: float, claims: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    hours = bridge.settings.intake.pending_alert_hours
+    cutoff = now_iso(t_now - hours * 3600)
+    # (attention, since, claim entry or PA row) for everything that needs the pharmacist
+    found: list[tuple[str, str, dict[str, Any] | None, Mapping[str, Any] | None]] = [
+        ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
+    ]
+    horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
+    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4)
+    flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
+    acks = console_store.latest_acknowledgements(
+        bridge.store.reader(), [r["id"] for r, _ in flagged]
+    )
+    for r, a in flagged:
+        ack = acks.get(r["id"])
+        if ack is None or ack["attention"] != a:
+            found.append((a, r["updated_at"] or "", None, r))
+    counts = {a: 0 for a in ATTENTION_ORDER}
+    for a, *_ in found:
+        counts[a] += 1
+    rank = {a: i for i, a in enumerate(ATTENTION_ORDER)}
+    found.sort(key=lambda f: f[1], reverse=True)
+    found.sort(key=lambda f: rank[f[0]])
+    found = found[:MAX_ITEMS]
+    # the stored requests only of claims whose Rx number is not in the cache yet
+    with _LINES_LOCK:
+        missing = sorted({r["claim_id"] for *_, r in found if r and r["claim_id"]} - _LINES.keys())
+    raws = console_store.claim_requests(bridge.store.reader(), missing) if missing else {}
+    items: list[dict[str, Any]] = []
+    for attention, since, claim, row in found:
+        pa = None
+        if row is not None:
+            pa = _pa_summary(row, t_now, hours, cutoff)
+            pa = _with_line(bridge, {**row, "request_raw": raws.get(row["claim_id"])}, pa)
+            pa["acknowledged"] = acks.get(row["id"])
+        key = "claim:" + claim["key"] if claim is not None else "pa:" + (pa or {})["pa_id"]
+        items.append(
+            {"attention": attention, "key": key, "since": since or None, "claim": claim, "pa": pa}
+        )
+    return items, counts
 
 
 def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
     """Everything the console shows, in one answer."""
     t = bridge.clock() if now is None else now
+    claims = claims_today(bridge, t)
+    items, counts = _needs_action(bridge, t, claims)
     return {
         "generated_at": now_iso(t),
         "day_start": local_day_start(t),
-        "claims": claims_today(bridge, t),
+        "pending_alert_hours": bridge.settings.intake.pending_alert_hours,
+        "counts": {**counts, "total": sum(counts.values())},
+        "groups": [
+            {"key": a, "title": ATTENTION_TITLES[a], "count": counts[a]} for a in ATTENTION_ORDER
+        ],
+        "items": items,
+        "claims": claims,
         "pas": pas_today(bridge, t),
+        "guide": _GUIDE,
     }
+
+
+_GUIDE = guide_table()
+
+
+def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str, Any]:
+    """One PA for its console page: status words, history, events, acknowledgements,
+    the claim it came from (Rx number, product id, drug name where known) and its links.
+    Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
+    t = bridge.clock() if now is None else now
+    hours = bridge.settings.intake.pending_alert_hours
+    full = bridge.pas.get_pa(pa_id)  # 404 when unknown
+    row = bridge.pas.get_pa_row(pa_id)
+    assert row is not None
+    pa = _pa_summary(row, t, hours)
+    pa["links"] = full["links"]
+    pa["urls"] = full["urls"]
+    pa["link_pending"] = full["link_pending"]
+    acks = console_store.acknowledgements(bridge.store.reader(), pa_id)
+    pa["acknowledged"] = acks[-1] if acks else None
+    claim: dict[str, Any] | None = None
+    if row["claim_id"]:
+        c = console_store.claim(bridge.store.reader(), row["claim_id"])
+        if c is not None:
+            i = row["transaction_index"] or 0
+            lines = rx_lines(c["id"], c["request_raw"])
+            line = lines[i] if i < len(lines) else {"rx_number": None, "product_id": None}
+            answer = json.loads(c["answer_json"]) if c["answer_json"] else {}
+            txs = answer.get("transactions") or [{**answer, "index": 0}]
+            tx: dict[str, Any] = next((x for x in txs if int(x.get("index", 0)) == i), {})
+            claim = {
+                "claim_id": c["id"],
+                "transaction_index": i,
+                "received_at": c["received_at"],
+                "transaction_code": c["transaction_code"],
+                "bin": c["bin"],
+                "pcn": c["pcn"],
+                "group_id": c["group_id"],
+                **line,
+                "reject_codes": list(tx.get("reject_codes") or []),
+                "message": tx.get("message"),
+                "message_source": tx.get("message_source"),
+                "fallback_reason": tx.get("fallback_reason"),
+                "purged": c["raw_purged_at"] is not None,
+            }
+    pa["rx_number"] = claim["rx_number"] if claim else None
+    pa["product_id"] = claim["product_id"] if claim else None
+    return {
+        "generated_at": now_iso(t),
+        "pa": pa,
+        "claim": claim,
+        "history": full["history"],
+        "events": full["events"],
+        "acknowledgements": acks,
+    }
+
+
+def acknowledge(bridge: Services, pa_id: str, who: str, now: float | None = None) -> dict[str, Any]:
+    """Record that ``who`` acknowledged the PA as it is now (its worklist reason and
+    change cursor) in the audit trail; it leaves the worklist until another reason
+    brings it back. Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
+    t = bridge.clock() if now is None else now
+    row = bridge.pas.get_pa_row(pa_id)
+    if row is None:
+        raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+    attention = attention_of(row, t, bridge.settings.intake.pending_alert_hours)
+    try:
+        at, cursor = now_iso(t), str(row["change_seq"])
+        ack = bridge.store.write(
+            lambda db: console_store.acknowledge(db, pa_id, who, attention, cursor, at)
+        )
+    except StoreUnavailable as e:
+        raise BridgeError(
+            503, "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
+        ) from None
+    return {"pa_id": pa_id, "acknowledged": ack}

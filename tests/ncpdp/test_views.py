@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 import ncpdp
 from tests import builders as b
 
@@ -190,3 +192,16 @@ def test_d0_request_view_has_no_iin() -> None:
     v = ncpdp.parse(LITERAL_D0_B1).as_request()
     assert v.iin is None and v.bin == "610014"
     assert v.patient.ids == () and v.patient.middle_name is None
+
+
+def test_views_are_built_once() -> None:
+    """A transmission never changes, so its view is built on first use and kept (the
+    daemon reads a claim's views several times on the hot path)."""
+    req = ncpdp.parse(LITERAL_D0_B1)
+    resp = ncpdp.parse(LITERAL_51_REJECT)
+    assert req.as_request() is req.as_request()
+    assert resp.as_response() is resp.as_response()
+    with pytest.raises(ncpdp.NcpdpError):
+        req.as_response()
+    with pytest.raises(ncpdp.NcpdpError):
+        resp.as_request()

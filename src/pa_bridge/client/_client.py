@@ -321,7 +321,13 @@ class PaServiceClient:
             form.setdefault("api_key", self._api_key)
             if self._closed:
                 raise BadOutcome("closed: client is closed")
-            call.future = self._pool.submit(self._outcomes.call, form, call.deadline, call.in_use)
+            conn = self._outcomes.start_inline(form, call.deadline)
+            if conn is not None:
+                call.inline = (self._outcomes, conn)
+            else:
+                call.future = self._pool.submit(
+                    self._outcomes.call, form, call.deadline, call.in_use
+                )
         except Exception as exc:  # the contract is: never raise
             call.fail(exc)
         return call

@@ -20,7 +20,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -37,19 +37,31 @@ __all__ = ["FORM_HEADERS", "OutcomesCall", "OutcomesTransport", "form_encode"]
 log = logging.getLogger("pa_bridge.client")
 
 _OUTCOMES_BODY_LIMIT = 64 * 1024
+#: How long a caller back after its deadline still reads an answer already arrived.
+_LATE_READ_S = 0.002
 FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 _FORM_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
+#: Form names as they go on the wire (the outcomes interface has two dozen).
+_FORM_NAMES: dict[str, str] = {}
 
 
 def form_encode(form: Mapping[str, str]) -> bytes:
-    """``urlencode(form).encode()``, byte for byte, without quoting values that need
-    none (most outcome variables are codes and numbers; quoting each one costs more
-    than the rest of the call's encoding)."""
+    """``urlencode(form).encode()``, byte for byte, without quoting what needs none:
+    the names are the interface's (each looked at once), and most values are codes
+    and numbers (letters and digits need no look at all)."""
     safe = _FORM_SAFE.fullmatch
-    return "&".join(
-        f"{k if safe(k) else quote_plus(k)}={v if safe(v) else quote_plus(v)}"
-        for k, v in form.items()
-    ).encode("ascii")
+    names = _FORM_NAMES
+    out: list[str] = []
+    for k, v in form.items():
+        name = names.get(k)
+        if name is None:
+            name = k if safe(k) else quote_plus(k)
+            if len(names) < 256:
+                names[k] = name
+        if not (v.isalnum() and v.isascii()) and not safe(v):
+            v = quote_plus(v)
+        out.append(f"{name}={v}")
+    return "&".join(out).encode("ascii")
 
 
 class _Deadline(Exception):
@@ -64,6 +76,8 @@ class OutcomesCall:
         self.deadline = self.started
         self.in_use: list[Any] = []
         self.future: concurrent.futures.Future[tuple[str, str]] | None = None
+        #: (transport, connection) when the request went out on the caller's thread
+        self.inline: tuple[OutcomesTransport, http.client.HTTPConnection] | None = None
         self._fallback = fallback_message
         self._budget_ms = budget_ms
         self._result: OutcomeResult | None = None
@@ -89,16 +103,23 @@ class OutcomesCall:
             return self._result
         future = self.future
         try:
-            if future is None:
+            if self.inline is not None:
+                transport, conn = self.inline
+                self.inline = None
+                label, message = transport.finish_inline(conn, self.deadline)
+            elif future is None:
                 raise BadOutcome("error: the call did not start")
-            try:
-                label, message = future.result(timeout=max(0.0, self.deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                if not future.cancel():  # a worker is reading: unblock it now
-                    OutcomesHttp.abort(self.in_use)
-                raise _Deadline(
-                    f"deadline: no complete answer within {self._budget_ms:.0f} ms"
-                ) from None
+            else:
+                try:
+                    label, message = future.result(
+                        timeout=max(0.0, self.deadline - time.monotonic())
+                    )
+                except concurrent.futures.TimeoutError:
+                    if not future.cancel():  # a worker is reading: unblock it now
+                        OutcomesHttp.abort(self.in_use)
+                    raise _Deadline(
+                        f"deadline: no complete answer within {self._budget_ms:.0f} ms"
+                    ) from None
             elapsed = (time.monotonic() - self.started) * 1000
             log.debug("outcomes answered in %.0f ms", elapsed)  # claim.accepted says it
             self._result = OutcomeResult(
@@ -158,14 +179,59 @@ class OutcomesTransport:
             raise BadOutcome(f"http_status: HTTP {status}")
         return read_outcome(content_type, body)
 
+    def start_inline(
+        self, form: dict[str, str], deadline: float
+    ) -> http.client.HTTPConnection | None:
+        """Send the form now, on the caller's thread, over a kept-alive connection, and
+        return that connection for :meth:`finish_inline`; None when there is no idle
+        connection (or it failed): the caller then hands the call to a worker.
+
+        Most claims find a connection kept alive by the last one; sending on it does
+        not block, and reading the answer later on the same thread, each read bounded
+        by the time left, saves the two thread hand-offs of a worker (about a tenth
+        of a 75-reject's CPU)."""
+        fast = self.fast
+        if fast is None or deadline <= time.monotonic():
+            return None
+        conn = fast.take_idle()
+        if conn is None:
+            return None
+        try:
+            fast.send(conn, form_encode(form), deadline)
+        except (OSError, http.client.HTTPException, FastDeadline):
+            return None  # closed by send(); a worker starts afresh
+        return conn
+
+    def finish_inline(self, conn: http.client.HTTPConnection, deadline: float) -> tuple[str, str]:
+        """(button_label, message) of a call :meth:`start_inline` sent. An answer that
+        is already here is read even when the caller comes back after the deadline
+        (as a worker's finished answer would be); otherwise each read waits for the
+        time left at most."""
+        deadline = max(deadline, time.monotonic() + _LATE_READ_S)
+        status, content_type, body = self._fast(
+            lambda fast: fast.receive(conn, deadline, limit=_OUTCOMES_BODY_LIMIT), deadline
+        )
+        if status != 200:
+            raise BadOutcome(f"http_status: HTTP {status}")
+        return read_outcome(content_type, body)
+
     def _post_fast(
         self, form: dict[str, str], deadline: float, in_use: list[Any]
     ) -> tuple[int, str, bytes]:
+        return self._fast(
+            lambda fast: fast.post(
+                form_encode(form), deadline, limit=_OUTCOMES_BODY_LIMIT, started=in_use
+            ),
+            deadline,
+        )
+
+    def _fast(
+        self, step: Callable[[OutcomesHttp], tuple[int, str, bytes]], deadline: float
+    ) -> tuple[int, str, bytes]:
+        """Run ``step`` on the fast path, its failures mapped to ours."""
         assert self.fast is not None
         try:
-            return self.fast.post(
-                form_encode(form), deadline, limit=_OUTCOMES_BODY_LIMIT, started=in_use
-            )
+            return step(self.fast)
         except FastDeadline as exc:
             raise _Deadline(f"deadline: {exc}") from None
         except TooLarge:

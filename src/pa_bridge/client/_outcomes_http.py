@@ -90,6 +90,10 @@ class OutcomesHttp:
                 return
         conn.close()
 
+    def take_idle(self) -> http.client.HTTPConnection | None:
+        """A kept-alive connection that is still open, or None."""
+        return self._take()
+
     def post(
         self, body: bytes, deadline: float, *, limit: int, started: list[http.client.HTTPConnection]
     ) -> tuple[int, str, bytes]:
@@ -100,15 +104,34 @@ class OutcomesHttp:
             raise Deadline("budget spent before the call started")
         conn = self._take() or self._new(remaining)
         started.append(conn)
-        ok = False
+        self.send(conn, body, deadline)
+        return self.receive(conn, deadline, limit=limit)
+
+    def send(self, conn: http.client.HTTPConnection, body: bytes, deadline: float) -> None:
+        """Send the request on ``conn`` (connecting it first when new); on failure the
+        connection is closed."""
         sock = conn.sock
         try:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Deadline("budget spent before the call started")
             if sock is not None:
                 sock.settimeout(remaining)
             else:
                 conn.timeout = remaining
             conn.request("POST", self._target, body=body, headers=self._headers)
-            sock = conn.sock
+        except BaseException:
+            _close(conn, conn.sock or sock)
+            raise
+
+    def receive(
+        self, conn: http.client.HTTPConnection, deadline: float, *, limit: int
+    ) -> tuple[int, str, bytes]:
+        """(status, content type, body) of the answer to what :meth:`send` sent; the
+        connection goes back to the pool when it can be used again, else is closed."""
+        ok = False
+        sock = conn.sock
+        try:
             _set_timeout(conn, deadline)
             resp = conn.getresponse()
             chunks: list[bytes] = []

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -183,6 +183,11 @@ class SandboxState:
                 for t in pa["tokens"]
             ],
             "events": list(pa.get("events") or []),
+            **(
+                {"authorization_period": pa["authorization_period"]}
+                if pa.get("authorization_period")
+                else {}
+            ),
         }
 
     def record_claim(self, *, framed: bool, fmt: str) -> None:
@@ -247,6 +252,13 @@ class SandboxState:
                 pa["workflow_status"], pa["plan_outcome"] = "PA Request", None
             else:
                 pa["workflow_status"], pa["plan_outcome"] = "PA Response", pa["final_outcome"]
+                if pa["final_outcome"] == "Favorable":  # approved for a year from now
+                    pa["authorization_period"] = {
+                        "effective_date": ts,
+                        "expiration_date": (datetime.now(UTC) + timedelta(days=365))
+                        .isoformat(timespec="seconds")
+                        .replace("+00:00", "Z"),
+                    }
             pa["history"].append(
                 {
                     "workflow_status": pa["workflow_status"],

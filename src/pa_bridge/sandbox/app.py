@@ -204,6 +204,9 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                     if (tx.product_id or "").isdigit()
                     else "",
                     "ndc": tx.product_id,
+                    # a synthetic name: the test payer's drug list is ours
+                    "name": "Sandboxin (test drug)",
+                    "strength": "10 MG",
                     "prescription_reference": tx.rx_number,
                     "fill_number": tx.fill_number,
                     "quantity": None if tx.quantity is None else _plain(tx.quantity),

@@ -8,7 +8,7 @@
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
   with its :class:`Kind` and :class:`Status`), :mod:`.callbacks`, :mod:`.audit`,
-  :mod:`.meta`;
+  :mod:`.meta`, :mod:`.console` (the pharmacist console's reads and acknowledgements);
 - :mod:`.retention` (purge and VACUUM) and :mod:`.files` (the database as a file, for
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
@@ -20,7 +20,7 @@ that differ ask ``_db.is_postgres(db)`` and keep both spellings side by side.
 
 from __future__ import annotations
 
-from . import audit, callbacks, exchanges, files, meta, migrations, outbox, pa_history, pas
+from . import audit, callbacks, console, exchanges, files, meta, migrations, outbox, pa_history, pas
 from . import retention as retention
 from ._db import Database
 from .engine import (
@@ -55,6 +55,7 @@ __all__ = [
     "audit",
     "callbacks",
     "connect_existing",
+    "console",
     "create_private",
     "exchanges",
     "files",

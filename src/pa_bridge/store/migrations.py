@@ -132,6 +132,15 @@ def m003_pa_links(db: Database) -> None:
     db.execute("ALTER TABLE pas ADD COLUMN links_json TEXT NOT NULL DEFAULT '{}'")
 
 
+@MIGRATIONS()
+def m004_console(db: Database) -> None:
+    # Issue 16 (the pharmacist console): what a callback says beyond the status that
+    # the console shows (approval period, drug name, ePA or classic), and an index for
+    # reading the audit trail by object (acknowledgements).
+    db.execute("ALTER TABLE pas ADD COLUMN details_json TEXT NOT NULL DEFAULT '{}'")
+    db.execute("CREATE INDEX audit_object ON audit(object_id, action)")
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

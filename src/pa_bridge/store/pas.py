@@ -51,6 +51,7 @@ class PaRow(TypedDict):
     events_json: str
     fax_failed: int
     links_json: str
+    details_json: str  # approval period, drug name, ePA or classic (from callbacks)
 
 
 class PaWithRequest(PaRow):
@@ -74,6 +75,7 @@ class CallbackState(TypedDict):
     fax_failed: int
     links_json: str | None
     urls_json: str | None
+    details_json: str | None
 
 
 def get(db: Database, pa_id: str) -> PaRow | None:
@@ -219,11 +221,11 @@ def link_submitted(
 # ---- callbacks ---------------------------------------------------------------------
 _CALLBACK_STATE = (
     "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-    " links_json, urls_json FROM pas WHERE id = ?"
+    " links_json, urls_json, details_json FROM pas WHERE id = ?"
 )
 _STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
-    "fax_failed", "links_json", "urls_json",
+    "fax_failed", "links_json", "urls_json", "details_json",
 )  # fmt: skip
 
 
@@ -264,14 +266,15 @@ def insert_from_callback(
     events_json: str,
     fax_failed: int,
     links_json: str,
+    details_json: str = "{}",
 ) -> None:
     """A PA we did not start (or whose submit we have not stored yet)."""
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-        " created_at, updated_at, change_seq, events_json, fax_failed, links_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
         (pa_id, urls_json, workflow_status, plan_outcome, status_time,
-         deleted, now, now, seq, events_json, fax_failed, links_json),
+         deleted, now, now, seq, events_json, fax_failed, links_json, details_json),
     )  # fmt: skip
 
 
@@ -289,11 +292,13 @@ def update_from_callback(
     seq: int,
     links_json: str | None,
     urls_json: str | None,
+    details_json: str | None = None,
 ) -> None:
+    """``details_json`` None: keep what the PA has."""
     db.conn.execute(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-        " urls_json = ? WHERE id = ?",
+        " urls_json = ?, details_json = coalesce(?, details_json) WHERE id = ?",
         (workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed, now, seq,
-         links_json, urls_json, pa_id),
+         links_json, urls_json, details_json, pa_id),
     )  # fmt: skip

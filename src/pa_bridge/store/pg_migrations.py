@@ -87,6 +87,13 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
         "m003_pa_links",
         [f"ALTER TABLE pas ADD COLUMN links_json {T} NOT NULL DEFAULT '{{}}'"],
     ),
+    (
+        "m004_console",
+        [
+            f"ALTER TABLE pas ADD COLUMN details_json {T} NOT NULL DEFAULT '{{}}'",
+            "CREATE INDEX audit_object ON audit(object_id, action)",
+        ],
+    ),
 ]
 
 _TABLE = (

@@ -1,14 +1,18 @@
-"""The pharmacist console: ``GET /`` (a static page), its script and style under
-``/console/static/``, and the JSON it polls, ``GET /v1/console/worklist``.
+"""The pharmacist console: ``GET /`` (the worklist page) and ``GET /console/pa/{id}``
+(a PA's page), static pages with their script and style under ``/console/static/``;
+the JSON they read, ``GET /v1/console/worklist`` and ``GET /v1/console/pa/{id}``; and
+``POST /v1/pa/{id}/acknowledge`` (the pharmacist has dealt with it).
 
-The page and its assets hold no data, so they are served without a token; the JSON
-endpoint is guarded like the rest of the local API. The page sends the token it was
-given (``/?token=...`` once, or typed into its form) from ``sessionStorage``.
+The pages and their assets hold no data, so they are served without a token; the JSON
+endpoints are guarded like the rest of the local API. The pages send the token they
+were given (``/?token=...`` once, or typed into the form) from ``sessionStorage``.
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+import ipaddress
+
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from .. import worklist
 from ..service import Services
@@ -16,6 +20,7 @@ from ..service import Services
 __all__ = ["bp", "is_public_path", "STATIC_PREFIX"]
 
 STATIC_PREFIX = "/console/static"
+PA_PAGE_PREFIX = "/console/pa/"
 
 bp = Blueprint(
     "console",
@@ -33,7 +38,11 @@ _CSP = (
 
 def is_public_path(path: str) -> bool:
     """Paths served without an intake token: the page shell, its assets, the API description."""
-    return path in ("/", "/openapi.json") or path.startswith(STATIC_PREFIX + "/")
+    return (
+        path in ("/", "/openapi.json")
+        or path.startswith(STATIC_PREFIX + "/")
+        or path.startswith(PA_PAGE_PREFIX)
+    )
 
 
 def _bridge() -> Services:
@@ -41,9 +50,8 @@ def _bridge() -> Services:
     return b
 
 
-@bp.get("/")
-def console_page() -> Response:
-    resp = bp.send_static_file("console.html")
+def _page(name: str) -> Response:
+    resp = bp.send_static_file(name)
     resp.headers["Content-Security-Policy"] = _CSP
     resp.headers["Referrer-Policy"] = "no-referrer"  # a ?token= never leaks onwards
     resp.headers["X-Content-Type-Options"] = "nosniff"
@@ -51,8 +59,50 @@ def console_page() -> Response:
     return resp
 
 
-@bp.get("/v1/console/worklist")
-def console_worklist() -> Response:
-    resp = jsonify(worklist.worklist(_bridge()))
+@bp.get("/")
+def console_page() -> Response:
+    return _page("console.html")
+
+
+@bp.get("/console/pa/<pa_id>")
+def console_pa_page(pa_id: str) -> Response:
+    # the page shell only: it reads the PA from /v1/console/pa/{id} with the token
+    return _page("pa.html")
+
+
+def _no_store(resp: Response) -> Response:
     resp.headers["Cache-Control"] = "no-store"
     return resp
+
+
+@bp.get("/v1/console/worklist")
+def console_worklist() -> Response:
+    return _no_store(jsonify(worklist.worklist(_bridge())))
+
+
+@bp.get("/v1/console/pa/<pa_id>")
+def console_pa(pa_id: str) -> Response:
+    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id)))
+
+
+def who() -> str:
+    """Who is acting, for the audit trail: the intake token's name (``token#N``, its
+    place in ``[intake] tokens``), or ``console`` for a request from loopback when no
+    tokens are configured (then the API is served on loopback only)."""
+    actor = str(g.get("actor") or "")
+    if actor.startswith("token#"):
+        return actor.split("@", 1)[0]
+    try:
+        ip = ipaddress.ip_address(request.remote_addr or "")
+    except ValueError:
+        loopback = False
+    else:
+        mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+        loopback = ip.is_loopback or bool(mapped and mapped.is_loopback)
+    return "console" if loopback else (request.remote_addr or "unknown")
+
+
+@bp.post("/v1/pa/<pa_id>/acknowledge")
+def acknowledge_pa(pa_id: str) -> Response:
+    request.get_data()  # any body is ignored (the guard already refused non-JSON)
+    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who())))

@@ -277,6 +277,12 @@ _SCHEMAS: dict[str, Any] = {
             "fax_failed",
             "open_url",
             "url",
+            "label",
+            "meaning",
+            "next_step",
+            "tone",
+            "attention",
+            "page_url",
         ],
         "properties": {
             "pa_id": {"type": "string"},
@@ -293,7 +299,59 @@ _SCHEMAS: dict[str, Any] = {
             "cursor": {"type": "string"},
             "rx_number": _NULLABLE_STR,
             "product_id": _NULLABLE_STR,
+            "label": {"type": "string", "description": "the status in a pharmacist's words"},
+            "meaning": {"type": "string", "description": "what it means"},
+            "next_step": {"type": "string", "description": "what to do next"},
+            "tone": {"enum": ["ok", "warn", "bad", "info"]},
+            "attention": {
+                "oneOf": [_ref("Attention"), {"type": "null"}],
+                "description": "the worklist group it belongs in now (null: nothing to do)",
+            },
+            "drug_name": {
+                "type": ["string", "null"],
+                "description": "name and strength, from the service's callbacks",
+            },
+            "expiration_date": {
+                "type": ["string", "null"],
+                "description": "end of the approval period (`authorization_period`), as the "
+                "service wrote it",
+            },
+            "effective_date": _NULLABLE_STR,
+            "is_epa": {"type": ["boolean", "null"], "description": "ePA or classic (fax)"},
+            "page_url": {"type": "string", "description": "the PA's console page"},
+            "acknowledged": {"oneOf": [_ref("Acknowledgement"), {"type": "null"}]},
         },
+    },
+    "Attention": {
+        "enum": [
+            "not_submitted",
+            "denied",
+            "fax_failed",
+            "deleted",
+            "failed",
+            "pending_too_long",
+            "approved",
+        ],
+        "description": "why it needs the pharmacist (the worklist's groups, in this order)",
+    },
+    "Acknowledgement": {
+        "type": "object",
+        "required": ["at", "by", "attention", "cursor"],
+        "properties": {
+            "at": {"type": "string", "description": "when (UTC)"},
+            "by": {
+                "type": "string",
+                "description": "who: `token#N` (the N-th `[intake] tokens` entry), or "
+                "`console` on loopback with no tokens",
+            },
+            "attention": {"oneOf": [_ref("Attention"), {"type": "null"}]},
+            "cursor": {"type": ["string", "null"], "description": "the PA's cursor then"},
+        },
+    },
+    "AcknowledgeAnswer": {
+        "type": "object",
+        "required": ["pa_id", "acknowledged"],
+        "properties": {"pa_id": {"type": "string"}, "acknowledged": _ref("Acknowledgement")},
     },
     "WorklistClaim": {
         "type": "object",
@@ -321,19 +379,105 @@ _SCHEMAS: dict[str, Any] = {
             "message": _NULLABLE_STR,
             "button_label": {"type": "string"},
             "message_source": {"enum": ["outcomes", "fallback", "payer", None]},
+            "fallback_reason": {
+                "description": "why the outcomes message is missing, when the answer "
+                "recorded it (null otherwise)"
+            },
             "pa": {"oneOf": [_ref("WorklistPa"), {"type": "null"}]},
+            "pa_via": {
+                "enum": ["claim", "claim_key", None],
+                "description": "`claim_key`: the PA of the same claim sent earlier",
+            },
+        },
+    },
+    "WorklistItem": {
+        "type": "object",
+        "required": ["attention", "key", "since", "claim", "pa"],
+        "properties": {
+            "attention": _ref("Attention"),
+            "key": {"type": "string", "description": "`claim:<key>` or `pa:<pa_id>`"},
+            "since": {"type": ["string", "null"], "description": "received or last changed"},
+            "claim": {"oneOf": [_ref("WorklistClaim"), {"type": "null"}]},
+            "pa": {"oneOf": [_ref("WorklistPa"), {"type": "null"}]},
+        },
+    },
+    "StatusGuide": {
+        "type": "object",
+        "description": "One status the service can report (or an event), in words",
+        "required": ["workflow_status", "plan_outcome", "label", "meaning", "next_step", "tone"],
+        "properties": {
+            "workflow_status": _NULLABLE_STR,
+            "plan_outcome": _NULLABLE_STR,
+            "event": {"type": "string"},
+            "label": {"type": "string"},
+            "meaning": {"type": "string"},
+            "next_step": {"type": "string"},
+            "tone": {"enum": ["ok", "warn", "bad", "info"]},
+            "attention": {"oneOf": [_ref("Attention"), {"type": "null"}]},
         },
     },
     "Worklist": {
         "type": "object",
         "description": "What the console shows: no patient names, dates of birth or "
-        "cardholder ids, only Rx number and product id.",
-        "required": ["generated_at", "day_start", "claims", "pas"],
+        "cardholder ids, only Rx number, product id and drug name.",
+        "required": ["generated_at", "day_start", "counts", "groups", "items", "claims", "pas"],
         "properties": {
             "generated_at": {"type": "string"},
             "day_start": {"type": "string", "description": "local midnight, in UTC"},
+            "pending_alert_hours": {"type": "number"},
+            "counts": {
+                "type": "object",
+                "description": "items per group, and `total`",
+                "additionalProperties": {"type": "integer"},
+            },
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "title", "count"],
+                    "properties": {
+                        "key": _ref("Attention"),
+                        "title": {"type": "string"},
+                        "count": {"type": "integer"},
+                    },
+                },
+            },
+            "items": {
+                "type": "array",
+                "description": "what needs the pharmacist, most urgent group first",
+                "items": _ref("WorklistItem"),
+            },
             "claims": {"type": "array", "items": _ref("WorklistClaim")},
             "pas": {"type": "array", "items": _ref("WorklistPa")},
+            "guide": {"type": "array", "items": _ref("StatusGuide")},
+        },
+    },
+    "ConsolePa": {
+        "type": "object",
+        "description": "One PA for its console page. No patient data.",
+        "required": ["generated_at", "pa", "claim", "history", "events", "acknowledgements"],
+        "properties": {
+            "generated_at": {"type": "string"},
+            "pa": _ref("WorklistPa"),
+            "claim": {
+                "type": ["object", "null"],
+                "description": "the claim it came from (null for a PA known only from "
+                "callbacks); BIN, PCN and group identify the plan, not the patient",
+                "properties": {
+                    "claim_id": {"type": "string"},
+                    "transaction_index": {"type": "integer"},
+                    "received_at": {"type": "string"},
+                    "rx_number": _NULLABLE_STR,
+                    "product_id": _NULLABLE_STR,
+                    "reject_codes": {"type": "array", "items": {"type": "string"}},
+                    "message": _NULLABLE_STR,
+                    "message_source": _NULLABLE_STR,
+                    "purged": {"type": "boolean"},
+                },
+            },
+            "history": {"type": "array", "items": {"type": "object"}},
+            "events": {"type": "array", "items": {"type": "object"}},
+            "acknowledgements": {"type": "array", "items": _ref("Acknowledgement")},
         },
     },
 }
@@ -481,15 +625,50 @@ _PATHS: dict[str, Any] = {
     "/v1/console/worklist": {
         "get": {
             "operationId": "consoleWorklist",
-            "summary": "The console's data: today's claims rejected for PA, and PAs",
-            "description": "Claims rejected for PA received today (local time of the "
-            "daemon) with their replacement message and button label, and PAs created "
-            "or changed today. The console polls this every 2 s.",
+            "summary": "The console's data: what needs the pharmacist, today's claims and PAs",
+            "description": "`items`: what needs the pharmacist, grouped (`counts`, "
+            "`groups`): claims rejected for PA today and not submitted; PAs denied, "
+            "deleted, with a failed fax, failed or expired, approved, or without a "
+            "decision `intake.pending_alert_hours` after they started, until acknowledged. "
+            "`claims`: claims rejected for PA received today (local time of the daemon) "
+            "with their replacement message and button label; `pas`: PAs created or "
+            "changed today; `guide`: every status in words. The console polls this every 2 s.",
             "responses": {
                 "200": _json(_ref("Worklist"), "the worklist"),
                 "default": _DEFAULT_ERROR,
             },
         }
+    },
+    "/v1/console/pa/{pa_id}": {
+        "parameters": [_path_param("pa_id", "the PA id")],
+        "get": {
+            "operationId": "consolePa",
+            "summary": "One PA for the console's PA page",
+            "description": "Status in words, history, events (DELETE, fax failure), "
+            "acknowledgements, the claim it came from (Rx number, product id, drug name "
+            "where known) and its links.",
+            "responses": {
+                "200": _json(_ref("ConsolePa"), "the PA"),
+                "404": _error("unknown PA"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
+    "/v1/pa/{pa_id}/acknowledge": {
+        "parameters": [_path_param("pa_id", "the PA id")],
+        "post": {
+            "operationId": "acknowledgePa",
+            "summary": "The pharmacist has dealt with the PA: it leaves the worklist",
+            "description": "Recorded in the audit trail with who and when. Any body is "
+            "ignored. The PA comes back on the worklist when a later change gives it "
+            "another reason (for example approved, then deleted).",
+            "responses": {
+                "200": _json(_ref("AcknowledgeAnswer"), "recorded"),
+                "404": _error("unknown PA"),
+                "503": _error("could not be saved; try again"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
     },
     "/metrics": {
         "get": {
@@ -534,8 +713,22 @@ _PATHS: dict[str, Any] = {
             },
         }
     },
+    "/console/pa/{pa_id}": {
+        "parameters": [_path_param("pa_id", "the PA id")],
+        "get": {
+            "operationId": "consolePaPage",
+            "summary": "A PA's console page (HTML); no token needed to load it",
+            "security": _PUBLIC,
+            "responses": {
+                "200": {"description": "the page", "content": {"text/html": {}}},
+                "default": _DEFAULT_ERROR,
+            },
+        },
+    },
     "/console/static/{filename}": {
-        "parameters": [_path_param("filename", "console.js, console.css, console.html")],
+        "parameters": [
+            _path_param("filename", "console.js, common.js, pa.js, console.css, favicon.svg, ...")
+        ],
         "get": {
             "operationId": "consoleAsset",
             "summary": "The console's script and style",
@@ -543,7 +736,12 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "200": {
                     "description": "the file",
-                    "content": {"text/javascript": {}, "text/css": {}, "text/html": {}},
+                    "content": {
+                        "text/javascript": {},
+                        "text/css": {},
+                        "text/html": {},
+                        "image/svg+xml": {},
+                    },
                 },
                 "default": _DEFAULT_ERROR,
             },
@@ -570,7 +768,7 @@ _DOCUMENT: dict[str, Any] = {
         "description": "The API the dispensing system and the pharmacy workstations use. "
         'JSON in and out; every error body is `{"error": {"code", "message", '
         '"detail"}}`. When `[intake] tokens` are configured every path except `/`, '
-        "`/console/static/*`, `/healthz`, `/metrics` and `/openapi.json` needs "
+        "`/console/pa/*` (the page shell), `/console/static/*`, `/healthz`, `/metrics` and `/openapi.json` needs "
         "`Authorization: Bearer <token>`; with no tokens (loopback only) none does. "
         "The callback receiver (`POST /callbacks/pharmacy`) is on its own listener and "
         "not described here.",

@@ -1,133 +1,45 @@
-/* pa-bridge console: polls /v1/console/worklist, submits PAs. No framework, no network
- * access beyond this pa-bridge. The intake token (when one is configured) comes from
- * /?token=... once or from the sign-in form, and is kept in sessionStorage only. */
+/* pa-bridge console, the worklist page: polls /v1/console/worklist, submits PAs,
+ * acknowledges them. Shared pieces are in common.js (window.PaConsole). */
 (function () {
   "use strict";
 
-  var TOKEN_KEY = "pa-bridge.intake-token";
+  var C = window.PaConsole;
+  var $ = C.$, el = C.el, say = C.say, problem = C.problem;
   var POLL_MS = 2000;
   var WORKLIST = "/v1/console/worklist";
 
   var lastPayload = null;
+  var lastData = null;
   var lastPaState = {}; // pa_id -> "status|outcome|deleted|fax" for announcements
   var firstLoad = true;
+  var loaded = false; // a worklist has been shown at least once
   var pending = {}; // claim key -> true while its submit is in flight
+  var submitted = {}; // claim key -> the PA a submit from this page answered
+  var ownPas = {}; // PA ids submitted from this page (their first appearance is not news)
+  var acking = {}; // pa_id -> true while its acknowledgement is in flight
   var rowErrors = {}; // claim key -> plain-words error shown in the row
   var pollTimer = null;
   var lostContact = false;
   var pollProblem = false; // the problem shown came from polling (cleared when polling works)
+  var filter = "all";
+  var findText = "";
+  var focusWanted = null; // data-fkey to focus after the next render
+  var polls = 0;
 
-  function $(id) { return document.getElementById(id); }
-
-  // ---- token -------------------------------------------------------------------
-  function takeTokenFromUrl() {
-    var params = new URLSearchParams(window.location.search);
-    var t = params.get("token");
-    if (t !== null) {
-      if (t) { sessionStorage.setItem(TOKEN_KEY, t); }
-      params.delete("token");
-      var rest = params.toString();
-      // Drop the token from the address bar and the history.
-      history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : "") + window.location.hash);
-    }
-  }
-  function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
-
-  function api(method, path, body) {
-    var headers = { "Accept": "application/json" };
-    var t = token();
-    if (t) { headers["Authorization"] = "Bearer " + t; }
-    var init = { method: method, headers: headers, cache: "no-store", credentials: "omit" };
-    if (body !== undefined) {
-      headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    return fetch(path, init).then(function (resp) {
-      return resp.text().then(function (text) {
-        var data = null;
-        try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
-        return { status: resp.status, ok: resp.ok, data: data, text: text };
-      });
-    });
+  function schedule(ms) {
+    if (pollTimer !== null) { window.clearTimeout(pollTimer); }
+    pollTimer = window.setTimeout(poll, ms);
   }
 
-  // ---- errors in plain words ---------------------------------------------------------
-  var PLAIN = {
-    unauthorized: "pa-bridge needs the intake token. Enter it below.",
-    unknown_claim: "pa-bridge does not know this claim any more.",
-    not_pa_eligible: "This claim was not rejected for a reason that allows a PA.",
-    claim_purged: "This claim is older than the retention period. Send the claim again from the dispensing system.",
-    storage_unavailable: "pa-bridge could not save to its database. Try again in a moment; if it keeps happening, call IT.",
-    service_unreachable: "The PA service could not be reached. Check the store's internet connection and try again.",
-    service_timeout: "The PA service did not answer in time. Try again.",
-    service_tls: "pa-bridge could not make a secure connection to the PA service. Call IT.",
-    service_missing_claim_data: "The PA service says the claim is missing information.",
-    service_unrecognized_ndc: "The PA service does not recognise this drug (NDC).",
-    body_too_large: "The request was too large.",
-    internal_error: "pa-bridge hit an unexpected problem. It was logged; try again or call IT."
-  };
-
-  function plainError(result) {
-    var err = result && result.data && result.data.error;
-    if (!err) {
-      if (result && result.status === 0) { return "pa-bridge could not be reached."; }
-      return "pa-bridge answered with an unexpected error (HTTP " + (result ? result.status : "?") + ").";
-    }
-    var msg = err.message ? String(err.message) : "";
-    if (msg) { msg = msg.charAt(0).toUpperCase() + msg.slice(1) + (/[.!?]$/.test(msg) ? "" : "."); }
-    // The service's messages are written for the pharmacist; ours get plain words here.
-    var out = (String(err.code).indexOf("service_") === 0 && msg) ? msg : (PLAIN[err.code] || msg);
-    if (typeof err.detail === "string" && err.detail && err.code !== "storage_unavailable") {
-      out += " Details for IT: " + err.detail;
-    }
-    return out || "Something went wrong (" + err.code + ").";
+  // ---- focus kept across re-renders -------------------------------------------------
+  function focusKey() {
+    var a = document.activeElement;
+    return a && a.getAttribute ? a.getAttribute("data-fkey") : null;
   }
-
-  function say(text) {
-    var s = $("status");
-    s.textContent = "";
-    // A fresh text node so screen readers announce a repeat of the same words.
-    window.setTimeout(function () { s.textContent = text; }, 50);
-  }
-
-  function problem(text) {
-    var p = $("problem");
-    if (text) {
-      p.textContent = text;
-      p.hidden = false;
-    } else {
-      p.textContent = "";
-      p.hidden = true;
-    }
-  }
-
-  function showTokenForm(show) {
-    $("token-form").hidden = !show;
-  }
-
-  // ---- small DOM helpers -------------------------------------------------------------
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    if (attrs) {
-      Object.keys(attrs).forEach(function (k) {
-        if (k === "text") { node.textContent = attrs[k]; }
-        else if (k === "className") { node.className = attrs[k]; }
-        else { node.setAttribute(k, attrs[k]); }
-      });
-    }
-    (children || []).forEach(function (c) {
-      if (c !== null && c !== undefined) {
-        node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
-      }
-    });
-    return node;
-  }
-
-  function timeOf(iso) {
-    if (!iso) { return el("span", { text: "-" }); }
-    var d = new Date(iso);
-    var text = isNaN(d.getTime()) ? iso : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-    return el("time", { datetime: iso, text: text });
+  function refocus(key) {
+    if (!key) { return; }
+    var target = document.querySelector('[data-fkey="' + CSS.escape(key) + '"]');
+    if (target && document.activeElement !== target) { target.focus(); }
   }
 
   // Rebuild one cell only when what it shows changed, so a focused button survives polls.
@@ -135,7 +47,7 @@
     if (cell.getAttribute("data-sig") === sig) { return false; }
     cell.setAttribute("data-sig", sig);
     var hadFocus = cell.contains(document.activeElement);
-    while (cell.firstChild) { cell.removeChild(cell.firstChild); }
+    C.clear(cell);
     build(cell);
     if (hadFocus) {
       var target = cell.querySelector("button, a");
@@ -164,42 +76,17 @@
     });
   }
 
-  function rowWithCells(key, n, headerFirst) {
+  function rowWithCells(key, labels) {
     var tr = el("tr", { "data-key": key });
-    for (var i = 0; i < n; i++) {
-      tr.appendChild(i === 0 && headerFirst ? el("th", { scope: "row" }) : el("td"));
-    }
+    labels.forEach(function (label, i) {
+      tr.appendChild(i === 0 ? el("th", { scope: "row", "data-label": label }) : el("td", { "data-label": label }));
+    });
     return tr;
   }
 
-  // ---- PA pieces -------------------------------------------------------------------------
-  function paHref(pa) {
-    if (!pa.url) { return null; }
-    // The redirect endpoint needs the token in a header a link cannot send; with a token
-    // configured, link the PA's own URL (the same one /v1/pa answers) instead.
-    return token() ? pa.url : pa.open_url;
-  }
-
-  function paLink(pa, rx) {
-    var href = paHref(pa);
-    if (!href) { return el("span", { className: "note", text: "PA started, link on its way" }); }
-    return el("a", {
-      href: href, target: "_blank", rel: "noopener noreferrer", "data-pa": pa.pa_id
-    }, ["Open PA " + pa.pa_id, el("span", { className: "sr-only", text: (rx ? " for Rx " + rx : "") + " (opens in a new tab)" })]);
-  }
-
-  function statusBadges(pa) {
-    var out = [];
-    if (pa.deleted) { out.push(el("span", { className: "badge bad", text: "Deleted" })); }
-    if (pa.fax_failed) { out.push(el("span", { className: "badge warn", text: "Fax failed" })); }
-    return out;
-  }
-
-  function outcomeClass(outcome) {
-    var o = (outcome || "").toLowerCase();
-    if (o.indexOf("unfav") >= 0 || o.indexOf("den") >= 0) { return "badge bad"; }
-    if (o.indexOf("fav") >= 0 || o.indexOf("approv") >= 0) { return "badge ok"; }
-    return "badge warn";
+  // ---- pieces -------------------------------------------------------------------------------
+  function drugText(x) {
+    return x.drug_name ? x.drug_name + (x.product_id ? " (" + x.product_id + ")" : "") : (x.product_id || null);
   }
 
   function describePa(pa) {
@@ -210,129 +97,302 @@
     return words + ".";
   }
 
+  function claimPa(c) { return c.pa || submitted[c.key] || null; }
+
+  function submitButton(c, where) {
+    var busy = !!pending[c.key];
+    var btn = el("button", {
+      type: "button", className: "submit", "data-claim": c.claim_id, "data-index": String(c.transaction_index),
+      "data-key": c.key, "data-rx": c.rx_number || "", "data-fkey": "submit:" + where + ":" + c.key,
+      "aria-disabled": busy ? "true" : null
+    }, [busy ? "Submitting…" : c.button_label,
+        el("span", { className: "sr-only", text: c.rx_number ? " for Rx " + c.rx_number : "" })]);
+    return btn;
+  }
+
+  function rowError(c, btn, where) {
+    if (!rowErrors[c.key]) { return null; }
+    var id = "err-" + where + "-" + c.key.replace(/[^A-Za-z0-9_-]/g, "-");
+    btn.setAttribute("aria-describedby", id);
+    return el("span", { id: id, className: "row-error", text: rowErrors[c.key] });
+  }
+
+  function messageBlock(c) {
+    var out = [document.createTextNode(c.message || "(message not recorded yet)")];
+    if (c.message_source === "fallback") {
+      out.push(el("span", { className: "note fallback", text: C.fallbackNote(c.fallback_reason) }));
+    }
+    return out;
+  }
+
+  function paStatusNote(pa, via) {
+    var text = "PA " + pa.pa_id + ": " + (pa.label || pa.workflow_status || "submitted");
+    if (via === "claim_key") { text += " (the PA for this prescription, from the same claim sent earlier)"; }
+    return el("span", { className: "note", text: text });
+  }
+
+  function ackButton(pa) {
+    var busy = !!acking[pa.pa_id];
+    return el("button", {
+      type: "button", className: "ack secondary", "data-ack": pa.pa_id, "data-fkey": "ack:" + pa.pa_id,
+      "aria-disabled": busy ? "true" : null
+    }, [busy ? "Acknowledging…" : "Acknowledge",
+        el("span", { className: "sr-only", text: " PA " + pa.pa_id + (pa.rx_number ? " for Rx " + pa.rx_number : "") })]);
+  }
+
+  // ---- the worklist: what needs the pharmacist ------------------------------------------------
+  function matches(item) {
+    if (filter !== "all" && item.attention !== filter) { return false; }
+    if (!findText) { return true; }
+    var hay = [(item.pa && item.pa.pa_id) || "", (item.pa && item.pa.rx_number) || "", (item.claim && item.claim.rx_number) || ""].join(" ").toLowerCase();
+    return hay.indexOf(findText) >= 0;
+  }
+
+  function renderCounts(data) {
+    var box = $("counts");
+    var keep = focusKey();
+    C.clear(box);
+    $("total-count").textContent = "(" + data.counts.total + ")";
+    var all = [{ key: "all", title: "All", count: data.counts.total }].concat(data.groups);
+    all.forEach(function (g) {
+      var tone = g.key === "all" ? "" : " g-" + g.key;
+      box.appendChild(el("button", {
+        type: "button", className: "count-btn" + tone + (g.count ? "" : " zero"), "data-filter": g.key,
+        "data-fkey": "filter:" + g.key, "aria-pressed": filter === g.key ? "true" : "false"
+      }, [el("span", { className: "n", text: String(g.count) }), " " + g.title]));
+    });
+    refocus(keep);
+  }
+
+  function itemCard(item) {
+    var pa = item.pa, c = item.claim;
+    var rx = (pa && pa.rx_number) || (c && c.rx_number);
+    var li = el("li", { className: "item tone-" + (pa ? pa.tone : "warn"), "data-key": item.key });
+    var main = el("div", { className: "item-main" });
+    li.appendChild(main);
+    var head = el("p", { className: "item-head" }, [
+      el("strong", { text: rx ? "Rx " + rx : "Rx unknown" }),
+      " ",
+      el("span", { className: "drug", text: drugText(pa || c) || "drug not known" }),
+      " ",
+      pa ? C.badge(pa.tone, pa.label) : C.badge("warn", "Not submitted"),
+      pa ? el("span", { className: "pa-id mono", text: "PA " + pa.pa_id }) : null,
+      el("span", { className: "since" }, [C.timeOf(item.since)])
+    ]);
+    main.appendChild(head);
+    if (pa) {
+      var what = el("p", { className: "item-text" }, [pa.meaning + " ", el("strong", { text: "Next: " }), pa.next_step]);
+      if (pa.expiration_date) {
+        what.appendChild(el("span", { className: "expires" }, [" Approved until ", C.dateOf(pa.expiration_date), "."]));
+      }
+      if (item.attention === "pending_too_long") {
+        what.appendChild(el("span", { className: "note", text: "No decision " + Math.round(lastData.pending_alert_hours) + " hours or more after it was started." }));
+      }
+      main.appendChild(what);
+      var actions = el("p", { className: "actions" }, [
+        C.paLink(pa, rx),
+        el("a", { href: pa.page_url, className: "details", "data-fkey": "details:" + pa.pa_id }, ["Details", el("span", { className: "sr-only", text: " of PA " + pa.pa_id })]),
+        ackButton(pa)
+      ]);
+      li.appendChild(actions);
+    } else {
+      main.appendChild(el("p", { className: "item-text" }, [
+        "Rejected " + ((c.reject_codes || []).join(", ") || "") + ": "
+      ].concat(messageBlock(c))));
+      var btn = submitButton(c, "w");
+      var p = el("p", { className: "actions" }, [btn]);
+      var err = rowError(c, btn, "w");
+      if (err) { p.appendChild(err); }
+      li.appendChild(p);
+    }
+    return li;
+  }
+
+  function renderWorklist(data) {
+    var keep = focusWanted || focusKey();
+    var groups = $("groups");
+    C.clear(groups);
+    var shown = 0;
+    data.groups.forEach(function (g) {
+      var items = data.items.filter(function (it) {
+        // a claim submitted from this page a moment ago leaves with the next poll
+        return it.attention === g.key && matches(it) && !(it.claim && submitted[it.claim.key]);
+      });
+      if (!items.length) { return; }
+      shown += items.length;
+      var sec = el("section", { className: "group g-" + g.key, "data-group": g.key, "aria-labelledby": "group-" + g.key });
+      sec.appendChild(el("h3", { id: "group-" + g.key }, [g.title + " ", el("span", { className: "count", text: "(" + items.length + ")" })]));
+      var ul = el("ul", { className: "items" });
+      items.forEach(function (it) { ul.appendChild(itemCard(it)); });
+      sec.appendChild(ul);
+      groups.appendChild(sec);
+    });
+    $("worklist-loading").hidden = true;
+    $("worklist-empty").hidden = data.items.length > 0;
+    $("worklist-filtered").hidden = !(data.items.length > 0 && shown === 0);
+    refocus(keep);
+  }
+
   // ---- claims table ------------------------------------------------------------------------
+  var CLAIM_LABELS = ["Rx number", "Drug", "Received", "Reject codes", "Message", "Prior authorization"];
+
   function fillClaim(tr, c) {
     var cells = tr.children;
     setCell(cells[0], c.rx_number || "", function (td) { td.textContent = c.rx_number || "(purged)"; });
     setCell(cells[1], c.product_id || "", function (td) {
       td.appendChild(el("span", { className: "mono", text: c.product_id || "-" }));
     });
-    setCell(cells[2], c.received_at || "", function (td) { td.appendChild(timeOf(c.received_at)); });
+    setCell(cells[2], c.received_at || "", function (td) { td.appendChild(C.timeOf(c.received_at)); });
     setCell(cells[3], (c.reject_codes || []).join(","), function (td) {
       td.textContent = (c.reject_codes || []).join(", ") || "-";
     });
     cells[4].className = "msg";
-    setCell(cells[4], (c.message || "") + "|" + (c.message_source || ""), function (td) {
-      td.appendChild(document.createTextNode(c.message || "(message not recorded yet)"));
-      if (c.message_source === "fallback") {
-        td.appendChild(el("span", { className: "note", text: "The payer's own message: the outcomes service did not answer in time." }));
-      }
+    setCell(cells[4], (c.message || "") + "|" + (c.message_source || "") + "|" + JSON.stringify(c.fallback_reason || null), function (td) {
+      messageBlock(c).forEach(function (n) { td.appendChild(n); });
     });
-    var pa = c.pa;
+    var pa = claimPa(c);
+    var via = c.pa ? c.pa_via : (pa ? "claim_key" : null);
     var sig = pa
-      ? "pa|" + pa.pa_id + "|" + (pa.workflow_status || "") + "|" + (pa.plan_outcome || "") + "|" + pa.deleted + "|" + pa.fax_failed + "|" + (paHref(pa) || "")
+      ? "pa|" + pa.pa_id + "|" + (pa.label || "") + "|" + via + "|" + (C.paHref(pa) || "")
       : "btn|" + c.button_label + "|" + (pending[c.key] ? "busy" : "") + "|" + (rowErrors[c.key] || "");
     setCell(cells[5], sig, function (td) {
       if (pa) {
-        td.appendChild(el("span", { className: "note", text: "PA " + pa.pa_id + ": " + (pa.workflow_status || "submitted") + (pa.plan_outcome ? ", " + pa.plan_outcome : "") }));
-        statusBadges(pa).forEach(function (b) { td.appendChild(b); });
-        td.appendChild(paLink(pa, c.rx_number));
+        td.appendChild(paStatusNote(pa, via));
+        td.appendChild(C.paLink(pa, c.rx_number));
         return;
       }
-      var btn = el("button", {
-        type: "button", "data-claim": c.claim_id, "data-index": String(c.transaction_index), "data-key": c.key,
-        "data-rx": c.rx_number || ""
-      }, [pending[c.key] ? "Submitting…" : c.button_label,
-          el("span", { className: "sr-only", text: c.rx_number ? " for Rx " + c.rx_number : "" })]);
-      if (pending[c.key]) { btn.setAttribute("aria-disabled", "true"); }
+      var btn = submitButton(c, "c");
       td.appendChild(btn);
-      if (rowErrors[c.key]) {
-        var id = "err-" + c.key.replace(/[^A-Za-z0-9_-]/g, "-");
-        td.appendChild(el("span", { id: id, className: "row-error", text: rowErrors[c.key] }));
-        btn.setAttribute("aria-describedby", id);
-      }
+      var err = rowError(c, btn, "c");
+      if (err) { td.appendChild(err); }
     });
   }
 
   // ---- PAs table ------------------------------------------------------------------------------
+  var PA_LABELS = ["PA", "Rx number", "Drug", "Status", "Outcome", "Notes", "Changed", "Open"];
+
   function fillPa(tr, pa) {
     var cells = tr.children;
-    setCell(cells[0], pa.pa_id, function (td) { td.appendChild(el("span", { className: "mono", text: pa.pa_id })); });
-    setCell(cells[1], pa.rx_number || "", function (td) { td.textContent = pa.rx_number || "-"; });
-    setCell(cells[2], pa.product_id || "", function (td) {
-      td.appendChild(el("span", { className: "mono", text: pa.product_id || "-" }));
+    setCell(cells[0], pa.pa_id, function (td) {
+      td.appendChild(el("a", { href: pa.page_url, className: "mono", text: pa.pa_id, "data-fkey": "page:" + pa.pa_id }));
     });
+    setCell(cells[1], pa.rx_number || "", function (td) { td.textContent = pa.rx_number || "-"; });
+    setCell(cells[2], drugText(pa) || "", function (td) { td.textContent = drugText(pa) || "-"; });
     setCell(cells[3], pa.workflow_status || "", function (td) { td.textContent = pa.workflow_status || "-"; });
-    setCell(cells[4], pa.plan_outcome || "", function (td) {
-      if (pa.plan_outcome) { td.appendChild(el("span", { className: outcomeClass(pa.plan_outcome), text: pa.plan_outcome })); }
+    setCell(cells[4], (pa.plan_outcome || "") + "|" + pa.tone, function (td) {
+      if (pa.plan_outcome) { td.appendChild(C.badge(pa.tone, pa.plan_outcome)); }
       else { td.textContent = "-"; }
     });
-    setCell(cells[5], pa.deleted + "|" + pa.fax_failed, function (td) {
-      var b = statusBadges(pa);
-      if (!b.length) { td.textContent = "-"; }
-      b.forEach(function (x) { td.appendChild(x); });
+    setCell(cells[5], pa.label + "|" + (pa.expiration_date || ""), function (td) {
+      td.appendChild(el("span", { text: pa.label }));
+      if (pa.deleted) { td.appendChild(C.badge("bad", "Deleted")); }
+      if (pa.fax_failed) { td.appendChild(C.badge("bad", "Fax failed")); }
+      if (pa.expiration_date) { td.appendChild(el("span", { className: "note" }, ["Until ", C.dateOf(pa.expiration_date)])); }
     });
-    setCell(cells[6], pa.updated_at || "", function (td) { td.appendChild(timeOf(pa.updated_at)); });
-    setCell(cells[7], pa.pa_id + "|" + (paHref(pa) || ""), function (td) { td.appendChild(paLink(pa, pa.rx_number)); });
+    setCell(cells[6], pa.updated_at || "", function (td) { td.appendChild(C.timeOf(pa.updated_at)); });
+    setCell(cells[7], pa.pa_id + "|" + (C.paHref(pa) || ""), function (td) { td.appendChild(C.paLink(pa, pa.rx_number)); });
+  }
+
+  var guideDone = false;
+  function renderGuide(rows) {
+    if (guideDone || !rows) { return; }
+    guideDone = true;
+    var body = $("guide-body");
+    rows.forEach(function (g) {
+      body.appendChild(el("tr", {}, [
+        el("th", { scope: "row", "data-label": "Status", text: g.workflow_status || (g.event === "DELETE" ? "(DELETE event)" : "(fax failure event)") }),
+        el("td", { "data-label": "Outcome", text: g.plan_outcome || "-" }),
+        el("td", { "data-label": "Shown as" }, [C.badge(g.tone, g.label)]),
+        el("td", { "data-label": "What it means", text: g.meaning }),
+        el("td", { "data-label": "What to do", text: g.next_step })
+      ]));
+    });
   }
 
   function render(data) {
+    lastData = data;
+    loaded = true;
+    renderCounts(data);
+    renderWorklist(data);
+    focusWanted = null;
+
+    $("claims-loading").hidden = true;
     syncRows($("claims-body"), data.claims, function (c) { return c.key; },
-      function (key) { return rowWithCells(key, 6, true); }, fillClaim);
+      function (key) { return rowWithCells(key, CLAIM_LABELS); }, fillClaim);
     $("claims-empty").hidden = data.claims.length > 0;
     $("claims").hidden = data.claims.length === 0;
 
+    $("pas-loading").hidden = true;
     syncRows($("pas-body"), data.pas, function (p) { return p.pa_id; },
-      function (key) { return rowWithCells(key, 8, true); }, fillPa);
+      function (key) { return rowWithCells(key, PA_LABELS); }, fillPa);
     $("pas-empty").hidden = data.pas.length > 0;
     $("pas").hidden = data.pas.length === 0;
+    renderGuide(data.guide);
 
     var changes = [];
     data.pas.forEach(function (pa) {
       var state = [pa.workflow_status, pa.plan_outcome, pa.deleted, pa.fax_failed].join("|");
-      if (!firstLoad && lastPaState[pa.pa_id] !== state) { changes.push(describePa(pa)); }
+      var before = lastPaState[pa.pa_id];
+      // A PA this page just submitted is not news when it first shows up: the submit's
+      // own message said so, and must not be overwritten.
+      var isNew = before === undefined && ownPas[pa.pa_id];
+      if (!firstLoad && before !== state && !isNew) { changes.push(describePa(pa)); }
       lastPaState[pa.pa_id] = state;
     });
     if (changes.length) { say(changes.slice(0, 3).join(" ") + (changes.length > 3 ? " And " + (changes.length - 3) + " more." : "")); }
-    $("updated").textContent = new Date().toLocaleTimeString();
     firstLoad = false;
   }
 
+  function rerender() { if (lastData) { render(lastData); } }
+
   // ---- polling ------------------------------------------------------------------------------
-  function schedule(ms) {
-    if (pollTimer !== null) { window.clearTimeout(pollTimer); }
-    pollTimer = window.setTimeout(poll, ms);
+  function notLoaded(text) {
+    if (loaded) { return; }
+    // Nothing was loaded: say so where the lists go, never "no claims today".
+    ["worklist-loading", "claims-loading", "pas-loading"].forEach(function (id) {
+      $(id).textContent = text;
+      $(id).hidden = false;
+    });
+    ["worklist-empty", "claims-empty", "pas-empty"].forEach(function (id) { $(id).hidden = true; });
   }
 
   function poll() {
     pollTimer = null;
-    api("GET", WORKLIST).then(function (r) {
+    C.api("GET", WORKLIST).then(function (r) {
+      polls += 1;
+      document.body.setAttribute("data-polls", String(polls));
       if (r.status === 401) {
-        showTokenForm(true);
-        problem(token() ? "The intake token was not accepted. Enter the right one below." : PLAIN.unauthorized);
+        $("token-form").hidden = false;
+        problem(C.token() ? "The intake token was not accepted. Enter the right one below." : C.PLAIN.unauthorized);
         pollProblem = true;
         lastPayload = null;
+        notLoaded("Sign in to see the worklist.");
         return; // wait for the form
       }
       if (!r.ok || !r.data) {
-        problem("The worklist could not be loaded. " + plainError(r));
+        problem("The worklist could not be loaded. " + C.plainError(r));
         pollProblem = true;
+        notLoaded("The worklist could not be loaded.");
         schedule(POLL_MS * 2);
         return;
       }
+      var wasLost = lostContact;
+      lostContact = false;
       if (pollProblem) { problem(""); pollProblem = false; }
-      if (lostContact) { say("Connected to pa-bridge again."); lostContact = false; }
-      showTokenForm(false);
+      if (wasLost) { say("Connected to pa-bridge again."); }
+      $("token-form").hidden = true;
       if (r.text !== lastPayload) {
         lastPayload = r.text;
         render(r.data);
-      } else {
-        $("updated").textContent = new Date().toLocaleTimeString();
       }
+      $("updated").textContent = new Date().toLocaleTimeString();
       schedule(POLL_MS);
     }, function () {
+      polls += 1;
+      document.body.setAttribute("data-polls", String(polls));
       if (!lostContact) { problem("Lost contact with pa-bridge. Retrying every few seconds."); pollProblem = true; }
       lostContact = true;
+      notLoaded("The worklist could not be loaded: pa-bridge could not be reached.");
       schedule(POLL_MS * 2);
     });
   }
@@ -340,62 +400,111 @@
   // ---- submit PA --------------------------------------------------------------------------
   function submit(btn) {
     var key = btn.getAttribute("data-key");
-    if (pending[key]) { return; }
+    if (pending[key] || submitted[key]) { return; }
     var claimId = btn.getAttribute("data-claim");
     var index = parseInt(btn.getAttribute("data-index"), 10) || 0;
     var rx = btn.getAttribute("data-rx");
     pending[key] = true;
     delete rowErrors[key];
     if (!pollProblem) { problem(""); }
-    btn.setAttribute("aria-disabled", "true");
-    btn.firstChild.textContent = "Submitting…";
+    focusWanted = btn.getAttribute("data-fkey");
+    rerender();
     say("Submitting the PA" + (rx ? " for Rx " + rx : "") + "…");
-    api("POST", "/v1/claims/" + encodeURIComponent(claimId) + "/pa", { transaction: index }).then(function (r) {
+    C.api("POST", "/v1/claims/" + encodeURIComponent(claimId) + "/pa", { transaction: index }).then(function (r) {
       delete pending[key];
       if (r.ok && r.data && r.data.pa_id) {
         var pa = r.data;
-        var href = paHref(pa);
+        submitted[key] = pa;
+        ownPas[pa.pa_id] = true;
+        var href = C.paHref(pa);
+        if (!pollProblem) { problem(""); }
         say((r.status === 201 ? "PA " + pa.pa_id + " created" : "This claim already has PA " + pa.pa_id) +
             (rx ? " for Rx " + rx : "") +
-            (href ? ". Opening it in a new tab." : ". PA started, link on its way."));
+            (href ? ". Opening it in a new tab." : ". PA started, link on its way."), { hold: 6000, force: true });
         if (href) { window.open(href, "_blank", "noopener"); }
+        focusWanted = "open:" + pa.pa_id;
         lastPayload = null;
-        poll(); // show it now, and move focus to its link
-        window.setTimeout(function () {
-          var link = document.querySelector('#claims-body tr[data-key="' + CSS.escape(key) + '"] a');
-          if (link) { link.focus(); }
-        }, 400);
+        rerender();
+        var link = document.querySelector('#claims-body tr[data-key="' + CSS.escape(key) + '"] a[data-pa]');
+        if (link) { link.focus(); }
+        schedule(0); // show it now
         return;
       }
-      if (r.status === 401) { showTokenForm(true); }
-      rowErrors[key] = plainError(r);
+      if (r.status === 401) { $("token-form").hidden = false; }
+      rowErrors[key] = C.plainError(r);
       problem("The PA" + (rx ? " for Rx " + rx : "") + " was not submitted. " + rowErrors[key]);
       pollProblem = r.status === 401;
       lastPayload = null;
-      poll();
+      rerender();
+      schedule(0);
     }, function () {
       delete pending[key];
       rowErrors[key] = "pa-bridge could not be reached. Try again.";
       problem("The PA" + (rx ? " for Rx " + rx : "") + " was not submitted: pa-bridge could not be reached.");
       pollProblem = false;
       lastPayload = null;
-      poll();
+      rerender();
+      schedule(0);
+    });
+  }
+
+  // ---- acknowledge ------------------------------------------------------------------------
+  function acknowledge(btn) {
+    var paId = btn.getAttribute("data-ack");
+    if (acking[paId]) { return; }
+    acking[paId] = true;
+    focusWanted = btn.getAttribute("data-fkey");
+    rerender();
+    C.api("POST", "/v1/pa/" + encodeURIComponent(paId) + "/acknowledge").then(function (r) {
+      delete acking[paId];
+      if (r.ok && r.data) {
+        if (!pollProblem) { problem(""); }
+        say("PA " + paId + " acknowledged: it leaves the worklist.", { hold: 4000, force: true });
+        focusWanted = null;
+        lastPayload = null;
+        schedule(0);
+        window.setTimeout(function () {
+          if (!document.activeElement || document.activeElement === document.body) { $("worklist-heading").focus(); }
+        }, 0);
+        return;
+      }
+      if (r.status === 401) { $("token-form").hidden = false; }
+      problem("PA " + paId + " was not acknowledged. " + C.plainError(r));
+      rerender();
+    }, function () {
+      delete acking[paId];
+      problem("PA " + paId + " was not acknowledged: pa-bridge could not be reached.");
+      rerender();
     });
   }
 
   function init() {
-    takeTokenFromUrl();
-    $("claims-body").addEventListener("click", function (ev) {
-      var btn = ev.target.closest("button[data-claim]");
-      if (btn) { submit(btn); }
+    C.takeTokenFromUrl();
+    document.addEventListener("click", function (ev) {
+      var t = ev.target;
+      var btn = t.closest && t.closest("button[data-claim]");
+      if (btn) { submit(btn); return; }
+      var ack = t.closest && t.closest("button[data-ack]");
+      if (ack) { acknowledge(ack); return; }
+      var f = t.closest && t.closest("button[data-filter]");
+      if (f) {
+        filter = f.getAttribute("data-filter");
+        focusWanted = f.getAttribute("data-fkey");
+        rerender();
+      }
+    });
+    $("find-input").addEventListener("input", function () {
+      findText = $("find-input").value.trim().toLowerCase().replace(/^0+/, "");
+      if (lastData) { renderWorklist(lastData); }
     });
     $("token-form").addEventListener("submit", function (ev) {
       ev.preventDefault();
       var v = $("token-input").value.trim();
       if (!v) { return; }
-      sessionStorage.setItem(TOKEN_KEY, v);
+      C.setToken(v);
       $("token-input").value = "";
       problem("");
+      pollProblem = false;
       say("Token saved for this tab. Loading the worklist…");
       lastPayload = null;
       schedule(0);

@@ -1,0 +1,338 @@
+"""What each PA status means to a pharmacist, and what to do next.
+
+Every (workflow status, outcome) pair the service can report, in both of its workflows
+(ePA and classic, docs: pa-service-interface.md, "States and transitions"), plus the
+two events (DELETE, fax failure). The console shows these words beside every PA; they
+live here, once, so the worklist JSON and the PA page say the same thing.
+
+``tone`` is how the console colours it (``ok``, ``warn``, ``bad``, ``info``);
+``attention`` is the worklist group it puts a PA in (None: nothing to do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Guide", "GUIDE", "guide", "guide_table", "ATTENTION_ORDER", "ATTENTION_TITLES"]
+
+
+@dataclass(frozen=True)
+class Guide:
+    label: str
+    meaning: str
+    next_step: str
+    tone: str
+    attention: str | None = None
+
+
+#: The worklist's groups, in the order the console lists them (most urgent first).
+ATTENTION_ORDER = (
+    "not_submitted",
+    "denied",
+    "fax_failed",
+    "deleted",
+    "failed",
+    "pending_too_long",
+    "approved",
+)
+ATTENTION_TITLES = {
+    "not_submitted": "Rejected for PA, not submitted",
+    "denied": "Denied",
+    "fax_failed": "Fax failed",
+    "deleted": "Deleted",
+    "failed": "Failed or expired at the service",
+    "pending_too_long": "Waiting too long",
+    "approved": "Approved or not required: not yet acknowledged",
+}
+
+_APPROVED = Guide(
+    "Approved",
+    "The plan approved the PA.",
+    "Send the claim again: it should now pay. Acknowledge it here once done.",
+    "ok",
+    "approved",
+)
+_DENIED = Guide(
+    "Denied",
+    "The plan denied the PA.",
+    "Tell the patient and the prescriber: the prescriber can appeal or change the drug. "
+    "Acknowledge it here once done.",
+    "bad",
+    "denied",
+)
+_PLAN_WORKING = Guide(
+    "Plan is working on it",
+    "The plan has the PA and has not decided yet.",
+    "Nothing to do now. If it takes more than a few days, call the plan.",
+    "warn",
+)
+_NOT_REQUIRED = Guide(
+    "PA not required",
+    "The plan says this patient does not need a PA for this drug.",
+    "Send the claim again; if it is rejected again, call the plan. Acknowledge it here.",
+    "ok",
+    "approved",
+)
+
+#: (workflow_status, plan_outcome) -> words. None is the JSON null.
+GUIDE: dict[tuple[str, str | None], Guide] = {
+    # ---- both workflows
+    ("New", None): Guide(
+        "Started",
+        "The PA exists at the service; the prescriber has not sent it to the plan yet.",
+        "Nothing to do now. The prescriber completes it; if it sits here for days, "
+        "call the prescriber's office.",
+        "info",
+    ),
+    # ---- ePA
+    ("PA Request", None): Guide(
+        "Sent to the plan",
+        "The PA request was sent to the plan electronically.",
+        "Nothing to do now: the plan usually answers within 72 hours.",
+        "info",
+    ),
+    ("PA Response", "Favorable"): _APPROVED,
+    ("PA Response", "Unfavorable"): _DENIED,
+    ("PA Response", "Pending"): _PLAN_WORKING,
+    ("Question Request", None): Guide(
+        "Plan asked for questions",
+        "The request for the plan's questions was sent to the plan.",
+        "Nothing to do now: the prescriber answers the plan's questions next.",
+        "info",
+    ),
+    ("Question Response", None): Guide(
+        "Questions to answer",
+        "The plan's questions are ready for the prescriber to answer.",
+        "Nothing to do at the pharmacy; if it sits here, remind the prescriber's office.",
+        "info",
+    ),
+    ("Question Response", "Favorable"): _APPROVED,
+    ("Question Response", "Unfavorable"): _DENIED,
+    ("Question Response", "N/A"): _NOT_REQUIRED,
+    ("Appeal Request", None): Guide(
+        "Appeal sent",
+        "The prescriber appealed the denial; the appeal is with the plan.",
+        "Nothing to do now.",
+        "info",
+    ),
+    ("Appeal Response", "Favorable"): Guide(
+        "Appeal approved",
+        "The plan approved the appeal.",
+        "Send the claim again: it should now pay. Acknowledge it here once done.",
+        "ok",
+        "approved",
+    ),
+    ("Appeal Response", "Unfavorable"): Guide(
+        "Appeal denied",
+        "The plan denied the appeal.",
+        "Tell the patient and the prescriber (another drug, or paying cash). "
+        "Acknowledge it here once done.",
+        "bad",
+        "denied",
+    ),
+    ("Appeal Response", "Pending"): Guide(
+        "Appeal pending",
+        "The plan has the appeal and has not decided yet.",
+        "Nothing to do now.",
+        "warn",
+    ),
+    ("Cancel Request Sent", None): Guide(
+        "Cancellation sent",
+        "The PA is being cancelled; the plan has not confirmed yet.",
+        "Nothing to do.",
+        "info",
+    ),
+    ("Provider Cancel", "Cancelled"): Guide(
+        "Cancelled",
+        "The PA was cancelled and the plan confirmed it.",
+        "Nothing to do, unless the patient still needs the drug: then start a new PA.",
+        "info",
+    ),
+    ("Expired", None): Guide(
+        "Expired",
+        "The plan's questions were not answered in time and the PA expired.",
+        "Call the prescriber's office: a new PA is needed if the patient still needs "
+        "the drug. Acknowledge it here once done.",
+        "bad",
+        "failed",
+    ),
+    ("Failure", None): Guide(
+        "Failed",
+        "The service could not process the electronic PA.",
+        "Call the prescriber's office or the plan; a new PA may be needed. "
+        "Acknowledge it here once done.",
+        "bad",
+        "failed",
+    ),
+    # ---- classic (fax) workflow
+    ("Shared", None): Guide(
+        "Shared",
+        "The PA was sent to another user (usually the prescriber's office).",
+        "Nothing to do now.",
+        "info",
+    ),
+    ("Shared \\ Accessed Online", None): Guide(
+        "Opened by the prescriber",
+        "The user it was shared with has opened it.",
+        "Nothing to do now.",
+        "info",
+    ),
+    ("Sent to Plan", None): Guide(
+        "Sent to the plan",
+        "The PA was sent to the plan (by fax); nothing has come back yet.",
+        "Nothing to do now. Classic plans answer the prescriber directly: if you hear "
+        "nothing in a few days, call the prescriber's office.",
+        "info",
+    ),
+    ("Sent to Plan", "Favorable"): _APPROVED,
+    ("Sent to Plan", "Unfavorable"): _DENIED,
+    ("Sent to Plan", "Pending"): _PLAN_WORKING,
+    ("Sent to Plan", "Unknown"): Guide(
+        "No determination",
+        "The plan gave no decision (the PA page may say why).",
+        "Open the PA to read the plan's reason, then call the plan or the prescriber.",
+        "warn",
+        "failed",
+    ),
+    ("Appealed", "Favorable"): Guide(
+        "Appeal approved",
+        "The plan approved the appeal.",
+        "Send the claim again: it should now pay. Acknowledge it here once done.",
+        "ok",
+        "approved",
+    ),
+    ("Appealed", "Unfavorable"): Guide(
+        "Appeal denied",
+        "The plan denied the appeal.",
+        "Tell the patient and the prescriber. Acknowledge it here once done.",
+        "bad",
+        "denied",
+    ),
+    ("Appealed", "Pending"): Guide(
+        "Appeal pending",
+        "The plan has the appeal and has not decided yet.",
+        "Nothing to do now.",
+        "warn",
+    ),
+    ("Appealed", "Cancelled"): Guide(
+        "Appeal cancelled",
+        "The appeal was cancelled.",
+        "Nothing to do.",
+        "info",
+    ),
+    ("Appealed", "Unknown"): Guide(
+        "Appeal without determination",
+        "An appeal was created but the plan gave no decision.",
+        "Open the PA; call the prescriber's office if the patient is waiting.",
+        "warn",
+    ),
+    # ---- archived (both workflows)
+    ("Archived", "Favorable"): Guide(
+        "Archived: approved",
+        "The PA was approved, then archived.",
+        "Nothing to do; the approval stands until its expiration date.",
+        "ok",
+    ),
+    ("Archived", "Unfavorable"): Guide(
+        "Archived: denied",
+        "The PA was denied, then archived.",
+        "Nothing to do, unless the patient still needs the drug.",
+        "info",
+    ),
+    ("Archived", "Pending"): Guide(
+        "Archived before a decision",
+        "The PA was archived before the plan decided.",
+        "If the patient still needs the drug, call the prescriber's office.",
+        "warn",
+    ),
+    ("Archived", "Cancelled"): Guide(
+        "Archived: cancelled", "The PA was cancelled and archived.", "Nothing to do.", "info"
+    ),
+    ("Archived", "Unknown"): Guide(
+        "Archived without a decision",
+        "The PA was archived with no decision from the plan.",
+        "If the patient still needs the drug, call the prescriber's office.",
+        "warn",
+    ),
+    ("Archived", "Unsent"): Guide(
+        "Archived, never sent",
+        "The PA was archived without being sent to the plan (therapy changed, or another reason).",
+        "Nothing to do, unless the patient still needs the drug.",
+        "info",
+    ),
+}
+
+_DELETED = Guide(
+    "Deleted",
+    "The PA was deleted at the service (by a user, or because the claim was reversed). "
+    "Nobody is working on it any more.",
+    "If the patient still needs the drug, send the claim again and start a new PA. "
+    "Acknowledge it here once done.",
+    "bad",
+    "deleted",
+)
+_FAX_FAILED = Guide(
+    "Fax failed",
+    "The service could not fax the PA to the plan, even after several tries.",
+    "Open the PA and fax it again, or call the plan to send it another way. "
+    "Acknowledge it here once done.",
+    "bad",
+    "fax_failed",
+)
+_NO_STATUS = Guide(
+    "Submitted",
+    "The PA was submitted; the service has not sent its status yet.",
+    "Nothing to do now: the status arrives by itself.",
+    "info",
+)
+
+
+def _unknown(status: str, outcome: str | None) -> Guide:
+    return Guide(
+        status if outcome is None else f"{status}, {outcome}",
+        "The service reported a status this version of pa-bridge does not know.",
+        "Open the PA at the service to see what it means.",
+        "warn",
+    )
+
+
+def guide(
+    workflow_status: str | None,
+    plan_outcome: str | None,
+    *,
+    deleted: bool = False,
+    fax_failed: bool = False,
+) -> Guide:
+    """The words for a PA as it is now. A deletion or fax failure says more than the
+    status: they come first."""
+    if deleted:
+        return _DELETED
+    if fax_failed:
+        return _FAX_FAILED
+    if not workflow_status:
+        return _NO_STATUS
+    outcome = plan_outcome or None
+    if outcome is not None and outcome.lower() == "null":
+        outcome = None
+    found = GUIDE.get((workflow_status, outcome))
+    if found is None and outcome is not None:
+        found = GUIDE.get((workflow_status, None))
+    return found or _unknown(workflow_status, outcome)
+
+
+def guide_table() -> list[dict[str, Any]]:
+    """Every status the service can report, with its words (for the console's legend)."""
+    rows = [{"workflow_status": s, "plan_outcome": o, **asdict(g)} for (s, o), g in GUIDE.items()]
+    rows.append(
+        {"workflow_status": None, "plan_outcome": None, "event": "DELETE", **asdict(_DELETED)}
+    )
+    rows.append(
+        {
+            "workflow_status": None,
+            "plan_outcome": None,
+            "event": "REQUEST_FAX_FAILED",
+            **asdict(_FAX_FAILED),
+        }
+    )
+    return rows

@@ -1,0 +1,163 @@
+"""The console's read models and its one write (issue 16): the PAs the worklist looks
+at, acknowledgements (kept in the audit trail), the claim behind a PA.
+
+Acknowledgements are audit rows: ``action = 'pa.acknowledged'``, ``object_id`` the PA
+id, ``actor`` who (the intake token's number, or ``console`` on loopback without
+tokens), ``at`` when, and ``detail`` a JSON object ``{"attention": ..., "cursor": ...}``:
+which worklist reason the pharmacist acknowledged and the PA's change cursor then
+(decision 0014).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypedDict, cast
+
+from ._db import Database
+from ._rows import all_rows, first_row, marks
+from .pas import PaRow
+
+__all__ = [
+    "ACK_ACTION",
+    "Acknowledgement",
+    "ConsoleClaim",
+    "acknowledge",
+    "acknowledgements",
+    "claim",
+    "claim_requests",
+    "latest_acknowledgements",
+    "pas_by_claim_keys",
+    "pas_changed_since",
+]
+
+ACK_ACTION = "pa.acknowledged"
+
+
+class Acknowledgement(TypedDict):
+    at: str
+    by: str
+    attention: str | None
+    cursor: str | None
+
+
+class ConsoleClaim(TypedDict):
+    """A stored claim without its metadata (PHI) or the payer's response."""
+
+    id: str
+    received_at: str
+    request_raw: bytes | None
+    answer_json: str | None
+    reject_codes: str | None
+    transaction_count: int | None
+    transaction_code: str | None
+    bin: str | None
+    pcn: str | None
+    group_id: str | None
+    raw_purged_at: str | None
+
+
+def pas_changed_since(db: Database, since_iso: str, limit: int) -> list[PaRow]:
+    """PAs changed at or after ``since_iso``, most recently changed first."""
+    return cast(
+        list[PaRow],
+        all_rows(
+            db,
+            "SELECT * FROM pas WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT ?",
+            [since_iso, limit],
+        ),
+    )
+
+
+def claim_requests(db: Database, claim_ids: list[str]) -> dict[str, bytes | None]:
+    """The stored request of each claim (None once purged), for Rx numbers and product ids."""
+    out: dict[str, bytes | None] = {}
+    for i in range(0, len(claim_ids), 500):
+        part = claim_ids[i : i + 500]
+        for row in all_rows(
+            db,
+            f"SELECT id, request_raw FROM exchanges WHERE id IN ({marks(len(part))})",  # noqa: S608 - placeholders
+            part,
+        ):
+            out[row["id"]] = row["request_raw"]
+    return out
+
+
+def pas_by_claim_keys(db: Database, keys: list[str]) -> dict[str, PaRow]:
+    """The newest PA per claim key (a claim sent again has its own id but the same
+    key: the service answers it with the first one's PA)."""
+    out: dict[str, PaRow] = {}
+    for i in range(0, len(keys), 500):
+        part = keys[i : i + 500]
+        for row in all_rows(
+            db,
+            f"SELECT * FROM pas WHERE claim_key IN ({marks(len(part))}) ORDER BY created_at",  # noqa: S608 - placeholders
+            part,
+        ):
+            out[row["claim_key"]] = cast(PaRow, row)
+    return out
+
+
+def _ack(row: dict[str, Any]) -> Acknowledgement:
+    try:
+        detail = json.loads(row["detail"] or "{}")
+    except ValueError:
+        detail = {}
+    if not isinstance(detail, dict):
+        detail = {}
+    return {
+        "at": row["at"],
+        "by": row["actor"],
+        "attention": detail.get("attention"),
+        "cursor": detail.get("cursor"),
+    }
+
+
+def latest_acknowledgements(db: Database, pa_ids: list[str]) -> dict[str, Acknowledgement]:
+    """The last acknowledgement of each PA that has one."""
+    out: dict[str, Acknowledgement] = {}
+    for i in range(0, len(pa_ids), 500):
+        part = pa_ids[i : i + 500]
+        for row in all_rows(
+            db,
+            f"SELECT object_id, at, actor, detail FROM audit WHERE object_id IN ({marks(len(part))})"  # noqa: S608 - placeholders
+            " AND action = ? ORDER BY id",
+            [*part, ACK_ACTION],
+        ):
+            out[row["object_id"]] = _ack(row)
+    return out
+
+
+def acknowledgements(db: Database, pa_id: str) -> list[Acknowledgement]:
+    """Every acknowledgement of one PA, oldest first."""
+    rows = all_rows(
+        db,
+        "SELECT object_id, at, actor, detail FROM audit WHERE object_id = ? AND action = ?"
+        " ORDER BY id",
+        [pa_id, ACK_ACTION],
+    )
+    return [_ack(r) for r in rows]
+
+
+def acknowledge(
+    db: Database, pa_id: str, who: str, attention: str | None, cursor: str, at: str
+) -> Acknowledgement:
+    """Record that ``who`` acknowledged the PA for ``attention`` (a write job)."""
+    db.conn.execute(
+        "INSERT INTO audit (at, actor, action, object_id, detail) VALUES (?, ?, ?, ?, ?)",
+        [at, who, ACK_ACTION, pa_id, json.dumps({"attention": attention, "cursor": cursor})],
+    )
+    return {"at": at, "by": who, "attention": attention, "cursor": cursor}
+
+
+def claim(db: Database, claim_id: str) -> ConsoleClaim | None:
+    """The stored claim behind a PA, without its metadata (PHI) or the payer's response."""
+    return cast(
+        ConsoleClaim | None,
+        first_row(
+            db,
+            "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count,"
+            " transaction_code, bin, pcn, group_id, raw_purged_at FROM exchanges"
+            " WHERE id = ? AND kind = 'claim'",
+            [claim_id],
+        ),
+    )
