@@ -387,3 +387,15 @@ def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None
             admin.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM doctor_reader')
             admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_reader')
             admin.execute("DROP ROLE doctor_reader")
+
+
+def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
+    from pa_bridge.store import StoreError
+    from tests import pg_server
+
+    wrong = pg_url.replace(pg_server.PASSWORD, "not-the-password")
+    with pytest.raises(StoreError) as ei:
+        PgStore(wrong)
+    msg = str(ei.value)
+    assert msg.startswith("cannot open the database at postgresql://pa_bridge_test:***@127.0.0.1")
+    assert "not-the-password" not in msg and "password authentication failed" in msg

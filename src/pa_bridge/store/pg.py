@@ -139,14 +139,16 @@ class PgStore(Store):
         lock_timeout_ms: int = 30_000,
     ) -> None:
         self.url = url
-        self.path = Path(redact_url(url))  # what messages name; never the password
+        #: what messages and logs name (never the password)
+        self.location = redact_url(url)
+        self.path = Path(self.location)  # the SQLite-file tools refuse it: no such file
         self._connect_timeout = max(1, int(connect_timeout_s))
         self._lock_timeout_ms = lock_timeout_ms
         try:
             self._wconn = self._connect()
             schema.apply(self._wconn)
         except psycopg.Error as e:
-            raise StoreError(f"cannot open the database at {self.path}: {_why(e)}") from None
+            raise StoreError(f"cannot open the database at {self.location}: {_why(e)}") from None
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
         self.checkpoints = 0
