@@ -42,13 +42,13 @@ def pct(values: list[float], p: float) -> float:
 
 def floor_app(body: str, threads: int) -> str:
     """The source of a small Flask app for ``python -c``: ``body`` (indented as in a
-    triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it
-    with ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``, through the
-    daemon's own WSGI server helper (``pa_bridge.wsgi.WsgiServer``), so the floor runs
-    on whatever server the daemon's listeners run on."""
+    triple-quoted string) defines ``app``; this adds ``GET /healthz`` and serves it on
+    the daemon's own server (``pa_bridge.wsgi.WsgiServer``, decision 0013) with
+    ``threads`` threads on 127.0.0.1 at the port in ``sys.argv[1]``."""
     return textwrap.dedent(body) + textwrap.dedent(
         f"""
-        import sys as _sys, threading as _threading
+        import sys as _sys
+        import threading as _threading
         from pa_bridge.wsgi import WsgiServer as _WsgiServer
         @app.get("/healthz")
         def _healthz():

@@ -1,5 +1,5 @@
 """Acknowledged callbacks per second and latency with 16 concurrent senders, next to
-the ceiling: a bare Flask endpoint on the same WSGI server (cheroot, with as many
+the ceiling: a bare Flask endpoint on the same WSGI server (hypercorn, with as many
 threads as pa-bridge's callback listener) measured in the same run. Every callback is
 distinct (its own delivery id), so each one is a real commit with synchronous=FULL.
 Target: >= 0.85x of the ceiling.
@@ -47,7 +47,7 @@ from bench._common import (
     run_clients,
     wait_healthy,
 )
-from pa_bridge.callback_front import THREADS
+from pa_bridge.callback_front import IN_FLIGHT as THREADS  # the ceiling's threads
 
 SENDERS = 16
 ROUNDS = 5
@@ -301,7 +301,7 @@ def main() -> None:
         f"{'case':<52} {'acks/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-200':>8} {'ctx sw/req':>11}"
     )
     labels = {
-        "ceiling": "bare Flask endpoint on cheroot (ceiling)",
+        "ceiling": "bare Flask endpoint on the same server (ceiling)",
         "floor": "floor: bare + wait for a batching thread",
         "floor_parse": "floor: bare + our parse + wait for a batching thread",
         "floor_process": "floor: bare + hand-off to a writer process",

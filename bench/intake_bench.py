@@ -69,8 +69,7 @@ COST_CLAIMS = 200  # sequential claims a round, for the CPU cost per claim
 COST_ROUNDS = 3
 COST_TARGET = 1.5  # times the floor's CPU per claim
 
-# The floor of any intake on this stack: a bare Flask endpoint on the daemon's WSGI
-# server (pa_bridge.wsgi.WsgiServer, as its listeners use) that reads
+# The floor of any intake on this stack: a bare Flask endpoint on our server that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
 # http.client connection (as pa-bridge does) and answers. No parsing, no storage.
 RELAY_APP = floor_app(

@@ -673,7 +673,10 @@ class Transmission:
 
     def as_request(self) -> RequestView:
         """The request's typed view (built once: the transmission never changes)."""
-        view = self._request_view
+        try:
+            view = self._request_view
+        except AttributeError:  # not set by the parser's fast path: nothing built yet
+            view = None
         if view is None:
             from ._views import request_view
 
@@ -682,7 +685,10 @@ class Transmission:
 
     def as_response(self) -> ResponseView:
         """The response's typed view (built once: the transmission never changes)."""
-        view = self._response_view
+        try:
+            view = self._response_view
+        except AttributeError:  # not set by the parser's fast path: nothing built yet
+            view = None
         if view is None:
             from ._views import response_view
 

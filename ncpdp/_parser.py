@@ -440,7 +440,7 @@ def _fast(text: str) -> Transmission | None:
     t._tolerated = ()
     t._text = text
     t._wire = chunks
-    t._request_view = t._response_view = None
+    # the views' slots stay unset until first asked for (as_request, as_response)
     return t
 
 

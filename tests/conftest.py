@@ -108,3 +108,88 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
     yield make
     for d in started:
         d.stop()
+
+
+class AppAnswer:
+    """A Flask test response read the way the tests read httpx's."""
+
+    def __init__(self, resp: Any) -> None:
+        self.status_code: int = resp.status_code
+        self.headers = resp.headers
+        self.text: str = resp.get_data(as_text=True)
+        self._resp = resp
+
+    def json(self) -> Any:
+        return self._resp.get_json(force=True)
+
+
+class AppClient:
+    """The intake app's ``test_client()`` with httpx's call shapes (``json=``,
+    ``content=``, ``params=``), and the app's services and store."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.client = app.test_client()
+        self.services = app.extensions["pa_bridge"]
+        self.store: Store = self.services.store
+
+    def post(
+        self,
+        path: str,
+        *,
+        json: Any = None,
+        content: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> AppAnswer:
+        if content is not None:
+            return AppAnswer(self.client.post(path, data=content, headers=headers))
+        if json is not None:
+            return AppAnswer(self.client.post(path, json=json, headers=headers))
+        return AppAnswer(self.client.post(path, headers=headers))
+
+    def get(self, path: str, *, params: dict[str, str] | None = None) -> AppAnswer:
+        return AppAnswer(self.client.get(path, query_string=params))
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Any]:
+    """One in-process sandbox on loopback for the app tests (it sends no callbacks)."""
+    from pa_bridge.sandbox import SandboxConfig, SandboxServer
+
+    server = SandboxServer(SandboxConfig(step_seconds=0.05)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_app(tmp_path: Path, sandbox: Any) -> Iterator[Any]:
+    """Build the intake app (``pa_bridge.app.create_app``) on a temporary store and the
+    in-process sandbox: no daemon, no listener, no scheduler, no child process."""
+    from pa_bridge.app import create_app, make_client
+    from pa_bridge.config import load_settings
+
+    made: list[tuple[Any, Store, Any]] = []
+
+    def make(**sections: dict[str, Any]) -> AppClient:
+        base: dict[str, dict[str, Any]] = {
+            "storage": {"path": str(tmp_path / f"app{len(made)}.sqlite3")},
+            "intake": {"listen": "127.0.0.1:0"},
+            "callbacks": {"listen": "127.0.0.1:0"},
+        }
+        for k, v in sections.items():
+            base.setdefault(k, {}).update(v)
+        settings = load_settings(**base)
+        url = settings.storage.database_url()
+        store = PgStore(url) if url is not None else Store(settings.storage.path)
+        client = make_client(settings, sandbox.url)
+        app = create_app(settings, store=store, client=client)
+        made.append((app, store, client))
+        return AppClient(app)
+
+    yield make
+    for app, store, client in made:
+        app.extensions["pa_bridge"].close()
+        client.close()
+        store.close()

@@ -4,7 +4,7 @@
   (trickle, stall before headers, reset mid-body, wrong content type, any status).
   One request per connection; every handler waits on the server's stop event, never
   sleeps, so ``stop()`` ends it at once.
-* :class:`CallbackReceiver`: a small Flask app on cheroot that records the sandbox's
+* :class:`CallbackReceiver`: a small Flask app on our WsgiServer that records the sandbox's
   callbacks, optionally answering 500 first or demanding HTTP Basic credentials.
 * :func:`wait_until`: wait for a condition with a deadline (tests never sleep).
 """
@@ -258,7 +258,7 @@ class CallbackReceiver:
         fail_first: int = 0,
         username: str | None = None,
         password: str | None = None,
-        ssl_adapter: Any = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.fail_first = fail_first
         self.attempts = 0
@@ -282,7 +282,7 @@ class CallbackReceiver:
                 self.received.append(request.get_json())
             return Response("ok", status=200)
 
-        self._server = WsgiServer(app, ssl_adapter=ssl_adapter)
+        self._server = WsgiServer(app, ssl_context=ssl_context)
 
     @property
     def url(self) -> str:

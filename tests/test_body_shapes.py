@@ -30,29 +30,26 @@ def _claim(request: bytes, response: bytes) -> dict[str, Any]:
     return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
 
 
-def test_claim_answers_keep_their_keys_in_order(make_daemon: Any) -> None:
-    d = make_daemon()
-    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
-        paid = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID])))
-        assert list(paid.json()) == ["claim_id", *_TX, "elapsed_ms"]
-        assert paid.text.startswith('{"claim_id":"')  # compact, as jsonify writes it
+def test_claim_answers_keep_their_keys_in_order(make_app: Any) -> None:
+    c = make_app()
+    paid = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID])))
+    assert list(paid.json()) == ["claim_id", *_TX, "elapsed_ms"]
+    assert paid.text.startswith('{"claim_id":"')  # compact, as jsonify writes it
 
-        reject = c.post(
-            "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
-        )
-        assert list(reject.json()) == ["claim_id", *_TX, "outcomes_elapsed_ms", "elapsed_ms"]
+    reject = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    assert list(reject.json()) == ["claim_id", *_TX, "outcomes_elapsed_ms", "elapsed_ms"]
 
-        req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
-        two = c.post("/v1/claims", json=_claim(req, b.response_bytes([b.PAID, b.REJECT_MR])))
-        body = two.json()
-        assert list(body) == ["claim_id", *_TX, "transactions", "elapsed_ms"]
-        assert [list(t) for t in body["transactions"]] == [["index", *_TX], ["index", *_TX]]
-        assert body["transactions"][1]["reject_codes"] == ["MR"]
+    req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
+    two = c.post("/v1/claims", json=_claim(req, b.response_bytes([b.PAID, b.REJECT_MR])))
+    body = two.json()
+    assert list(body) == ["claim_id", *_TX, "transactions", "elapsed_ms"]
+    assert [list(t) for t in body["transactions"]] == [["index", *_TX], ["index", *_TX]]
+    assert body["transactions"][1]["reject_codes"] == ["MR"]
 
-        bad = c.post("/v1/claims", json={"request": "x", "response": "y"})
-        assert bad.status_code == 400
-        assert list(bad.json()["error"]) == ["code", "message", "detail"]
-        assert list(bad.json()["error"]["detail"]) == ["part", "offset", "segment_id", "field_id"]
+    bad = c.post("/v1/claims", json={"request": "x", "response": "y"})
+    assert bad.status_code == 400
+    assert list(bad.json()["error"]) == ["code", "message", "detail"]
+    assert list(bad.json()["error"]["detail"]) == ["part", "offset", "segment_id", "field_id"]
 
 
 def test_pa_answers_keep_their_keys_in_order_and_their_nulls(make_daemon: Any) -> None:
@@ -91,15 +88,14 @@ def test_pa_answers_keep_their_keys_in_order_and_their_nulls(make_daemon: Any) -
         assert [list(p) for p in feed["pas"]] == [_PA]
 
 
-def test_reversal_answer_keeps_its_keys_and_null_error(make_daemon: Any) -> None:
-    d = make_daemon()
-    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
-        r = c.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
-        assert r.status_code == 200
-        assert r.json() == {
-            "reversal_id": r.json()["reversal_id"],
-            "queue_id": r.json()["queue_id"],
-            "status": "delivered",
-            "last_error": None,
-        }
-        assert list(r.json()) == ["reversal_id", "queue_id", "status", "last_error"]
+def test_reversal_answer_keeps_its_keys_and_null_error(make_app: Any) -> None:
+    c = make_app()
+    r = c.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
+    assert r.status_code == 200
+    assert r.json() == {
+        "reversal_id": r.json()["reversal_id"],
+        "queue_id": r.json()["queue_id"],
+        "status": "delivered",
+        "last_error": None,
+    }
+    assert list(r.json()) == ["reversal_id", "queue_id", "status", "last_error"]

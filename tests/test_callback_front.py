@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from pa_bridge.callback_front import THREADS
+from pa_bridge.callback_front import IN_FLIGHT
 from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 
@@ -56,11 +56,12 @@ def test_listener_runs_in_a_child_process_and_commits_in_the_daemon(make_daemon:
 
 
 def test_more_concurrent_callbacks_than_listener_threads_all_commit(make_daemon: Any) -> None:
-    # the child has THREADS request threads; three times as many senders at once must
-    # all be answered 200 after their commit: the rest wait their turn, none is refused
+    # the child hands IN_FLIGHT callbacks to the daemon at once; three times as many
+    # senders at once must all be answered 200 after their commit: the rest wait their
+    # turn, none is refused
     d = make_daemon(sandbox={"enabled": False}, service=NO_SERVICE)
     url = f"{d.callback_server.url}/callbacks/pharmacy"
-    senders, each = 3 * THREADS, 5
+    senders, each = 3 * IN_FLIGHT, 5
     statuses: list[int] = []
     start = threading.Barrier(senders)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import trustme
 from pa_bridge.callbacks import is_newer, parse_callback
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
 from tests.real_shapes import callback_body, delete_event
-from tests.support import NO_SERVICE
+from tests.support import NO_SERVICE, wait_until
 
 AUTH = ("pa-service", "cb-secret-7731")
 
@@ -75,7 +76,7 @@ def _count(client: Any, table: str) -> int:
 
 
 def _pa(client: Any, pa_id: str) -> dict[str, Any]:
-    return dict(client.daemon.bridge.pas.get_pa(pa_id))
+    return client.daemon.bridge.pas.get_pa(pa_id).model_dump()
 
 
 def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
@@ -85,10 +86,10 @@ def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
     with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
         httpx.post(f"{https_daemon.base_url}/callbacks/pharmacy", content=b"{}")
     # the listener's context refuses anything older than TLS 1.2 ...
-    from pa_bridge.web.callbacks import ssl_adapter_for
+    from pa_bridge.web.callbacks import tls_context_for
 
-    adapter = ssl_adapter_for(https_daemon.daemon.settings)
-    assert adapter.context.minimum_version == ssl.TLSVersion.TLSv1_2
+    context = tls_context_for(https_daemon.daemon.settings)
+    assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_2
     # ... and a real handshake negotiates 1.2 or newer
     import socket
 
@@ -376,3 +377,95 @@ def test_event_times_are_compared_as_instants_not_strings() -> None:
         ("2026-01-01T06:00:01-04:00", "Sent to Plan", None),
         ("2026-01-01T10:00:00Z", "Sent to Plan", None),
     )
+
+
+def _pieces(data: bytes, size: int = 1000) -> Any:
+    """A body httpx sends with ``Transfer-Encoding: chunked`` (no Content-Length)."""
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_chunked_body_over_the_limit_is_413_and_nothing_is_stored(https_daemon: Any) -> None:
+    # issue 19: cut at the limit, dead-lettered and answered 200 before; the service
+    # never retried and the status change was lost. Over the limit is 413 however framed.
+    big = _body("CH11CH", "PA Response", "Favorable", notes="x" * 8000)
+    r = https_daemon.post("/callbacks/pharmacy", content=_pieces(big), auth=AUTH)
+    assert r.request.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "body_too_large"
+    assert set(r.json()["error"]) == {"code", "message", "detail"}
+    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+    # the same client, on a new connection, is served normally afterwards
+    small = _body("CH11CH", "PA Response", "Favorable")
+    r = https_daemon.post("/callbacks/pharmacy", content=_pieces(small, 10), auth=AUTH)
+    assert r.status_code == 200 and r.json() == {"status": "stored", "pa_id": "CH11CH"}
+    assert _pa(https_daemon, "CH11CH")["plan_outcome"] == "Favorable"
+
+
+def test_unauthenticated_attempts_are_logged_once_then_summed(
+    https_daemon: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # issue 19: each attempt wrote a warning line, so a flood filled the journal;
+    # now the first is logged, then one summary line per interval; metrics count all
+    caplog.set_level("INFO", logger="pa_bridge")
+    started = time.monotonic()
+    for _ in range(1000):
+        assert https_daemon.post("/callbacks/pharmacy", content=b"{}").status_code == 401
+    assert time.monotonic() - started < 60  # within one interval (60 s)
+
+    def lines() -> list[Any]:
+        return [r for r in caplog.records if getattr(r, "event", "").startswith("callback.unauth")]
+
+    assert [r.event for r in lines()] == ["callback.unauthorized"]
+    assert lines()[0].levelname == "WARNING" and lines()[0].fields["remote"] == "127.0.0.1"
+    text = httpx.get(f"{https_daemon.daemon.intake_server.url}/metrics").text
+    assert 'pa_bridge_callbacks_total{result="unauthorized"} 1000.0' in text
+    https_daemon.daemon.stop()  # a graceful stop writes the sum of the spell under way
+    assert [r.event for r in lines()] == [
+        "callback.unauthorized",
+        "callback.unauthorized_repeated",
+    ]
+    assert lines()[1].fields["count"] == 999 and lines()[1].fields["remotes"] == ["127.0.0.1"]
+
+
+def test_unauthorized_log_sums_a_spell_when_its_interval_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pa_bridge.web.callbacks import UnauthorizedLog
+
+    caplog.set_level("INFO", logger="pa_bridge")
+    log = UnauthorizedLog(interval_s=0.3)
+    for k in range(30):
+        log.attempt(f"192.0.2.{k}")
+
+    def events() -> list[Any]:
+        return [r for r in caplog.records if getattr(r, "event", "").startswith("callback.unauth")]
+
+    wait_until(lambda: len(events()) == 2, timeout=5, what="the summary line")
+    first, summary = events()
+    assert first.event == "callback.unauthorized" and first.fields["remote"] == "192.0.2.0"
+    assert summary.event == "callback.unauthorized_repeated" and summary.fields["count"] == 29
+    assert len(summary.fields["remotes"]) == UnauthorizedLog.MAX_REMOTES
+    log.attempt("192.0.2.99")  # a new spell starts with a line of its own
+    assert events()[-1].event == "callback.unauthorized"
+    log.flush()
+    assert len(events()) == 3  # nothing was summed in it
+
+
+def test_the_listener_answers_other_paths_and_methods_in_the_error_shape(
+    https_daemon: Any,
+) -> None:
+    r = https_daemon.get("/callbacks/pharmacy", auth=AUTH)
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert r.headers["allow"] == "POST"
+    r = https_daemon.post("/elsewhere", content=b"{}", auth=AUTH)
+    assert r.status_code == 404 and set(r.json()["error"]) == {"code", "message", "detail"}
+    assert https_daemon.get("/healthz").json() == {"status": "ok"}
+    for header in ("Basic !!!notbase64", "Bearer x", "Basic " + "cGEtc2VydmljZQ==", ""):
+        r = https_daemon.post(
+            "/callbacks/pharmacy", content=_body("HD11HD", "New"), headers={"Authorization": header}
+        )
+        assert r.status_code == 401, header
+        assert r.headers["www-authenticate"].startswith("Basic")
+    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 
 from tests import builders as b
+from tests.conftest import AppClient
 from tests.support import wait_until
 
 
@@ -24,8 +26,15 @@ def api(make_daemon: Any, daemon_storage: dict[str, Any]) -> Any:
         yield c
 
 
-def test_reject_75_gets_the_outcomes_message(api: httpx.Client) -> None:
-    r = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+@pytest.fixture
+def app(make_app: Any, daemon_storage: dict[str, Any]) -> Any:
+    """The intake app alone (``app.test_client()``): for what needs no callback, no
+    scheduler and no listener; on each engine in turn."""
+    return make_app(storage=daemon_storage)
+
+
+def test_reject_75_gets_the_outcomes_message(app: AppClient) -> None:
+    r = app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
     assert r.status_code == 200
     body = r.json()
     assert body["message_source"] == "outcomes"
@@ -35,8 +44,8 @@ def test_reject_75_gets_the_outcomes_message(api: httpx.Client) -> None:
     assert set(body) >= {"claim_id", "transaction_status", "elapsed_ms"}
 
 
-def test_outcomes_failure_falls_back_to_the_payer_message(api: httpx.Client) -> None:
-    r = api.post(
+def test_outcomes_failure_falls_back_to_the_payer_message(app: AppClient) -> None:
+    r = app.post(
         "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
     )
     body = r.json()
@@ -45,8 +54,8 @@ def test_outcomes_failure_falls_back_to_the_payer_message(api: httpx.Client) -> 
     assert body["pa_eligible"] is True and body["button_label"] == "Submit PA"
 
 
-def test_mr_answers_at_once_with_submit_pa(api: httpx.Client) -> None:
-    body = api.post(
+def test_mr_answers_at_once_with_submit_pa(app: AppClient) -> None:
+    body = app.post(
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
     ).json()
     assert body["message_source"] == "payer"
@@ -63,67 +72,67 @@ def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
     )
 
 
-def test_several_transactions_are_answered_each(api: httpx.Client) -> None:
+def test_several_transactions_are_answered_each(app: AppClient) -> None:
     req = b.request_bytes(
         rxs=(b.Rx(), b.Rx(rx_number="000001234568"), b.Rx(rx_number="000001234569"))
     )
     resp = b.response_bytes([b.PAID, b.REJECT_75, b.REJECT_MR])
-    body = api.post("/v1/claims", json=_claim(req, resp)).json()
+    body = app.post("/v1/claims", json=_claim(req, resp)).json()
     assert [t["message_source"] for t in body["transactions"]] == ["payer", "outcomes", "payer"]
     assert [t["pa_eligible"] for t in body["transactions"]] == [False, True, True]
     assert body["transaction_status"] == "P"  # the top level is the first transaction
 
 
 def test_malformed_claim_is_400_with_the_parser_position_and_nothing_stored(
-    api: httpx.Client,
+    app: AppClient,
 ) -> None:
     raw = b.request_bytes()
     broken = raw[:100] + b"\x1c\x1c" + raw[100:]
-    r = api.post("/v1/claims", json=_claim(broken, b.response_bytes([b.PAID])))
+    r = app.post("/v1/claims", json=_claim(broken, b.response_bytes([b.PAID])))
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["code"] == "malformed_claim"
     assert err["detail"]["offset"] is not None and "byte offset" in err["message"]
-    store = api.daemon.store  # type: ignore[attr-defined]
+    store = app.store
     assert store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
-    r = api.post("/v1/claims", json={"request": 5})
+    r = app.post("/v1/claims", json={"request": 5})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_body"
-    r = api.post("/v1/claims", content=b"not json", headers={"Content-Type": "application/json"})
+    r = app.post("/v1/claims", content=b"not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 400
 
 
-def test_submit_pa_once_and_the_second_click_returns_the_same_pa(api: httpx.Client) -> None:
-    claim = api.post(
+def test_submit_pa_once_and_the_second_click_returns_the_same_pa(app: AppClient) -> None:
+    claim = app.post(
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
-    first = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    first = app.post(f"/v1/claims/{claim['claim_id']}/pa")
     assert first.status_code == 201
     pa = first.json()
     assert pa["url"] and pa["pa_id"]
-    second = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    second = app.post(f"/v1/claims/{claim['claim_id']}/pa")
     assert second.status_code == 200 and second.json()["pa_id"] == pa["pa_id"]
-    opened = api.get(f"/v1/pa/{pa['pa_id']}/open")
+    opened = app.get(f"/v1/pa/{pa['pa_id']}/open")
     assert opened.status_code == 302 and opened.headers["location"] == pa["url"]
 
 
-def test_submit_pa_errors(api: httpx.Client) -> None:
-    r = api.post("/v1/claims/nope/pa")
+def test_submit_pa_errors(app: AppClient) -> None:
+    r = app.post("/v1/claims/nope/pa")
     assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_claim"
-    paid = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
-    r = api.post(f"/v1/claims/{paid['claim_id']}/pa")
+    paid = app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
+    r = app.post(f"/v1/claims/{paid['claim_id']}/pa")
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_pa_eligible"
-    bad_ndc = api.post(
+    bad_ndc = app.post(
         "/v1/claims",
         json=_claim(
             b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)), b.response_bytes([b.REJECT_MR])
         ),
     ).json()
-    r = api.post(f"/v1/claims/{bad_ndc['claim_id']}/pa")
+    r = app.post(f"/v1/claims/{bad_ndc['claim_id']}/pa")
     assert r.status_code == 502
     err = r.json()["error"]
     assert err["code"] == "service_unrecognized_ndc" and err["message"]
     # nothing stored, so the pharmacist can click again
-    assert api.get("/v1/pa").json()["pas"] == []
+    assert app.get("/v1/pa").json()["pas"] == []
 
 
 def test_reversal_reaches_the_service_and_the_pa_shows_delete(api: httpx.Client) -> None:
@@ -162,37 +171,66 @@ def test_pa_feed_cursor_returns_only_changes(api: httpx.Client) -> None:
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor", bad
 
 
-def test_unknown_paths_and_pas_answer_json_errors(api: httpx.Client) -> None:
+def test_unknown_paths_and_pas_answer_json_errors(app: AppClient) -> None:
     for path in ("/nowhere", "/v1/pa/NOPE", "/v1/pa/NOPE/open"):
-        r = api.get(path)
+        r = app.get(path)
         assert r.status_code == 404
         assert set(r.json()["error"]) == {"code", "message", "detail"}
 
 
-def test_oversized_body_is_413(make_daemon: Any) -> None:
-    d = make_daemon(intake={"max_body_bytes": 2048})
-    r = httpx.post(f"{d.intake_server.url}/v1/claims", content=b"{" + b" " * 4096 + b"}")
+def test_oversized_body_is_413(make_app: Any) -> None:
+    app = make_app(intake={"max_body_bytes": 2048})
+    r = app.post(
+        "/v1/claims",
+        content=b"{" + b" " * 4096 + b"}",
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
 
-def test_bearer_token_is_required_when_configured(make_daemon: Any) -> None:
-    d = make_daemon(intake={"tokens": ["tok-one-0a1b2c3d", "tok-two-4e5f6a7b"]})
-    url = d.intake_server.url
+def _pieces(data: bytes, size: int = 64) -> Any:
+    """A body httpx sends with ``Transfer-Encoding: chunked`` (no Content-Length)."""
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_chunked_bodies_are_accepted_and_refused_over_the_limit(make_daemon: Any) -> None:
+    # issue 19: a small chunked body got a generic 400; over the limit is 413 however framed
+    d = make_daemon(intake={"max_body_bytes": 4096})
+    claim = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]))).encode()
+    headers = {"Content-Type": "application/json"}
+    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
+        r = c.post("/v1/claims", content=_pieces(claim), headers=headers)
+        assert r.request.headers["transfer-encoding"] == "chunked"
+        assert r.status_code == 200, r.text
+        assert r.json()["message_source"] == "payer" and r.json()["pa_eligible"] is False
+        big = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]), x="y" * 5000))
+        r = c.post("/v1/claims", content=_pieces(big.encode()), headers=headers)
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == "body_too_large"
+        assert set(r.json()["error"]) == {"code", "message", "detail"}
+        # a chunked body of the wrong type is still 415, like one with a length
+        r = c.post("/v1/claims", content=_pieces(b"a=b"), headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415
+    rows = d.store.query("SELECT count(*) AS n FROM exchanges")
+    assert rows[0]["n"] == 1  # the accepted claim alone
+
+
+def test_bearer_token_is_required_when_configured(make_app: Any) -> None:
+    app = make_app(intake={"tokens": ["tok-one-0a1b2c3d", "tok-two-4e5f6a7b"]})
     body = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
-    r = httpx.post(f"{url}/v1/claims", json=body)
+    r = app.post("/v1/claims", json=body)
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-    r = httpx.post(f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer wrong"})
+    r = app.post("/v1/claims", json=body, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401
-    assert d.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
-    r = httpx.post(
-        f"{url}/v1/claims", json=body, headers={"Authorization": "Bearer tok-two-4e5f6a7b"}
-    )
+    assert app.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"] == 0
+    r = app.post("/v1/claims", json=body, headers={"Authorization": "Bearer tok-two-4e5f6a7b"})
     assert r.status_code == 200
-    assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no token
+    assert app.get("/healthz").status_code == 200  # probes need no token
 
 
-def test_dashboard_open_redirects_with_a_token(api: httpx.Client) -> None:
-    r = api.get("/v1/dashboard/open")
+def test_dashboard_open_redirects_with_a_token(app: AppClient) -> None:
+    r = app.get("/v1/dashboard/open")
     assert r.status_code == 302
     assert "token=" in r.headers["location"]
     assert r.headers["cache-control"] == "no-store"
@@ -207,13 +245,13 @@ def test_healthz_reports_components(api: httpx.Client, engine: str) -> None:
     assert body["daemon_id"].endswith(f":{os.getpid()}")  # in-process daemon
 
 
-def test_metrics_count_decisions_and_queue(api: httpx.Client) -> None:
-    api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
-    api.post(
+def test_metrics_count_decisions_and_queue(app: AppClient) -> None:
+    app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    app.post(
         "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
     )
-    api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR])))
-    r = api.get("/metrics")
+    app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR])))
+    r = app.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
     assert 'pa_bridge_claims_total{decision="outcomes"} 1.0' in text
@@ -226,13 +264,13 @@ def test_metrics_count_decisions_and_queue(api: httpx.Client) -> None:
     assert "pa_bridge_budget_misses_total 0.0" in text
 
 
-def test_a_malformed_claim_error_names_the_place_not_the_bytes(api: httpx.Client) -> None:
+def test_a_malformed_claim_error_names_the_place_not_the_bytes(app: AppClient) -> None:
     req = b.request_bytes()
     # the segment separator before the patient segment's fields is lost: the parser
     # meets the patient's name where a segment id should be
     i = req.index(b"\x1e\x1cAM01") if b"\x1e\x1cAM01" in req else req.index(b"AM01")
     broken = req[:i] + b"\x1e\x1c" + b.PATIENT_LAST.encode() + req[i + 6 :]
-    r = api.post("/v1/claims", json=_claim(broken, b.response_bytes()))
+    r = app.post("/v1/claims", json=_claim(broken, b.response_bytes()))
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "malformed_claim" and "byte offset" in err["message"]
@@ -240,14 +278,14 @@ def test_a_malformed_claim_error_names_the_place_not_the_bytes(api: httpx.Client
         assert phi not in r.text
 
 
-def test_deeply_nested_json_is_a_400_everywhere(api: httpx.Client) -> None:
+def test_deeply_nested_json_is_a_400_everywhere(app: AppClient) -> None:
     deep = "[" * 1000 + "]" * 1000
     body = '{"request": ' + deep + "}"
-    claim_id = api.post(
+    claim_id = app.post(
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()["claim_id"]
     for path in ("/v1/claims", "/v1/reversals", f"/v1/claims/{claim_id}/pa"):
-        r = api.post(path, content=body, headers={"Content-Type": "application/json"})
+        r = app.post(path, content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 400, (path, r.status_code, r.text[:200])
         assert r.json()["error"]["code"] == "invalid_body"
     # strings full of brackets are not nesting
@@ -256,7 +294,7 @@ def test_deeply_nested_json_is_a_400_everywhere(api: httpx.Client) -> None:
     assert loads_bounded('{"a": "' + "[" * 500 + '"}') == {"a": "[" * 500}
 
 
-def test_transaction_counts_must_agree(api: httpx.Client) -> None:
+def test_transaction_counts_must_agree(app: AppClient) -> None:
     two = b.request_bytes(rxs=(b.Rx(rx_number="000001111111"), b.Rx(rx_number="000002222222")))
     one = b.request_bytes()
     cases = {
@@ -266,42 +304,39 @@ def test_transaction_counts_must_agree(api: httpx.Client) -> None:
         "count 0": (one[:20] + b"0" + one[21:], b.response_bytes([b.REJECT_75])),
         "count 2, one group": (one[:20] + b"2" + one[21:], b.response_bytes([b.REJECT_75])),
     }
-    before = api.daemon.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]  # type: ignore[attr-defined]
+    before = app.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]
     for name, (req, resp) in cases.items():
-        r = api.post("/v1/claims", json=_claim(req, resp))
+        r = app.post("/v1/claims", json=_claim(req, resp))
         assert r.status_code == 400, (name, r.status_code, r.text[:300])
         assert r.json()["error"]["code"] == "malformed_claim", name
-    after = api.daemon.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]  # type: ignore[attr-defined]
+    after = app.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]
     assert after == before  # nothing half-stored
-    ok = api.post("/v1/claims", json=_claim(two, b.response_bytes([b.REJECT_75, b.PAID])))
+    ok = app.post("/v1/claims", json=_claim(two, b.response_bytes([b.REJECT_75, b.PAID])))
     assert ok.status_code == 200 and len(ok.json()["transactions"]) == 2
 
 
-def test_a_b2_without_what_finds_the_claim_is_a_400(api: httpx.Client) -> None:
+def test_a_b2_without_what_finds_the_claim_is_a_400(app: AppClient) -> None:
     no_rx = b.request_bytes(code="B2", rxs=(b.Rx(rx_number=""),))
-    r = api.post("/v1/reversals", json={"request": no_rx.decode("latin-1")})
+    r = app.post("/v1/reversals", json={"request": no_rx.decode("latin-1")})
     assert r.status_code == 400 and "402-D2" in r.json()["error"]["message"]
     bad_count = b.request_bytes(code="B2")
     bad_count = bad_count[:20] + b"X" + bad_count[21:]
-    r = api.post("/v1/reversals", json={"request": bad_count.decode("latin-1")})
+    r = app.post("/v1/reversals", json={"request": bad_count.decode("latin-1")})
     assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_claim"
-    assert (
-        api.daemon.store.query("SELECT count(*) AS n FROM outbox WHERE kind = 'reversal'")[0]["n"]
-        == 0
-    )  # type: ignore[attr-defined]
+    assert app.store.query("SELECT count(*) AS n FROM outbox WHERE kind = 'reversal'")[0]["n"] == 0
 
 
-def test_submit_pa_after_the_claim_was_reversed_is_refused(api: httpx.Client) -> None:
-    claim = api.post(
+def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> None:
+    claim = app.post(
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
-    r = api.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
+    r = app.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
     assert r.status_code in (200, 202)
-    s = api.post(f"/v1/claims/{claim['claim_id']}/pa")
+    s = app.post(f"/v1/claims/{claim['claim_id']}/pa")
     assert s.status_code == 409 and s.json()["error"]["code"] == "claim_reversed"
-    assert api.daemon.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0  # type: ignore[attr-defined]
+    assert app.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0
     # the claim billed again after the reversal can have its PA
-    again = api.post(
+    again = app.post(
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
-    assert api.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201
+    assert app.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201

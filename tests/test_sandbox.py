@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import trustme
-from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from pa_bridge.client import OUTCOME_VARIABLES, PaServiceClient, outcome_variables, pa_id_from_url
 from pa_bridge.sandbox import (
@@ -27,6 +26,7 @@ from pa_bridge.sandbox import (
     SandboxConfig,
     SandboxServer,
 )
+from pa_bridge.wsgi import server_tls_context
 
 from .builders import (
     CARDHOLDER_ID,
@@ -292,8 +292,8 @@ def test_https_callback_target(tmp_path: Path) -> None:
     cert.cert_chain_pems[0].write_to_path(str(cert_path))
     cert.private_key_pem.write_to_path(str(key_path))
     ca.cert_pem.write_to_path(str(ca_path))
-    adapter = BuiltinSSLAdapter(str(cert_path), str(key_path))
-    with CallbackReceiver(ssl_adapter=adapter) as receiver:
+    context = server_tls_context(cert_path, key_path)
+    with CallbackReceiver(ssl_context=context) as receiver:
         assert receiver.url.startswith("https://")
         config = SandboxConfig(callback_url=receiver.url, callback_verify=str(ca_path), **FAST)  # type: ignore[arg-type]
         with SandboxServer(config) as sb:

@@ -53,6 +53,7 @@ def test_unit_declares_what_store_it_relies_on() -> None:
         "PrivateTmp=yes",
         "NoNewPrivileges=yes",
         "User=pa-bridge",
+        "LimitNOFILE=8192",  # decision 0013: a descriptor per connection
     ):
         assert line in text, line
 

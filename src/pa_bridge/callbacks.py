@@ -472,47 +472,30 @@ class CallbackService:
         details_json = (
             merge_details(row["details_json"] if row else None, cb.details) if cb.details else None
         )
-        if row is None:  # a PA we did not start (or whose submit we have not stored): keep it
-            pas.insert_from_callback(
-                db,
-                pa_id=cb.pa_id,
-                urls_json=urls_json or "[]",
-                workflow_status=cb.workflow_status,
-                plan_outcome=cb.plan_outcome,
-                status_time=cb.event_time,
-                deleted=deleted,
-                now=now,
-                seq=seq,
-                events_json=events_json or "[]",
-                fax_failed=fax_failed,
-                links_json=links_json or "{}",
-                details_json=details_json or "{}",
-            )
-        else:
-            newer = cb.workflow_status is not None and is_newer(
+        # the current status moves only for a newer callback (decision 0005)
+        status = (cb.workflow_status, cb.plan_outcome, cb.event_time)
+        if row is not None and not (
+            cb.workflow_status is not None
+            and is_newer(
                 (cb.event_time, cb.workflow_status, cb.plan_outcome),
                 (row["status_time"], row["workflow_status"], row["plan_outcome"]),
             )
-            status = (
-                (cb.workflow_status, cb.plan_outcome, cb.event_time)
-                if newer
-                else (row["workflow_status"], row["plan_outcome"], row["status_time"])
-            )
-            pas.update_from_callback(
-                db,
-                pa_id=cb.pa_id,
-                workflow_status=status[0],
-                plan_outcome=status[1],
-                status_time=status[2],
-                events_json=events_json,
-                deleted=deleted,
-                fax_failed=fax_failed,
-                now=now,
-                seq=seq,
-                links_json=links_json,
-                urls_json=urls_json,
-                details_json=details_json,
-            )
+        ):
+            status = (row["workflow_status"], row["plan_outcome"], row["status_time"])
+        state: pas.CallbackState = {
+            "workflow_status": status[0],
+            "plan_outcome": status[1],
+            "status_time": status[2],
+            "events_json": events_json,
+            "deleted": deleted,
+            "fax_failed": fax_failed,
+            "links_json": links_json,
+            "urls_json": urls_json,
+            "details_json": details_json,  # None: keep what the PA has
+        }
+        # a PA we did not start (or whose submit we have not stored): kept all the same
+        record = pas.insert_from_callback if row is None else pas.update_from_callback
+        record(db, cb.pa_id, state, now=now, seq=seq)
         pa_history.add(
             db,
             cb.pa_id,

@@ -96,8 +96,11 @@ def configure_logging(level: str = "INFO", stream: Any = None) -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     # libraries that might echo URLs with credentials or bodies stay quiet
-    for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug", "cheroot"):
+    for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # the listeners' server warns once per malformed request: anyone could flood the
+    # journal with those (issue 19); its errors still reach it
+    logging.getLogger("uvicorn").setLevel(logging.ERROR)
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:

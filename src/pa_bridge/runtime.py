@@ -16,14 +16,15 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from .app import build_services, make_client
 from .callback_front import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import Outbox, queue_summary
+from .outbox import queue_summary
 from .restore import adopt_restored, lock_database_dir
-from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
+from .service import Services
 from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
@@ -31,32 +32,26 @@ from .wsgi import Listening, WsgiServer
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
 
 
-def build_services(
-    settings: Settings,
-    store: Store,
-    client: PaServiceClient,
-    *,
-    metrics: Metrics,
-    clock: Callable[[], float] = time.time,
-) -> Services:
-    """The composition root of the use cases: each gets what it needs, the queue gets
-    its deliverers; nothing below calls back up."""
-    metrics.watch_store(store, clock)
-    outbox = Outbox(store, None, settings.queue, clock=clock)
-    pas = PaService(store, client, metrics, clock=clock)
-    deliveries = Deliveries(settings, store, client, pas, clock=clock)
-    deliveries.register(outbox)
-    return Services(
-        settings=settings,
-        store=store,
-        metrics=metrics,
-        outbox=outbox,
-        claims=ClaimIntake(settings, store, client, metrics, wake_queue=outbox.wake, clock=clock),
-        pas=pas,
-        reversals=Reversals(store, outbox, clock=clock),
-        deliveries=deliveries,
-        clock=clock,
-    )
+#: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
+#: open connection holds one, and the listeners serve many slow or idle ones at once
+#: without a thread each (decision 0013). systemd's default soft limit is 1024.
+OPEN_FILES = 8192
+
+
+def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
+    """Raise RLIMIT_NOFILE's soft limit to ``wanted`` (never past the hard limit,
+    never lower); returns the soft limit in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
 
 
 class Daemon:
@@ -70,6 +65,7 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
+        self.callback_receiver: Any = None  # web.callbacks.CallbackReceiver, once started
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -79,6 +75,7 @@ class Daemon:
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
         s = self.settings
+        raise_open_files_limit()
         url = s.storage.database_url()
         if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
             self.store = PgStore(url)
@@ -94,6 +91,7 @@ class Daemon:
 
         metrics = Metrics()
         receiver = CallbackReceiver(self.store, metrics, forward=bool(s.callbacks.forward_url))
+        self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -128,7 +126,11 @@ class Daemon:
             allowed_hosts=s.intake.allowed_hosts,
         )
         self.intake_server = WsgiServer.from_listen(app, s.intake.listen, name="intake")
-        self.intake_server.start()
+        try:
+            self.intake_server.start()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise OSError(e.errno, f"intake.listen {s.intake.listen}: {reason}") from e
         self._notify("READY=1\nSTATUS=serving")
         self._start_watchdog()
         log_event(
@@ -170,32 +172,7 @@ class Daemon:
         log_event("daemon.sandbox_started", url=self.sandbox.url)
 
     def _make_client(self) -> PaServiceClient:
-        s = self.settings
-        if self.sandbox is not None:
-            from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
-
-            base = self.sandbox.url
-            return PaServiceClient(
-                claim_url=f"{base}/cmmimport/",
-                outcomes_url=f"{base}/outcomes.json",
-                dashboard_url=f"{base}/dashboard",
-                username=SANDBOX_USERNAME,
-                password=SANDBOX_PASSWORD,
-                api_key=SANDBOX_API_KEY,
-                timeout_s=s.service.timeout_seconds,
-                claim_framing=s.service.claim_framing,
-            )
-        return PaServiceClient(
-            claim_url=s.service.claim_url or "",
-            outcomes_url=s.service.outcomes_url or "",
-            dashboard_url=s.service.dashboard_url or "",
-            username=s.service.username or "",
-            password=s.secret(s.service.password),
-            api_key=s.secret(s.service.api_key),
-            timeout_s=s.service.timeout_seconds,
-            verify=s.service.verify,
-            claim_framing=s.service.claim_framing,
-        )
+        return make_client(self.settings, self.sandbox.url if self.sandbox is not None else None)
 
     def _extra_jobs(self, scheduler: BackgroundScheduler) -> None:
         """Retention purge and VACUUM (see maintenance.py)."""
@@ -355,6 +332,8 @@ class Daemon:
         for srv in (self.intake_server, self.callback_server):
             if srv is not None:
                 srv.stop()
+        if self.callback_receiver is not None:
+            self.callback_receiver.unauthorized_log.flush()
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.bridge is not None:

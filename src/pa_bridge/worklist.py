@@ -355,7 +355,7 @@ def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str,
     Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
-    full = bridge.pas.get_pa(pa_id)  # 404 when unknown
+    full = bridge.pas.get_pa(pa_id).model_dump()  # 404 when unknown
     row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
     pa = _pa_summary(row, t, hours)

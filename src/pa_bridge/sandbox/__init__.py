@@ -81,7 +81,7 @@ __all__ = [
 
 
 class SandboxServer:
-    """The sandbox app served by cheroot on a background thread."""
+    """The sandbox app served by `pa_bridge.wsgi.WsgiServer` on a background thread."""
 
     def __init__(
         self, config: SandboxConfig | None = None, host: str = "127.0.0.1", port: int = 0

@@ -15,7 +15,8 @@ from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, now_iso
 from ..store.outbox import enqueue
-from ._parse import new_exchange, parse_transmission
+from ._parse import new_exchange
+from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer, dump
 from .decisions import count_problem, decide, prescriber_fax
 from .errors import BridgeError
 
@@ -42,14 +43,15 @@ class ClaimIntake:
         self.wake_queue = wake_queue
         self.clock = clock
 
-    def intake(self, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+    def intake(self, body: ClaimExchange | Mapping[str, Any], actor: str) -> ClaimAnswer:
+        """The answer for a claim exchange (a JSON body is checked here, so that the
+        time spent reading it counts in ``elapsed_ms`` and against the budget)."""
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
-        req, req_bytes = parse_transmission(body.get("request"), "request", want="request")
-        resp, resp_bytes = parse_transmission(body.get("response"), "response", want="response")
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        if not isinstance(body, ClaimExchange):
+            body = ClaimExchange.model_validate(body)
+        req, resp, metadata = body.request, body.response, body.metadata
+        req_bytes, resp_bytes = bytes(req), bytes(resp)
         problem = count_problem(req, resp)
         if problem is not None:
             part, why = problem
@@ -119,7 +121,8 @@ class ClaimIntake:
 
         answers = []
         for d in decisions:
-            message, label, source = d.payer_message, "", "payer"
+            message, label = d.payer_message, ""
+            source: MessageSource = "payer"
             outcomes_ms: float | None = None
             if d.pa_eligible:
                 label = self.settings.intake.default_button_label
@@ -138,16 +141,16 @@ class ClaimIntake:
                 else:
                     source = "fallback"
             answers.append(
-                {
-                    "index": d.index,
-                    "transaction_status": d.transaction_status,
-                    "reject_codes": d.reject_codes,
-                    "pa_eligible": d.pa_eligible,
-                    "message": message,
-                    "button_label": label,
-                    "message_source": source,
-                    **({"outcomes_elapsed_ms": outcomes_ms} if outcomes_ms is not None else {}),
-                }
+                TransactionAnswer(
+                    index=d.index,
+                    transaction_status=d.transaction_status,
+                    reject_codes=d.reject_codes,
+                    pa_eligible=d.pa_eligible,
+                    message=message,
+                    button_label=label,
+                    message_source=source,
+                    outcomes_elapsed_ms=outcomes_ms,
+                )
             )
 
         if stored_error is not None:
@@ -160,34 +163,33 @@ class ClaimIntake:
         if reports_queued:
             self.wake_queue()
 
-        top = dict(answers[0])
-        top.pop("index")
-        answer: dict[str, Any] = {"claim_id": claim_id, **top}
-        if len(answers) > 1:
-            answer["transactions"] = answers
-        if req.tolerated or resp.tolerated:
-            answer["tolerated"] = list(req.tolerated) + list(resp.tolerated)
-        answer["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
-        decision = answer["message_source"]
+        answer = ClaimAnswer(
+            claim_id=claim_id,
+            **answers[0].model_dump(exclude={"index"}),  # the first transaction's answer
+            transactions=answers if len(answers) > 1 else None,
+            tolerated=[*req.tolerated, *resp.tolerated] or None,
+            elapsed_ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        decision: str = answer.message_source
         if decision == "payer":
-            decision = "submit_pa" if answer["pa_eligible"] else "async"
+            decision = "submit_pa" if answer.pa_eligible else "async"
         self.metrics.claims.labels(decision).inc()
-        if calls and answer["elapsed_ms"] > self.settings.outcomes.budget_ms:
+        if calls and answer.elapsed_ms > self.settings.outcomes.budget_ms:
             self.metrics.budget_misses.inc()
-        saved = json.dumps(answer)
+        saved = json.dumps(dump(answer))
 
         def record_answer(db: Database) -> None:
-            exchanges.record_answer(db, claim_id, saved, answer["message_source"])
+            exchanges.record_answer(db, claim_id, saved, answer.message_source)
 
         self.store.submit(record_answer)  # not awaited: the answer never waits on it
         log_event(
             "claim.accepted",
             claim_id=claim_id,
             transaction_code=rv.transaction_code,
-            transaction_status=answer["transaction_status"],
-            reject_codes=answer["reject_codes"],
-            message_source=answer["message_source"],
-            elapsed_ms=answer["elapsed_ms"],
-            outcomes_ms=answer.get("outcomes_elapsed_ms"),
+            transaction_status=answer.transaction_status,
+            reject_codes=answer.reject_codes,
+            message_source=answer.message_source,
+            elapsed_ms=answer.elapsed_ms,
+            outcomes_ms=answer.outcomes_elapsed_ms,
         )
         return answer

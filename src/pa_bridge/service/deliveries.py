@@ -19,6 +19,7 @@ from ..config import Settings
 from ..logs import log_event
 from ..outbox import DeliveryFailed, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
+from .bodies import dump
 from .decisions import prescriber_fax
 from .errors import BridgeError
 from .pas import PaService
@@ -110,7 +111,7 @@ class Deliveries:
         except BridgeError:
             raise DeliveryFailed("the PA is gone", retryable=False) from None
         try:
-            r = self._http.post(url, json={"pa": pa})
+            r = self._http.post(url, json={"pa": dump(pa)})
         except httpx.HTTPError as e:
             raise DeliveryFailed(f"webhook unreachable: {type(e).__name__}") from None
         if not 200 <= r.status_code < 300:

@@ -20,10 +20,11 @@ from ..metrics import Metrics
 from ..store import Database, Store, StoreUnavailable, audit, exchanges, now_iso, pa_history, pas
 from ..store import outbox as queue_items
 from ..store.pas import PaRow
+from .bodies import HistoryEntry, Pa, PaList, PaWithHistory, SubmitPa
 from .decisions import claim_key
 from .errors import BridgeError
 
-__all__ = ["PaService", "pa_json", "pa_links", "service_error"]
+__all__ = ["PaService", "pa_json", "pa_links", "pa_model", "service_error"]
 
 
 def service_error(e: ServiceError) -> BridgeError:
@@ -50,28 +51,34 @@ def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | N
     return urls, public, best[0] if best else None
 
 
-def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+def pa_model(row: Mapping[str, Any]) -> Pa:
+    """The PA answer for a stored PA: the fields computed here, and every other field
+    of :class:`Pa` taken from the column of the same name (a new column shown in the
+    answer needs a field in the model and nothing here)."""
     urls, links, url = pa_links(row)
-    return {
+    computed: dict[str, Any] = {
         "pa_id": row["id"],
-        "claim_id": row["claim_id"],
-        "transaction_index": row["transaction_index"],
         "urls": urls,
         "url": url,
         "links": links,
         "link_pending": url is None,
         "open_url": f"/v1/pa/{row['id']}/open",
-        "workflow_status": row["workflow_status"],
-        "plan_outcome": row["plan_outcome"],
         "status": row["workflow_status"],
         "deleted": bool(row["deleted"]),
         "fax_failed": bool(row["fax_failed"]),
         "events": json.loads(row["events_json"] or "[]"),
         "matched": bool(row["matched"]),
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
         "cursor": str(row["change_seq"]),
     }
+    return Pa(**{name: computed[name] if name in computed else row[name] for name in _PA_FIELDS})
+
+
+_PA_FIELDS = tuple(Pa.model_fields)
+
+
+def pa_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`pa_model` as a dict (the worklist picks its fields from it)."""
+    return pa_model(row).model_dump()
 
 
 class PaService:
@@ -106,11 +113,13 @@ class PaService:
         return queue_items.reversed_since(self.store.reader(), key, since)
 
     def submit_pa(
-        self, claim_id: str, body: Mapping[str, Any], actor: str
-    ) -> tuple[dict[str, Any], bool]:
+        self, claim_id: str, body: SubmitPa | Mapping[str, Any], actor: str
+    ) -> tuple[Pa, bool]:
         """Returns (the PA, created now?)."""
+        if not isinstance(body, SubmitPa):
+            body = SubmitPa.model_validate(body)
         ex = self._exchange(claim_id)
-        index = body.get("transaction", 0)
+        index = body.transaction
         if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
             raise BridgeError(
                 400,
@@ -119,7 +128,7 @@ class PaService:
             )
         existing = self._pa_for_claim(claim_id, index)
         if existing is not None:
-            return pa_json(existing), False
+            return pa_model(existing), False
         if ex["request_raw"] is None:
             raise BridgeError(
                 410, "claim_purged", "this claim is older than the retention period; send it again"
@@ -131,7 +140,7 @@ class PaService:
             raise BridgeError(
                 409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
             )
-        extra = body.get("metadata") or {}
+        extra = body.metadata or {}
         if not isinstance(extra, dict):
             raise BridgeError(400, "invalid_body", "'metadata' must be an object")
         dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
@@ -142,7 +151,7 @@ class PaService:
         with self.store.claim_lock(key):
             existing = self._pa_for_claim(claim_id, index)
             if existing is not None:
-                return pa_json(existing), False
+                return pa_model(existing), False
             if self._reversed_since(key, str(ex["received_at"])):
                 raise BridgeError(
                     409,
@@ -154,7 +163,7 @@ class PaService:
             if same is not None:  # a second click: our own records know this claim
                 self.metrics.pa_submits.labels("duplicate").inc()
                 log_event("pa.second_click", claim_id=claim_id, pa_id=same["id"])
-                return pa_json(same), False
+                return pa_model(same), False
             md = claim_metadata(
                 req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
             )
@@ -175,12 +184,12 @@ class PaService:
                 t.rx_number if t else None,
             )
             pa, known = self._store_pa(claim_id, index, key, result, actor, match)
-        outcome = "duplicate" if known else ("created" if pa["url"] else "started")
+        outcome = "duplicate" if known else ("created" if pa.url else "started")
         self.metrics.pa_submits.labels(outcome).inc()
         log_event(
             "pa.submitted",
             claim_id=claim_id,
-            pa_id=pa["pa_id"],
+            pa_id=pa.pa_id,
             result=outcome,
             links=len(result.pa_urls),
             format=result.format,
@@ -198,7 +207,7 @@ class PaService:
         result: ClaimResult,
         actor: str,
         match: dict[str, str],
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[Pa, bool]:
         """Store the PA the service answered for; (the PA, already known to our records?).
 
         The PA id comes from the link(s) (``/request/view/{id}``); an answer without an
@@ -232,40 +241,25 @@ class PaService:
             known = row is not None and row["claim_id"] is not None
             if row is None:
                 links = {"awaiting": match} if pa_id.startswith(PENDING_PREFIX) else {}
-                pas.insert_submitted(
-                    db,
-                    pa_id=pa_id,
-                    claim_id=claim_id,
-                    index=index,
-                    claim_key=key,
-                    urls_json=json.dumps(urls),
-                    links_json=json.dumps(links),
-                    workflow_status="New",
-                    now=now,
-                    seq=seq,
-                )
+                kept = urls
             else:  # known already (a callback came first, or a duplicate): link it
-                merged = [
-                    *urls,
-                    *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls),
-                ]
+                kept = [*urls, *(u for u in json.loads(row["urls_json"] or "[]") if u not in urls)]
                 links = json.loads(row["links_json"] or "{}")
                 links.pop("match", None)
                 if known and row["claim_id"] != claim_id:
                     notes.append(
                         f"the service answered with this PA, already known for claim {row['claim_id']}"
                     )
-                pas.link_submitted(
-                    db,
-                    pa_id=pa_id,
-                    claim_id=claim_id,
-                    index=index,
-                    claim_key=key,
-                    urls_json=json.dumps(merged),
-                    links_json=json.dumps(links),
-                    now=now,
-                    seq=seq,
-                )
+            submitted: pas.Submitted = {
+                "pa_id": pa_id,
+                "claim_id": claim_id,
+                "transaction_index": index,
+                "claim_key": key,
+                "urls_json": json.dumps(kept),
+                "links_json": json.dumps(links),
+            }
+            record = pas.insert_submitted if row is None else pas.link_submitted
+            record(db, submitted, now=now, seq=seq)
             pa_history.add(
                 db,
                 pa_id,
@@ -288,7 +282,7 @@ class PaService:
             ) from None
         pa = self.get_pa_row(pa_id)
         assert pa is not None
-        return pa_json(pa), known
+        return pa_model(pa), known
 
     @staticmethod
     def _callback_only_match(db: Database, match: dict[str, str]) -> str | None:
@@ -308,7 +302,7 @@ class PaService:
     def get_pa_row(self, pa_id: str) -> PaRow | None:
         return pas.get(self.store.reader(), pa_id)
 
-    def list_pas(self, since: str | None, limit: int) -> dict[str, Any]:
+    def list_pas(self, since: str | None, limit: int) -> PaList:
         bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
@@ -320,27 +314,25 @@ class PaService:
             raise bad
         rows = pas.since(self.store.reader(), after, limit)
         cursor = str(rows[-1]["change_seq"]) if rows else str(after)
-        return {"pas": [pa_json(r) for r in rows], "cursor": cursor}
+        return PaList(pas=[pa_model(r) for r in rows], cursor=cursor)
 
-    def get_pa(self, pa_id: str) -> dict[str, Any]:
+    def get_pa(self, pa_id: str) -> PaWithHistory:
         row = self.get_pa_row(pa_id)
         if row is None:
             raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
-        pa = pa_json(row)
-        hist = pa_history.for_pa(self.store.reader(), pa_id)
-        pa["history"] = [
-            {
-                "received_at": h["received_at"],
-                "source": h["source"],
-                "workflow_status": h["workflow_status"],
-                "plan_outcome": h["plan_outcome"],
-                "event_time": h["event_time"],
-                "events": json.loads(h["events_json"]) if h["events_json"] else [],
-                "note": h["note"],
-            }
-            for h in hist
+        history = [
+            HistoryEntry(
+                received_at=h["received_at"],
+                source=h["source"],
+                workflow_status=h["workflow_status"],
+                plan_outcome=h["plan_outcome"],
+                event_time=h["event_time"],
+                events=json.loads(h["events_json"]) if h["events_json"] else [],
+                note=h["note"],
+            )
+            for h in pa_history.for_pa(self.store.reader(), pa_id)
         ]
-        return pa
+        return PaWithHistory(**dict(pa_model(row)), history=history)
 
     def pa_open_url(self, pa_id: str) -> str:
         row = self.get_pa_row(pa_id)

@@ -13,7 +13,8 @@ from ..outbox import Outbox
 from ..store import Database, Kind, Status, Store, StoreUnavailable, audit, exchanges, now_iso
 from ..store import outbox as queue_items
 from ..store.outbox import enqueue
-from ._parse import new_exchange, parse_transmission
+from ._parse import new_exchange
+from .bodies import Reversal, ReversalAnswer
 from .decisions import claim_key, request_count_problem
 from .errors import BridgeError
 
@@ -30,9 +31,14 @@ class Reversals:
         self.outbox = outbox
         self.clock = clock
 
-    def reversal(self, body: Mapping[str, Any], actor: str) -> tuple[dict[str, Any], bool]:
+    def reversal(
+        self, body: Reversal | Mapping[str, Any], actor: str
+    ) -> tuple[ReversalAnswer, bool]:
         """Returns (answer, delivered now?)."""
-        req, raw = parse_transmission(body.get("request"), "request", want="request")
+        if not isinstance(body, Reversal):
+            body = Reversal.model_validate(body)
+        req = body.request
+        raw = bytes(req)
         if req.transaction_code != "B2":
             raise BridgeError(
                 400, "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
@@ -101,13 +107,8 @@ class Reversals:
                 status, last_error = state
             except Exception as e:  # the reversal is queued all the same
                 status, last_error = Status.PENDING.value, f"status unknown: {type(e).__name__}"
-        answer = {
-            "reversal_id": exchange_id,
-            "queue_id": item_id,
-            "status": status,
-            "last_error": last_error,
-        }
-        log_event(
-            "reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=answer["status"]
+        answer = ReversalAnswer(
+            reversal_id=exchange_id, queue_id=item_id, status=status, last_error=last_error
         )
+        log_event("reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=status)
         return answer, delivered

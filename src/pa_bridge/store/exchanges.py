@@ -21,12 +21,12 @@ __all__ = [
 ]
 
 
-class NewExchange(TypedDict, total=False):
-    """The columns an exchange is inserted with (the others stay NULL)."""
+class _FromRequest(TypedDict):
+    """The columns every exchange has from its request."""
 
     id: str
     received_at: str
-    actor: str
+    actor: str | None
     kind: str  # 'claim' or 'reversal'
     version: str | None
     transaction_code: str | None
@@ -35,8 +35,13 @@ class NewExchange(TypedDict, total=False):
     group_id: str | None
     provider_id: str | None
     date_of_service: str | None
+    request_raw: bytes | None  # NULL once purged
+
+
+class NewExchange(_FromRequest, total=False):
+    """The columns an exchange is inserted with (the others stay NULL)."""
+
     transaction_count: int
-    request_raw: bytes
     response_raw: bytes
     metadata_json: str
     transaction_status: str
@@ -44,20 +49,8 @@ class NewExchange(TypedDict, total=False):
     pa_eligible: int
 
 
-class ExchangeRow(TypedDict):
-    id: str
-    received_at: str
-    actor: str | None
-    kind: str
-    version: str | None
-    transaction_code: str | None
-    bin: str | None
-    pcn: str | None
-    group_id: str | None
-    provider_id: str | None
-    date_of_service: str | None
+class ExchangeRow(_FromRequest):
     transaction_count: int | None
-    request_raw: bytes | None  # NULL once purged
     response_raw: bytes | None
     metadata_json: str | None
     answer_json: str | None

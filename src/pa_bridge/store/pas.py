@@ -15,6 +15,7 @@ __all__ = [
     "PaRow",
     "PaWithRequest",
     "SubmitLink",
+    "Submitted",
     "awaiting_placeholders",
     "callback_state",
     "for_claim",
@@ -175,47 +176,37 @@ def submit_link(db: Database, pa_id: str) -> SubmitLink | None:
     )
 
 
-def insert_submitted(
-    db: Database,
-    *,
-    pa_id: str,
-    claim_id: str,
-    index: int,
-    claim_key: str,
-    urls_json: str,
-    links_json: str,
-    workflow_status: str,
-    now: str,
-    seq: int,
-) -> None:
+class Submitted(TypedDict):
+    """What a submit records on a PA."""
+
+    pa_id: str
+    claim_id: str
+    transaction_index: int
+    claim_key: str
+    urls_json: str
+    links_json: str
+
+
+def insert_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
+    """A PA first heard of in the service's answer to our submit (status ``New``)."""
     db.conn.execute(
         "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
         " plan_outcome, created_at, updated_at, change_seq, matched, links_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 1, ?)",
-        [pa_id, claim_id, index, claim_key, urls_json, workflow_status, now, now, seq,
-         links_json],
+        " VALUES (?, ?, ?, ?, ?, 'New', NULL, ?, ?, ?, 1, ?)",
+        [pa["pa_id"], pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
+         now, now, seq, pa["links_json"]],
     )  # fmt: skip
 
 
-def link_submitted(
-    db: Database,
-    *,
-    pa_id: str,
-    claim_id: str,
-    index: int,
-    claim_key: str,
-    urls_json: str,
-    links_json: str,
-    now: str,
-    seq: int,
-) -> None:
+def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
     """Tie a PA known already (a callback came first, or a duplicate) to the claim."""
     db.conn.execute(
         "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
         " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
         " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
-        [claim_id, index, claim_key, urls_json, links_json, now, seq, pa_id],
-    )
+        [pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
+         pa["links_json"], now, seq, pa["pa_id"]],
+    )  # fmt: skip
 
 
 # ---- callbacks ---------------------------------------------------------------------
@@ -253,52 +244,28 @@ def rename(db: Database, old: str, new: str) -> None:
 
 
 def insert_from_callback(
-    db: Database,
-    *,
-    pa_id: str,
-    urls_json: str,
-    workflow_status: str | None,
-    plan_outcome: str | None,
-    status_time: str | None,
-    deleted: int,
-    now: str,
-    seq: int,
-    events_json: str,
-    fax_failed: int,
-    links_json: str,
-    details_json: str = "{}",
+    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
 ) -> None:
     """A PA we did not start (or whose submit we have not stored yet)."""
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
         " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
         " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
-        (pa_id, urls_json, workflow_status, plan_outcome, status_time,
-         deleted, now, now, seq, events_json, fax_failed, links_json, details_json),
+        (pa_id, state["urls_json"], state["workflow_status"], state["plan_outcome"],
+         state["status_time"], state["deleted"], now, now, seq, state["events_json"],
+         state["fax_failed"], state["links_json"], state["details_json"] or "{}"),
     )  # fmt: skip
 
 
 def update_from_callback(
-    db: Database,
-    *,
-    pa_id: str,
-    workflow_status: str | None,
-    plan_outcome: str | None,
-    status_time: str | None,
-    events_json: str | None,
-    deleted: int,
-    fax_failed: int,
-    now: str,
-    seq: int,
-    links_json: str | None,
-    urls_json: str | None,
-    details_json: str | None = None,
+    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
 ) -> None:
-    """``details_json`` None: keep what the PA has."""
+    """``state["details_json"]`` None: keep what the PA has."""
     db.conn.execute(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
         " urls_json = ?, details_json = coalesce(?, details_json) WHERE id = ?",
-        (workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed, now, seq,
-         links_json, urls_json, details_json, pa_id),
+        (state["workflow_status"], state["plan_outcome"], state["status_time"],
+         state["events_json"], state["deleted"], state["fax_failed"], now, seq,
+         state["links_json"], state["urls_json"], state["details_json"], pa_id),
     )  # fmt: skip

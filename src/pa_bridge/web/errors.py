@@ -9,6 +9,7 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from ..logs import log_event
+from ..service.bodies import Error, ErrorInfo
 from ..service.errors import BridgeError
 from ..store import DatabaseError, PgError, StoreError
 
@@ -18,7 +19,8 @@ __all__ = ["error_response", "install_error_handlers"]
 def error_response(
     status: int, code: str, message: str, detail: Any = None
 ) -> tuple[Response, int]:
-    return jsonify({"error": {"code": code, "message": message, "detail": detail}}), status
+    body = Error(error=ErrorInfo(code=code, message=message, detail=detail))
+    return jsonify(body.model_dump()), status
 
 
 def install_error_handlers(app: Flask) -> None:

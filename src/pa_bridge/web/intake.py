@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..service import BridgeError, Services
+from ..service.bodies import dump
 from . import console, openapi
 from .errors import error_response, install_error_handlers
 
@@ -123,22 +124,20 @@ def _authenticate() -> tuple[Response, int] | None:
 
 @bp.post("/v1/claims")
 def post_claim() -> Response:
-    return jsonify(_services().claims.intake(_json_body(), g.actor))
+    return jsonify(dump(_services().claims.intake(_json_body(), g.actor)))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
     body = _json_body() if request.get_data() else {}
-    if not isinstance(body, dict):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
     pa, created = _services().pas.submit_pa(claim_id, body, g.actor)
-    return jsonify(pa), 201 if created else 200
+    return jsonify(dump(pa)), 201 if created else 200
 
 
 @bp.post("/v1/reversals")
 def post_reversal() -> tuple[Response, int]:
     answer, delivered = _services().reversals.reversal(_json_body(), g.actor)
-    return jsonify(answer), 200 if delivered else 202
+    return jsonify(dump(answer)), 200 if delivered else 202
 
 
 @bp.get("/v1/pa")
@@ -147,12 +146,12 @@ def list_pas() -> Response:
         limit = min(1000, max(1, int(request.args.get("limit", "100"))))
     except ValueError:
         raise BridgeError(400, "invalid_limit", "'limit' must be a whole number") from None
-    return jsonify(_services().pas.list_pas(request.args.get("since"), limit))
+    return jsonify(dump(_services().pas.list_pas(request.args.get("since"), limit)))
 
 
 @bp.get("/v1/pa/<pa_id>")
 def get_pa(pa_id: str) -> Response:
-    return jsonify(_services().pas.get_pa(pa_id))
+    return jsonify(dump(_services().pas.get_pa(pa_id)))
 
 
 @bp.get("/v1/pa/<pa_id>/open")

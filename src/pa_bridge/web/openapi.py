@@ -11,8 +11,11 @@ import copy
 from typing import Any
 
 from flask import Blueprint, Response, jsonify
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .. import __version__
+from ..service import bodies
 
 __all__ = ["bp", "document"]
 
@@ -42,208 +45,32 @@ _DEFAULT_ERROR = _error(
 
 _NULLABLE_STR = {"type": ["string", "null"]}
 
+#: The bodies' schemas, generated from the models the services take and return (one
+#: definition of every body). Serialization mode for answers, validation for requests.
+_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (bodies.Error, "serialization"),
+    (bodies.ClaimExchange, "validation"),
+    (bodies.TransactionAnswer, "serialization"),
+    (bodies.ClaimAnswer, "serialization"),
+    (bodies.SubmitPa, "validation"),
+    (bodies.Pa, "serialization"),
+    (bodies.PaWithHistory, "serialization"),
+    (bodies.PaList, "serialization"),
+    (bodies.Reversal, "validation"),
+    (bodies.ReversalAnswer, "serialization"),
+]
+
+
+def _generated() -> dict[str, Any]:
+    _, top = models_json_schema(_MODELS, ref_template="#/components/schemas/{model}")
+    schemas: dict[str, Any] = top["$defs"]
+    return schemas
+
+
+#: Still written by hand: the health answer (the daemon adds its own checks to it) and
+#: the console's worklist.
 _SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "description": "Every error body. `detail` is never PHI and never a secret.",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message", "detail"],
-                "properties": {
-                    "code": {"type": "string", "description": "stable, machine-readable"},
-                    "message": {"type": "string", "description": "for a person to act on"},
-                    "detail": {"description": "more about it: any JSON value, or null"},
-                },
-            }
-        },
-    },
-    "ClaimExchange": {
-        "type": "object",
-        "required": ["request", "response"],
-        "properties": {
-            "request": {
-                "type": "string",
-                "description": "the raw NCPDP request (separators as \\u001e \\u001c \\u001d)",
-            },
-            "response": {"type": "string", "description": "the raw NCPDP response"},
-            "metadata": {
-                "type": "object",
-                "description": "dispensing-system metadata passed on when a PA is submitted "
-                "(physician, plan, preferred product, BIN/PCN/group overrides)",
-                "additionalProperties": True,
-            },
-        },
-    },
-    "TransactionAnswer": {
-        "type": "object",
-        "required": [
-            "transaction_status",
-            "reject_codes",
-            "pa_eligible",
-            "message",
-            "button_label",
-            "message_source",
-        ],
-        "properties": {
-            "index": {"type": "integer", "minimum": 0},
-            "transaction_status": {"type": "string"},
-            "reject_codes": {"type": "array", "items": {"type": "string"}},
-            "pa_eligible": {"type": "boolean"},
-            "message": {"type": "string", "description": "the message to show the pharmacist"},
-            "button_label": {"type": "string", "description": "empty: show no submit-PA button"},
-            "message_source": {"enum": ["outcomes", "fallback", "payer"]},
-            "outcomes_elapsed_ms": {
-                "type": "number",
-                "minimum": 0,
-                "description": "time the outcomes call took (70/75/76 rejects only)",
-            },
-        },
-    },
-    "ClaimAnswer": {
-        "allOf": [
-            _ref("TransactionAnswer"),
-            {
-                "type": "object",
-                "required": ["claim_id", "elapsed_ms"],
-                "properties": {
-                    "claim_id": {"type": "string"},
-                    "elapsed_ms": {"type": "number", "minimum": 0},
-                    "transactions": {
-                        "type": "array",
-                        "description": "one per transaction, when the claim has several",
-                        "items": _ref("TransactionAnswer"),
-                    },
-                    "tolerated": {
-                        "type": "array",
-                        "description": "deviations from the standard the parser tolerated",
-                    },
-                },
-            },
-        ]
-    },
-    "SubmitPa": {
-        "type": "object",
-        "properties": {
-            "transaction": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 0,
-                "description": "which transaction of the claim",
-            },
-            "metadata": {
-                "type": "object",
-                "description": "metadata overriding what came with the claim",
-                "additionalProperties": True,
-            },
-        },
-    },
-    "Pa": {
-        "type": "object",
-        "required": [
-            "pa_id",
-            "claim_id",
-            "urls",
-            "url",
-            "open_url",
-            "workflow_status",
-            "plan_outcome",
-            "deleted",
-            "fax_failed",
-            "cursor",
-        ],
-        "properties": {
-            "pa_id": {"type": "string"},
-            "claim_id": _NULLABLE_STR,
-            "transaction_index": {"type": ["integer", "null"]},
-            "urls": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "the PA's links: those the claim interface answered, then the "
-                "token links its callbacks brought",
-            },
-            "url": {
-                "type": ["string", "null"],
-                "description": "the link to open: the hosted page with its token when known; "
-                "null while the link is on its way (empty-format answer, callback not yet in)",
-            },
-            "links": {
-                "type": "object",
-                "description": "links from the PA's callbacks",
-                "properties": {
-                    "html_url": {"type": "string"},
-                    "pdf_url": {"type": "string"},
-                    "token_urls": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-            "link_pending": {
-                "type": "boolean",
-                "description": "PA started, link on its way (it comes with the PA's callback)",
-            },
-            "open_url": {"type": "string", "description": "GET it to be redirected to the PA"},
-            "workflow_status": _NULLABLE_STR,
-            "plan_outcome": _NULLABLE_STR,
-            "status": _NULLABLE_STR,
-            "deleted": {"type": "boolean"},
-            "fax_failed": {"type": "boolean"},
-            "events": {"type": "array"},
-            "matched": {"type": "boolean"},
-            "created_at": {"type": "string"},
-            "updated_at": {"type": "string"},
-            "cursor": {"type": "string"},
-        },
-    },
-    "PaWithHistory": {
-        "allOf": [
-            _ref("Pa"),
-            {
-                "type": "object",
-                "required": ["history"],
-                "properties": {
-                    "history": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["received_at", "source"],
-                            "properties": {
-                                "received_at": {"type": "string"},
-                                "source": {"type": "string"},
-                                "workflow_status": _NULLABLE_STR,
-                                "plan_outcome": _NULLABLE_STR,
-                                "event_time": _NULLABLE_STR,
-                                "events": {"type": "array"},
-                                "note": _NULLABLE_STR,
-                            },
-                        },
-                    }
-                },
-            },
-        ]
-    },
-    "PaList": {
-        "type": "object",
-        "required": ["pas", "cursor"],
-        "properties": {
-            "pas": {"type": "array", "items": _ref("Pa")},
-            "cursor": {"type": "string", "description": "pass as `since` for later changes"},
-        },
-    },
-    "Reversal": {
-        "type": "object",
-        "required": ["request"],
-        "properties": {"request": {"type": "string", "description": "the raw NCPDP B2"}},
-    },
-    "ReversalAnswer": {
-        "type": "object",
-        "required": ["reversal_id", "queue_id", "status"],
-        "properties": {
-            "reversal_id": {"type": "string"},
-            "queue_id": {"type": "integer"},
-            "status": {"type": "string", "description": "delivered, pending or failed"},
-            "last_error": _NULLABLE_STR,
-        },
-    },
+    **_generated(),
     "Health": {
         "type": "object",
         "required": ["status", "database", "queue_depth"],

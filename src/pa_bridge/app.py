@@ -1,0 +1,107 @@
+"""The composition root of the use cases, and the intake app built on it.
+
+:func:`build_services` gives each use case what it needs and registers the queue's
+deliverers; :func:`create_app` is the intake app on a store and a client, the same
+app the daemon serves, for tests (``app.test_client()``) and embedding. The daemon
+(runtime.py) adds the scheduler, the callback listener, the sandbox and the
+listeners around the same pieces.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask
+
+from .client import PaServiceClient
+from .config import Settings
+from .metrics import Metrics
+from .outbox import Outbox
+from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
+from .store import Store
+from .web.intake import create_intake_app
+
+__all__ = ["build_services", "create_app", "make_client"]
+
+
+def build_services(
+    settings: Settings,
+    store: Store,
+    client: PaServiceClient,
+    *,
+    metrics: Metrics,
+    clock: Callable[[], float] = time.time,
+) -> Services:
+    """The composition root of the use cases: each gets what it needs, the queue gets
+    its deliverers; nothing below calls back up."""
+    metrics.watch_store(store, clock)
+    outbox = Outbox(store, None, settings.queue, clock=clock)
+    pas = PaService(store, client, metrics, clock=clock)
+    deliveries = Deliveries(settings, store, client, pas, clock=clock)
+    deliveries.register(outbox)
+    return Services(
+        settings=settings,
+        store=store,
+        metrics=metrics,
+        outbox=outbox,
+        claims=ClaimIntake(settings, store, client, metrics, wake_queue=outbox.wake, clock=clock),
+        pas=pas,
+        reversals=Reversals(store, outbox, clock=clock),
+        deliveries=deliveries,
+        clock=clock,
+    )
+
+
+def make_client(settings: Settings, sandbox_url: str | None = None) -> PaServiceClient:
+    """The PA service's client from ``[service]``, or for the sandbox at ``sandbox_url``."""
+    s = settings
+    if sandbox_url is not None:
+        from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
+
+        base = sandbox_url
+        return PaServiceClient(
+            claim_url=f"{base}/cmmimport/",
+            outcomes_url=f"{base}/outcomes.json",
+            dashboard_url=f"{base}/dashboard",
+            username=SANDBOX_USERNAME,
+            password=SANDBOX_PASSWORD,
+            api_key=SANDBOX_API_KEY,
+            timeout_s=s.service.timeout_seconds,
+            claim_framing=s.service.claim_framing,
+        )
+    return PaServiceClient(
+        claim_url=s.service.claim_url or "",
+        outcomes_url=s.service.outcomes_url or "",
+        dashboard_url=s.service.dashboard_url or "",
+        username=s.service.username or "",
+        password=s.secret(s.service.password),
+        api_key=s.secret(s.service.api_key),
+        timeout_s=s.service.timeout_seconds,
+        verify=s.service.verify,
+        claim_framing=s.service.claim_framing,
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store,
+    client: PaServiceClient,
+    metrics: Metrics | None = None,
+    clock: Callable[[], float] = time.time,
+    health: Callable[[], dict[str, Any]] | None = None,
+) -> Flask:
+    """The intake app (local API, console, OpenAPI) over new services on ``store``
+    and ``client``; they are ``app.extensions["pa_bridge"]`` (close them with
+    ``.close()``). Nothing here starts a thread: the queue drains when told to
+    (``services.outbox.drain_once()``) unless a scheduler is given to it."""
+    services = build_services(settings, store, client, metrics=metrics or Metrics(), clock=clock)
+    return create_intake_app(
+        services,
+        tokens=settings.intake_tokens(),
+        max_body_bytes=settings.intake.max_body_bytes,
+        health=health,
+        allowed_hosts=settings.intake.allowed_hosts,
+    )

@@ -1,0 +1,284 @@
+"""Every request and response body of the local API (``/v1/...``), defined once.
+
+Services take and return these models, the views dump them, and the OpenAPI
+components are generated from them (web/openapi.py). Field order is the order of the
+keys in the answers; a field left out when it does not apply is ``None`` here and
+dropped by :func:`dump` (``exclude_none``) for the answers that do so (the claim
+answer); the PA answers keep their nulls.
+
+Request bodies check their fields in order and raise :class:`BridgeError` with the
+same code and message as before (a body field that is not what it should be is
+``invalid_body``; NCPDP that does not parse is ``malformed_claim``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from typing_extensions import TypedDict
+
+import ncpdp
+
+from ._parse import parse_transmission
+from .errors import BridgeError
+
+__all__ = [
+    "ClaimAnswer",
+    "ClaimExchange",
+    "Error",
+    "ErrorInfo",
+    "HistoryEntry",
+    "Pa",
+    "PaLinks",
+    "PaList",
+    "PaWithHistory",
+    "Reversal",
+    "ReversalAnswer",
+    "SubmitPa",
+    "TransactionAnswer",
+    "dump",
+]
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """The JSON-ready dict of an answer: the claim answers leave out what does not
+    apply, the others keep their nulls."""
+    return model.model_dump(exclude_none=isinstance(model, ClaimAnswer | TransactionAnswer))
+
+
+# ---- request bodies ---------------------------------------------------------------------
+def _request(value: Any) -> ncpdp.Transmission:
+    return parse_transmission(value, "request", want="request")[0]
+
+
+def _response(value: Any) -> ncpdp.Transmission:
+    return parse_transmission(value, "response", want="response")[0]
+
+
+def _as_sent(value: Any) -> Any:
+    return value
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    value = value or {}
+    if not isinstance(value, dict):
+        raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+    return value
+
+
+RawRequest = Annotated[
+    ncpdp.Transmission,
+    PlainValidator(_request),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "the raw NCPDP request (separators as \\u001e \\u001c \\u001d)",
+        }
+    ),
+]
+RawResponse = Annotated[
+    ncpdp.Transmission,
+    PlainValidator(_response),
+    WithJsonSchema({"type": "string", "description": "the raw NCPDP response"}),
+]
+RawReversal = Annotated[
+    ncpdp.Transmission,
+    PlainValidator(_request),
+    WithJsonSchema({"type": "string", "description": "the raw NCPDP B2"}),
+]
+#: the transaction index of a submit, taken as sent: the use case checks it against
+#: the claim (after finding the claim, as it always has)
+TransactionIndex = Annotated[
+    Any,
+    PlainValidator(_as_sent),
+    WithJsonSchema(
+        {
+            "type": "integer",
+            "minimum": 0,
+            "default": 0,
+            "description": "which transaction of the claim",
+        }
+    ),
+]
+MetadataOverride = Annotated[
+    Any,
+    PlainValidator(_as_sent),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "metadata overriding what came with the claim",
+            "additionalProperties": True,
+        }
+    ),
+]
+MessageSource = Literal["outcomes", "fallback", "payer"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_field(cls, data: Any) -> Any:
+        """A missing field is checked like a null one, in field order."""
+        if not isinstance(data, dict):
+            raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+        return {name: data.get(name) for name in cls.model_fields}
+
+
+class ClaimExchange(_Body):
+    """``POST /v1/claims``: the exchange the dispensing system had with the payer."""
+
+    request: RawRequest
+    response: RawResponse
+    metadata: Annotated[
+        dict[str, Any],
+        PlainValidator(_metadata),
+        WithJsonSchema(
+            {
+                "type": "object",
+                "description": "dispensing-system metadata passed on when a PA is submitted "
+                "(physician, plan, preferred product, BIN/PCN/group overrides)",
+                "additionalProperties": True,
+            }
+        ),
+    ] = Field(default_factory=dict)
+
+
+class Reversal(_Body):
+    """``POST /v1/reversals``."""
+
+    request: RawReversal
+
+
+class SubmitPa(_Body):
+    """``POST /v1/claims/{claim_id}/pa`` (the body may be empty)."""
+
+    transaction: TransactionIndex = 0
+    metadata: MetadataOverride = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_field(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
+        return {"transaction": data.get("transaction", 0), "metadata": data.get("metadata")}
+
+
+# ---- claim answers ----------------------------------------------------------------------
+class _ClaimId(BaseModel):
+    claim_id: str
+
+
+class _Index(BaseModel):
+    index: int = Field(ge=0)
+
+
+class _Transaction(BaseModel):
+    transaction_status: str
+    reject_codes: list[str]
+    pa_eligible: bool
+    message: str = Field(description="the message to show the pharmacist")
+    button_label: str = Field(description="empty: show no submit-PA button")
+    message_source: MessageSource
+    outcomes_elapsed_ms: float | None = Field(
+        default=None, ge=0, description="time the outcomes call took (70/75/76 rejects only)"
+    )
+
+
+class TransactionAnswer(_Transaction, _Index):
+    """The answer for one transaction of a claim."""
+
+
+class ClaimAnswer(_Transaction, _ClaimId):
+    """``POST /v1/claims``: the first transaction's answer at the top level."""
+
+    transactions: list[TransactionAnswer] | None = Field(
+        default=None, description="one per transaction, when the claim has several"
+    )
+    tolerated: list[str] | None = Field(
+        default=None, description="deviations from the standard the parser tolerated"
+    )
+    elapsed_ms: float = Field(ge=0)
+
+
+# ---- PAs --------------------------------------------------------------------------------
+class PaLinks(TypedDict, total=False):
+    """Links from the PA's callbacks, each only when known."""
+
+    html_url: str
+    pdf_url: str
+    token_urls: list[str]
+
+
+class Pa(BaseModel):
+    pa_id: str
+    claim_id: str | None
+    transaction_index: int | None
+    urls: list[str] = Field(
+        description="the PA's links: those the claim interface answered, then the token "
+        "links its callbacks brought"
+    )
+    url: str | None = Field(
+        description="the link to open: the hosted page with its token when known; null "
+        "while the link is on its way (empty-format answer, callback not yet in)"
+    )
+    links: PaLinks = Field(description="links from the PA's callbacks")
+    link_pending: bool = Field(
+        description="PA started, link on its way (it comes with the PA's callback)"
+    )
+    open_url: str = Field(description="GET it to be redirected to the PA")
+    workflow_status: str | None
+    plan_outcome: str | None
+    status: str | None
+    deleted: bool
+    fax_failed: bool
+    events: list[Any]
+    matched: bool
+    created_at: str
+    updated_at: str
+    cursor: str
+
+
+class HistoryEntry(BaseModel):
+    received_at: str
+    source: str
+    workflow_status: str | None
+    plan_outcome: str | None
+    event_time: str | None
+    events: list[Any]
+    note: str | None
+
+
+class PaWithHistory(Pa):
+    """``GET /v1/pa/{pa_id}``: the PA and everything that happened to it, in arrival order."""
+
+    history: list[HistoryEntry]
+
+
+class PaList(BaseModel):
+    """``GET /v1/pa``: the feed."""
+
+    pas: list[Pa]
+    cursor: str = Field(description="pass as `since` for later changes")
+
+
+# ---- reversals, errors ------------------------------------------------------------------
+class ReversalAnswer(BaseModel):
+    reversal_id: str
+    queue_id: int
+    status: str = Field(description="delivered, pending or failed")
+    last_error: str | None
+
+
+class ErrorInfo(BaseModel):
+    code: str = Field(description="stable, machine-readable")
+    message: str = Field(description="for a person to act on")
+    detail: Any = Field(description="more about it: any JSON value, or null")
+
+
+class Error(BaseModel):
+    """Every error body. `detail` is never PHI and never a secret."""
+
+    error: ErrorInfo
