@@ -39,11 +39,12 @@ def _pa_change(store: PgStore, pa_id: str, hold: threading.Event | None = None) 
     def job(db: Database) -> int:
         seq = store.next_seq(db)
         now = now_iso()
-        pas.insert_from_callback(
-            db, pa_id=pa_id, urls_json="[]", workflow_status="New", plan_outcome=None,
-            status_time=None, deleted=0, now=now, seq=seq, events_json="[]", fax_failed=0,
-            links_json="{}",
-        )  # fmt: skip
+        state: pas.CallbackState = {
+            "workflow_status": "New", "plan_outcome": None, "status_time": None,
+            "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+            "urls_json": "[]", "details_json": None,
+        }  # fmt: skip
+        pas.insert_from_callback(db, pa_id, state, now=now, seq=seq)
         if hold is not None:
             assert hold.wait(10)
         return seq
