@@ -20,7 +20,8 @@ _TX = [
     "message_source",
 ]
 _PA = [
-    "pa_id", "claim_id", "transaction_index", "urls", "url", "links", "link_pending",
+    "pa_id", "claim_id", "transaction_index", "rx_number", "product_id", "urls", "url",
+    "links", "link_pending",
     "open_url", "workflow_status", "plan_outcome", "status", "deleted", "fax_failed",
     "events", "matched", "created_at", "updated_at", "cursor",
 ]  # fmt: skip
@@ -97,5 +98,10 @@ def test_reversal_answer_keeps_its_keys_and_null_error(make_app: Any) -> None:
         "queue_id": r.json()["queue_id"],
         "status": "delivered",
         "last_error": None,
+        "pa_found": False,
+        "pas": [],
+        "message": "The PA service took the reversal; pa-bridge knows no PA for this claim.",
     }
-    assert list(r.json()) == ["reversal_id", "queue_id", "status", "last_error"]
+    assert list(r.json()) == [
+        "reversal_id", "queue_id", "status", "last_error", "pa_found", "pas", "message",
+    ]  # fmt: skip

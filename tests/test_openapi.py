@@ -24,6 +24,7 @@ from tests.support import wait_until
 #: The local API table of PRODUCT.md (docs/ of the shared workspace).
 PRODUCT_TABLE = {
     ("post", "/v1/claims"),
+    ("get", "/v1/claims/{claim_id}"),
     ("post", "/v1/claims/{claim_id}/pa"),
     ("post", "/v1/reversals"),
     ("get", "/v1/pa"),
@@ -201,13 +202,31 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
         api.call("get", "/console/static/{filename}", "/console/static/nope.js")
         assert api.call("get", "/openapi.json", "/openapi.json").json() == document()
 
+        got = api.call("get", "/v1/claims/{claim_id}", f"/v1/claims/{one['claim_id']}").json()
+        assert [p["pa_id"] for p in got["pas"]] == [pa["pa_id"]]
+        api.call("get", "/v1/claims/{claim_id}", "/v1/claims/nope")
+        api.call("get", "/v1/pa", "/v1/pa", params={"claim_id": one["claim_id"]})
+        api.call("get", "/v1/pa", "/v1/pa", params={"claim_id": "nope"})
+        api.call("get", "/v1/pa", "/v1/pa", params={"since": str(int(listed["cursor"]) + 9)})
+        keyed = {"Idempotency-Key": "openapi-claim-1"}
+        body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
+        api.call("post", "/v1/claims", "/v1/claims", json=body, headers=keyed)
+        api.call("post", "/v1/claims", "/v1/claims", json=body, headers=keyed)
+        other = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
+        assert (
+            api.call("post", "/v1/claims", "/v1/claims", json=other, headers=keyed).status_code
+            == 422
+        )
+        cut = _claim(b.request_bytes()[:70], b.response_bytes([b.REJECT_75]))
+        api.call("post", "/v1/claims", "/v1/claims", json=cut)
+
         rev = api.call(
             "post",
             "/v1/reversals",
             "/v1/reversals",
             json={"request": b.request_bytes(code="B2").decode("latin-1")},
         )
-        assert rev.status_code in (200, 202)
+        assert rev.status_code in (200, 202) and rev.json()["pas"][0]["pa_id"] == pa["pa_id"]
         api.call(
             "post",
             "/v1/reversals",
@@ -216,7 +235,7 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
         )
 
     statuses = {s for _, _, s in api.seen}
-    assert {200, 201, 302, 400, 404, 409, 413} <= statuses
+    assert {200, 201, 302, 400, 404, 409, 413, 422} <= statuses
 
 
 def test_unauthorized_answers_validate_too(make_daemon: Any) -> None:
@@ -245,7 +264,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             storage={"path": str(tmp / "fuzz.sqlite3")},
             intake={"listen": "127.0.0.1:0"},
             callbacks={"listen": "127.0.0.1:0"},
-            sandbox={"step_seconds": 0.05},
+            # a free port: the default 8480 may be taken by another daemon on the machine
+            sandbox={"step_seconds": 0.05, "listen": "127.0.0.1:0", "persist": False},
             queue={"poll_seconds": 0.1, "backoff_base_seconds": 0.1, "backoff_max_seconds": 0.5},
         )
     )
@@ -309,3 +329,48 @@ def test_no_server_error_on_generated_input(
 def test_answers_carry_no_json_decoding_surprises() -> None:
     # the document itself serialises to JSON as served (no tuples, sets, callables)
     assert json.loads(json.dumps(document())) == document()
+
+
+# ---- issue 16: what an integrator's generated client needs ----------------------------------
+
+
+def test_the_document_types_statuses_events_and_declares_401_413() -> None:
+    doc = document(max_body_bytes=4096)
+    pa = doc["components"]["schemas"]["Pa"]["properties"]
+    known = pa["workflow_status"]["anyOf"][0]["enum"]
+    assert {"New", "PA Request", "PA Response", "Archived", None} <= set(known)
+    assert {"Favorable", "Unfavorable", "Pending", None} <= set(
+        pa["plan_outcome"]["anyOf"][0]["enum"]
+    )
+    assert pa["events"]["items"] == {"$ref": "#/components/schemas/Event"}
+    event = doc["components"]["schemas"]["Event"]
+    assert event["properties"]["type"]["anyOf"][0]["enum"][0] == "DELETE"
+    assert event["required"] == ["type", "time"]
+    entry = doc["components"]["schemas"]["HistoryEntry"]["properties"]
+    assert entry["source"]["enum"] == ["submit", "callback", "reversal"]
+    assert entry["workflow_status"] == pa["workflow_status"]
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if method not in _METHODS:
+                continue
+            if op.get("security") != []:
+                assert "401" in op["responses"], (method, path)
+            if "requestBody" in op:
+                assert "4096 bytes" in op["responses"]["413"]["description"], (method, path)
+    assert "paChanged" in doc["webhooks"]
+
+
+def test_405_says_allow_and_413_says_the_limit(make_daemon: Any) -> None:
+    d = make_daemon(intake={"max_body_bytes": 4096})
+    with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
+        r = c.delete("/v1/claims")
+        assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+        assert "POST" in r.headers["Allow"]
+        r = c.get("/v1/reversals")
+        assert r.status_code == 405 and "POST" in r.headers["Allow"]
+        r = c.post("/v1/claims", content=b"x" * 5000, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        assert r.json()["error"]["detail"] == {"max_body_bytes": 4096}
+        assert "4096 bytes" in r.json()["error"]["message"]
+        served = c.get("/openapi.json").json()
+        assert served == document(max_body_bytes=4096)

@@ -35,6 +35,7 @@ from .logs import log_event
 from .store import Database, Kind, Store, now_iso, pa_history, pas
 from .store import callbacks as kept
 from .store.outbox import enqueue
+from .webhooks import change_payload
 
 __all__ = [
     "WORKFLOW_RANK",
@@ -189,14 +190,18 @@ def _details(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stored_object(text: str | None) -> dict[str, Any]:
+    """A JSON object stored in a column, or ``{}`` for nothing or anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
     """The PA's details with the newest callback's values over the older ones."""
-    try:
-        merged = json.loads(old_json) if old_json else {}
-    except ValueError:
-        merged = {}
-    if not isinstance(merged, dict):
-        merged = {}
+    merged = _stored_object(old_json)
     merged.update(new)
     return json.dumps(merged)
 
@@ -259,12 +264,7 @@ def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
 
 def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
     """The PA's links: the newest html_url and pdf_url, every token link seen."""
-    try:
-        merged = json.loads(old_json) if old_json else {}
-    except ValueError:
-        merged = {}
-    if not isinstance(merged, dict):
-        merged = {}
+    merged = _stored_object(old_json)
     for key in ("html_url", "pdf_url"):
         if new.get(key):
             merged[key] = new[key]
@@ -507,6 +507,19 @@ class CallbackService:
             events_json=new_events,
             note=note,
         )
-        if self.forward:
-            enqueue(db, Kind.WEBHOOK, {"pa_id": cb.pa_id, "change_seq": seq})
+        if self.forward:  # the change itself, not the PA at delivery (decision 0018)
+            change = {
+                "workflow_status": cb.workflow_status,
+                "plan_outcome": cb.plan_outcome,
+                "event_time": cb.event_time,
+                "events": cb.events,
+            }
+            after = {
+                "workflow_status": status[0],
+                "plan_outcome": status[1],
+                "deleted": deleted,
+                "fax_failed": fax_failed,
+                "events_json": events_json,
+            }
+            enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
         return CallbackResult("stored", cb.pa_id)

@@ -146,6 +146,9 @@ class CallbackSettings(_Section):
     password: SecretStr | None = None
     password_file: Path | None = None
     forward_url: str | None = None
+    #: signs each webhook POST (PA-Bridge-Signature: HMAC-SHA256 over the exact body)
+    forward_secret: SecretStr | None = None
+    forward_secret_file: Path | None = None
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     #: the URL the service (or the sandbox) posts to; derived from listen if unset
     public_url: str | None = None
@@ -292,6 +295,7 @@ def _resolve_secret_files(
         (s.service, "password", "service"),
         (s.service, "api_key", "service"),
         (s.callbacks, "password", "callbacks"),
+        (s.callbacks, "forward_secret", "callbacks"),
         (s.storage, "url", "storage"),
         (s.storage, "password", "storage"),
     ]
@@ -368,6 +372,12 @@ def _check(s: Settings, problems: list[str]) -> None:
         problems.append(
             "callbacks.password: empty or too short"
             f" (at least {MIN_SECRET_CHARS} characters; the service sends it with every callback)"
+        )
+    secret = s.callbacks.forward_secret
+    if secret is not None and len(secret.get_secret_value().strip()) < MIN_SECRET_CHARS:
+        problems.append(
+            "callbacks.forward_secret: empty or too short"
+            f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 32`)"
         )
     host, _ = parse_listen(s.intake.listen)
     if not s.intake.tokens and not is_loopback(host):

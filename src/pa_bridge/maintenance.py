@@ -4,7 +4,8 @@ Retention (``[storage]``):
 
 - after ``retention_days``: the raw claim content of an exchange (``request_raw``,
   ``response_raw``, ``metadata_json``) is set to NULL and ``raw_purged_at`` stamped;
-  callback bodies likewise (``body_purged_at``); dead letters are deleted;
+  callback bodies likewise (``body_purged_at``); dead letters and ``Idempotency-Key``
+  records are deleted (decision 0017: a retry comes within minutes, not weeks);
 - after ``metadata_retention_days``: the rows themselves (exchanges, PAs with their
   history, delivered queue items, audit, callbacks) are deleted.
 
@@ -56,6 +57,7 @@ class PurgeReport:
     raw_exchanges: int = 0
     callback_bodies: int = 0
     dead_letters: int = 0
+    idempotency_keys: int = 0
     exchanges: int = 0
     pas: int = 0
     pa_history: int = 0

@@ -35,7 +35,13 @@ Logging: status codes, PA ids, elapsed times and error codes only. Never claim
 content, patient data, cardholder ids, the password, the api_key or a dashboard token.
 """
 
-from ._answers import ClaimResult, OutcomeResult, read_claim_body
+from ._answers import (
+    FALLBACK_REASONS,
+    ClaimResult,
+    OutcomeResult,
+    fallback_reason,
+    read_claim_body,
+)
 from ._client import PaServiceClient
 from ._contract import (
     CLAIM_FRAMINGS,
@@ -76,6 +82,7 @@ from ._urls import best_urls, origin, pa_id_from_url
 __all__ = [
     "CLAIM_FRAMINGS",
     "CLAIM_VARIABLES",
+    "FALLBACK_REASONS",
     "DASHBOARD_LOGIN_VARIABLES",
     "OPTIONAL_CLAIM_VARIABLES",
     "OUTCOME_VARIABLES",
@@ -102,6 +109,7 @@ __all__ = [
     "claim_minimum_missing",
     "dashboard_login_url",
     "failure_kind",
+    "fallback_reason",
     "form_encode",
     "frame_claim",
     "is_framed",

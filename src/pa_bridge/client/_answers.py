@@ -74,6 +74,37 @@ class OutcomeResult:
     elapsed_ms: float
 
 
+#: why an outcomes call fell back, as ``fallback_reason`` says it (issue 16); an HTTP
+#: error is ``http_<status>`` (``http_500``), or ``http_status`` if the status is unknown
+FALLBACK_REASONS = ("timeout", "refused", "unreachable", "tls", "unreadable", "error")
+
+
+def fallback_reason(error: str | None) -> dict[str, str | int]:
+    """``{"fallback_reason": ...}`` (and ``fallback_http_status`` for an HTTP error)
+    from an :class:`OutcomeResult`'s ``error``: ``timeout`` (the budget ran out, or a
+    read timed out), ``http_<status>`` such as ``http_500`` (the service answered
+    another status than 200; ``fallback_http_status`` has it as a number),
+    ``refused`` (the connection was refused), ``unreachable`` (no connection: name,
+    route, reset), ``tls``, ``unreadable`` (a 200 whose body is not an outcomes answer)
+    or ``error``. Only our own words and the status code: nothing the service sent."""
+    kind, _, rest = (error or "").partition(":")
+    kind = kind.strip()
+    if kind in ("deadline", "timeout"):
+        return {"fallback_reason": "timeout"}
+    if kind == "http_status":
+        digits = "".join(c for c in rest if c.isdigit())[:3]
+        if len(digits) != 3:
+            return {"fallback_reason": "http_status"}
+        return {"fallback_reason": f"http_{digits}", "fallback_http_status": int(digits)}
+    if kind == "unreachable":
+        return {"fallback_reason": "refused" if "Refused" in rest else "unreachable"}
+    if kind == "tls":
+        return {"fallback_reason": "tls"}
+    if kind == "bad_body":
+        return {"fallback_reason": "unreadable"}
+    return {"fallback_reason": "error"}
+
+
 class _PageParser(HTMLParser):
     """Anchors' ``href`` values, the text of ``<p>`` elements, and all visible text
     (without ``<title>``, ``<script>`` and ``<style>``)."""

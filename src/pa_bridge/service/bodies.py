@@ -20,14 +20,19 @@ from typing_extensions import TypedDict
 
 import ncpdp
 
+from ..callbacks import WORKFLOW_RANK
+from ..client import FALLBACK_REASONS
 from ._parse import parse_transmission
 from .errors import BridgeError
 
 __all__ = [
+    "Claim",
     "ClaimAnswer",
+    "ClaimTransactionPa",
     "ClaimExchange",
     "Error",
     "ErrorInfo",
+    "Event",
     "HistoryEntry",
     "Pa",
     "PaLinks",
@@ -35,8 +40,10 @@ __all__ = [
     "PaWithHistory",
     "Reversal",
     "ReversalAnswer",
+    "ReversalPa",
     "SubmitPa",
     "TransactionAnswer",
+    "WebhookChange",
     "dump",
 ]
 
@@ -113,6 +120,60 @@ MetadataOverride = Annotated[
     ),
 ]
 MessageSource = Literal["outcomes", "fallback", "payer"]
+FallbackReason = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"enum": [*FALLBACK_REASONS, "http_status"]},
+                {"type": "string", "pattern": "^http_[1-5][0-9][0-9]$"},
+            ]
+        }
+    ),
+]
+
+#: the outcomes the service reports (its OUTCOME enumeration)
+PLAN_OUTCOMES = ("Favorable", "Unfavorable", "Cancelled", "Pending", "Unknown", "Unsent", "N/A")
+#: PA events kept from callbacks
+EVENT_TYPES = ("DELETE", "REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE")
+
+
+def _open_enum(values: tuple[str, ...] | list[str], description: str) -> WithJsonSchema:
+    """One of ``values``, or null, or (should the service add one) another string:
+    pa-bridge passes the service's values on unchanged, so the enum is open."""
+    return WithJsonSchema(
+        {"anyOf": [{"enum": [*values, None]}, {"type": "string"}], "description": description}
+    )
+
+
+WorkflowStatus = Annotated[
+    str | None,
+    _open_enum(
+        list(WORKFLOW_RANK),
+        "the service's workflow status (both workflows of its interface); null before the"
+        " first callback of a PA we did not start. A status the service adds later is"
+        " passed on as it is.",
+    ),
+]
+PlanOutcome = Annotated[
+    str | None,
+    _open_enum(
+        PLAN_OUTCOMES,
+        "the plan's determination: Favorable approved, Unfavorable denied, Cancelled,"
+        " Pending (plan working), Unknown (no determination), Unsent (archived before"
+        " sending), N/A (PA not required); null not yet sent",
+    ),
+]
+EventType = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "anyOf": [{"enum": list(EVENT_TYPES)}, {"type": "string"}],
+            "description": "DELETE: the PA was deleted (its claim reversed);"
+            " REQUEST_FAX_FAILED / REQUEST_FAX_FAILURE: the fax to the prescriber failed",
+        }
+    ),
+]
 
 
 class _Body(BaseModel):
@@ -182,6 +243,17 @@ class _Transaction(BaseModel):
     message: str = Field(description="the message to show the pharmacist")
     button_label: str = Field(description="empty: show no submit-PA button")
     message_source: MessageSource
+    fallback_reason: FallbackReason | None = Field(
+        default=None,
+        description="with message_source fallback only: why the outcomes call failed"
+        " (timeout: no answer within the budget; http_<status>, e.g. http_500: another"
+        " status than 200, also in fallback_http_status; refused: connection refused;"
+        " unreachable: no connection; tls; unreadable: a 200 that is not an outcomes"
+        " answer; error)",
+    )
+    fallback_http_status: int | None = Field(
+        default=None, description="with an http_<status> fallback_reason: the status"
+    )
     outcomes_elapsed_ms: float | None = Field(
         default=None, ge=0, description="time the outcomes call took (70/75/76 rejects only)"
     )
@@ -212,10 +284,25 @@ class PaLinks(TypedDict, total=False):
     token_urls: list[str]
 
 
+class Event(TypedDict):
+    """An event a callback reported (type and time only: remote_user may name a person)."""
+
+    type: EventType
+    time: Annotated[
+        str | None, Field(description="as the service sent it (ISO 8601, or not a time at all)")
+    ]
+
+
 class Pa(BaseModel):
     pa_id: str
     claim_id: str | None
     transaction_index: int | None
+    rx_number: str | None = Field(
+        default=None,
+        description="402-D2 of the claim the PA was submitted for (null for a PA known only"
+        " from its callbacks, or submitted before pa-bridge kept it)",
+    )
+    product_id: str | None = Field(default=None, description="407-D7 (the NDC) of that claim")
     urls: list[str] = Field(
         description="the PA's links: those the claim interface answered, then the token "
         "links its callbacks brought"
@@ -229,12 +316,12 @@ class Pa(BaseModel):
         description="PA started, link on its way (it comes with the PA's callback)"
     )
     open_url: str = Field(description="GET it to be redirected to the PA")
-    workflow_status: str | None
-    plan_outcome: str | None
-    status: str | None
+    workflow_status: WorkflowStatus
+    plan_outcome: PlanOutcome
+    status: WorkflowStatus = Field(description="the same as workflow_status")
     deleted: bool
     fax_failed: bool
-    events: list[Any]
+    events: list[Event]
     matched: bool
     created_at: str
     updated_at: str
@@ -243,11 +330,11 @@ class Pa(BaseModel):
 
 class HistoryEntry(BaseModel):
     received_at: str
-    source: str
-    workflow_status: str | None
-    plan_outcome: str | None
+    source: Literal["submit", "callback", "reversal"] = Field(description="what made the entry")
+    workflow_status: WorkflowStatus
+    plan_outcome: PlanOutcome
     event_time: str | None
-    events: list[Any]
+    events: list[Event]
     note: str | None
 
 
@@ -265,11 +352,79 @@ class PaList(BaseModel):
 
 
 # ---- reversals, errors ------------------------------------------------------------------
+class ReversalPa(BaseModel):
+    """A PA the service deletes for a reversal."""
+
+    pa_id: str
+    workflow_status: WorkflowStatus
+    deleted: bool = Field(description="true once its DELETE event has arrived by callback")
+
+
 class ReversalAnswer(BaseModel):
     reversal_id: str
     queue_id: int
-    status: str = Field(description="delivered, pending or failed")
+    status: Literal["delivered", "pending", "failed"] = Field(
+        description="delivered: the service took it; pending: queued, retried until it"
+        " does; failed (in a 422 reversal_refused's detail): refused for good"
+    )
     last_error: str | None
+    pa_found: bool = Field(description="whether pa-bridge holds a PA for the reversed claim")
+    pas: list[ReversalPa] = Field(
+        description="the PAs pa-bridge holds for the reversed claim (by claim key): the"
+        " service deletes them"
+    )
+    message: str = Field(description="what happened, in plain words")
+
+
+# ---- claims and webhooks (issue 16) -------------------------------------------------------
+class ClaimTransactionPa(BaseModel):
+    index: int = Field(ge=0)
+    pa_id: str | None
+
+
+class Claim(BaseModel):
+    """``GET /v1/claims/{claim_id}``: the answer given, and the claim's PA(s)."""
+
+    claim_id: str
+    received_at: str
+    transaction_code: str | None
+    transaction_count: int = Field(ge=1)
+    answer: Annotated[
+        dict[str, Any] | None,
+        WithJsonSchema(
+            {
+                "oneOf": [{"$ref": "#/components/schemas/ClaimAnswer"}, {"type": "null"}],
+                "description": "the answer given (null for a moment after it is sent)",
+            }
+        ),
+    ]
+    transactions: list[ClaimTransactionPa]
+    pa: Pa | None = Field(description="its PA, if any (the first of `pas`)")
+    pas: list[Pa] = Field(
+        description="per transaction that has one: the PA submitted from it, or the live PA"
+        " of the same claim key (BIN, PCN, group, Rx number, fill number, provider)"
+        " submitted from another exchange"
+    )
+
+
+class WebhookChangeInfo(BaseModel):
+    received_at: str | None = None
+    source: Literal["callback"] = "callback"
+    workflow_status: WorkflowStatus = None
+    plan_outcome: PlanOutcome = None
+    event_time: str | None = None
+    events: list[Event] = Field(default_factory=list)
+
+
+class WebhookChange(BaseModel):
+    """One change of one PA, POSTed to ``callbacks.forward_url`` (decision 0018)."""
+
+    delivery_id: str = Field(description="the same on every retry of this change")
+    event: Literal["pa.changed"]
+    pa_id: str
+    cursor: str = Field(description="the feed cursor of this change")
+    change: WebhookChangeInfo = Field(description="what this callback said")
+    pa: Pa = Field(description="the PA as it was right after this change")
 
 
 class ErrorInfo(BaseModel):

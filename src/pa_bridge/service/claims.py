@@ -9,16 +9,18 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..client import OutcomesCall, PaServiceClient, outcome_variables
+from ..client import OutcomesCall, PaServiceClient, fallback_reason, outcome_variables
 from ..config import Settings
 from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, now_iso
 from ..store.outbox import enqueue
+from . import idempotency
 from ._parse import new_exchange
 from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer, dump
-from .decisions import count_problem, decide, prescriber_fax
+from .decisions import claim_key, count_problem, decide, prescriber_fax
 from .errors import BridgeError
+from .exchange_rules import missing_for_decision
 
 __all__ = ["ClaimIntake"]
 
@@ -43,21 +45,44 @@ class ClaimIntake:
         self.wake_queue = wake_queue
         self.clock = clock
 
-    def intake(self, body: ClaimExchange | Mapping[str, Any], actor: str) -> ClaimAnswer:
+    def intake(
+        self,
+        body: ClaimExchange | Mapping[str, Any],
+        actor: str,
+        idempotency_key: str | None = None,
+    ) -> ClaimAnswer:
         """The answer for a claim exchange (a JSON body is checked here, so that the
-        time spent reading it counts in ``elapsed_ms`` and against the budget)."""
+        time spent reading it counts in ``elapsed_ms`` and against the budget). With
+        ``idempotency_key``, a key used before answers that claim's answer again (an
+        :class:`idempotency.ReplayedClaimAnswer`), decision 0017."""
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
         if not isinstance(body, ClaimExchange):
             body = ClaimExchange.model_validate(body)
         req, resp, metadata = body.request, body.response, body.metadata
         req_bytes, resp_bytes = bytes(req), bytes(resp)
+        rv = req.as_request()
+        missing = missing_for_decision(req, resp, rv)
+        if missing:  # lenient parsing tolerates framing, not missing substance
+            raise BridgeError(
+                400,
+                "malformed_claim",
+                "the claim exchange lacks what a decision needs: " + "; ".join(missing),
+                {"missing": missing},
+            )
+        fp = ""
+        if idempotency_key is not None:
+            fp = idempotency.fingerprint(
+                req_bytes.decode("latin-1"), resp_bytes.decode("latin-1"), metadata
+            )
+            earlier = self._idempotent(idempotency_key, fp)
+            if earlier is not None:
+                return self._replayed(earlier)
         problem = count_problem(req, resp)
         if problem is not None:
             part, why = problem
             detail = {"part": part, "field_id": "A9"} if part == "request" else {"part": part}
             raise BridgeError(400, "malformed_claim", why, detail)
-        rv = req.as_request()
         sv = resp.as_response()
         decisions = decide(sv)
         claim_id = uuid.uuid4().hex
@@ -71,7 +96,10 @@ class ClaimIntake:
             row["transaction_status"] = first.transaction_status
             row["reject_codes"] = ",".join(first.reject_codes)
             row["pa_eligible"] = int(any(d.pa_eligible for d in decisions))
+            row["claim_keys"] = json.dumps([claim_key(req, i, rv) for i in range(len(req.groups))])
             exchanges.insert(db, row)
+            if idempotency_key is not None:
+                idempotency.record(db, "claims", idempotency_key, fp, claim_id)
             audit.add(
                 db,
                 actor,
@@ -118,12 +146,17 @@ class ClaimIntake:
             stored_error: StoreUnavailable | None = None
         except StoreUnavailable as e:
             stored_error = e
+        except idempotency.KeyTaken as e:  # the same key, at the same moment
+            return self._replayed(e.object_id)
+        except idempotency.IdempotencyConflict:
+            raise idempotency.key_reused() from None
 
         answers = []
         for d in decisions:
             message, label = d.payer_message, ""
             source: MessageSource = "payer"
             outcomes_ms: float | None = None
+            reason: dict[str, Any] = {}
             if d.pa_eligible:
                 label = self.settings.intake.default_button_label
             call = calls.get(d.index)
@@ -140,6 +173,7 @@ class ClaimIntake:
                     source = "outcomes"
                 else:
                     source = "fallback"
+                    reason = fallback_reason(res.error)
             answers.append(
                 TransactionAnswer(
                     index=d.index,
@@ -150,6 +184,7 @@ class ClaimIntake:
                     button_label=label,
                     message_source=source,
                     outcomes_elapsed_ms=outcomes_ms,
+                    **reason,
                 )
             )
 
@@ -193,3 +228,29 @@ class ClaimIntake:
             outcomes_ms=answer.outcomes_elapsed_ms,
         )
         return answer
+
+    # ---- Idempotency-Key (decision 0017) ------------------------------------------
+    def _idempotent(self, key: str, fp: str) -> str | None:
+        try:
+            return idempotency.lookup(self.store, "claims", key, fp)
+        except idempotency.IdempotencyConflict:
+            raise idempotency.key_reused() from None
+
+    def _replayed(self, claim_id: str) -> idempotency.ReplayedClaimAnswer:
+        """The answer given for ``claim_id``, again. It is recorded just after it is
+        sent; a replay that arrives while the first request is still being answered
+        waits for it (up to the outcomes budget and a margin)."""
+        deadline = time.monotonic() + self.settings.outcomes.budget_ms / 1000.0 + 2.0
+        while True:
+            saved = exchanges.answer_json(self.store.reader(), claim_id)
+            if saved is not None:
+                return idempotency.ReplayedClaimAnswer.model_validate(json.loads(saved))
+            if time.monotonic() > deadline:
+                raise BridgeError(
+                    409,
+                    "idempotency_in_progress",
+                    "a request with this Idempotency-Key is still being answered; send it"
+                    " again in a moment",
+                    {"claim_id": claim_id},
+                )
+            time.sleep(0.01)

@@ -62,9 +62,10 @@ def decide(sv: ncpdp.ResponseView) -> list[TxDecision]:
     return out
 
 
-def claim_key(req: ncpdp.Transmission, index: int) -> str:
-    """What identifies a claim to the service's duplicate check."""
-    v = req.as_request()
+def claim_key(req: ncpdp.Transmission, index: int, view: ncpdp.RequestView | None = None) -> str:
+    """What identifies a claim to the service's duplicate check (``view``: the
+    request's view when the caller has it)."""
+    v = view if view is not None else req.as_request()
     tx = v.transactions[index] if index < len(v.transactions) else None
     parts = [
         v.bin,

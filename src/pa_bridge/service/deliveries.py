@@ -1,5 +1,5 @@
 """The queue's deliverers: outcome reports, reversals (B2 to the service) and webhooks
-(the PA as it is now, to the dispensing system). The composition root registers them
+(each PA change, signed, to the dispensing system). The composition root registers them
 with the outbox (:meth:`Deliveries.register`)."""
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 import ncpdp
 
 from ..client import PaServiceClient, ServiceError, outcome_variables
@@ -19,10 +17,9 @@ from ..config import Settings
 from ..logs import log_event
 from ..outbox import DeliveryFailed, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
-from .bodies import dump
+from ..webhooks import WebhookSender
 from .decisions import prescriber_fax
-from .errors import BridgeError
-from .pas import PaService
+from .pas import PaService, pa_json
 
 __all__ = ["Deliveries"]
 
@@ -42,7 +39,8 @@ class Deliveries:
         self.client = client
         self.pa_reads = pa_reads
         self.clock = clock
-        self._http = httpx.Client(timeout=10.0)
+        cb = settings.callbacks
+        self._webhooks = WebhookSender(cb.forward_url, settings.secret(cb.forward_secret))
 
     def register(self, outbox: Outbox) -> None:
         outbox.register(Kind.OUTCOME_REPORT, self.outcome_report)
@@ -50,7 +48,7 @@ class Deliveries:
         outbox.register(Kind.WEBHOOK, self.webhook)
 
     def close(self) -> None:
-        self._http.close()
+        self._webhooks.close()
 
     def outcome_report(self, payload: dict[str, Any]) -> None:
         content = exchanges.claim_content(self.store.reader(), str(payload.get("claim_id")))
@@ -102,17 +100,8 @@ class Deliveries:
             )
 
     def webhook(self, payload: dict[str, Any]) -> None:
-        """POST the PA as it is now to the dispensing system's webhook."""
-        url = self.settings.callbacks.forward_url
-        if not url:
-            raise DeliveryFailed("callbacks.forward_url is not configured", retryable=False)
-        try:
-            pa = self.pa_reads.get_pa(str(payload.get("pa_id")))
-        except BridgeError:
-            raise DeliveryFailed("the PA is gone", retryable=False) from None
-        try:
-            r = self._http.post(url, json={"pa": dump(pa)})
-        except httpx.HTTPError as e:
-            raise DeliveryFailed(f"webhook unreachable: {type(e).__name__}") from None
-        if not 200 <= r.status_code < 300:
-            raise DeliveryFailed(f"webhook answered HTTP {r.status_code}")
+        """POST one PA change to the dispensing system's webhook (webhooks.py)."""
+        row = self.pa_reads.get_pa_row(str(payload.get("pa_id")))
+        if row is None:
+            raise DeliveryFailed("the PA is gone", retryable=False)
+        self._webhooks.deliver(payload, pa_json(row))

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import ncpdp
 
@@ -20,7 +20,16 @@ from ..metrics import Metrics
 from ..store import Database, Store, StoreUnavailable, audit, exchanges, now_iso, pa_history, pas
 from ..store import outbox as queue_items
 from ..store.pas import PaRow
-from .bodies import HistoryEntry, Pa, PaList, PaWithHistory, SubmitPa
+from . import idempotency
+from .bodies import (
+    Claim,
+    ClaimTransactionPa,
+    HistoryEntry,
+    Pa,
+    PaList,
+    PaWithHistory,
+    SubmitPa,
+)
 from .decisions import claim_key
 from .errors import BridgeError
 
@@ -113,11 +122,41 @@ class PaService:
         return queue_items.reversed_since(self.store.reader(), key, since)
 
     def submit_pa(
-        self, claim_id: str, body: SubmitPa | Mapping[str, Any], actor: str
+        self,
+        claim_id: str,
+        body: SubmitPa | Mapping[str, Any],
+        actor: str,
+        idempotency_key: str | None = None,
     ) -> tuple[Pa, bool]:
-        """Returns (the PA, created now?)."""
+        """Returns (the PA, created now?). A key used before answers that PA again
+        (not created now) and sends nothing to the service (decision 0017)."""
         if not isinstance(body, SubmitPa):
             body = SubmitPa.model_validate(body)
+        if idempotency_key is None:
+            return self._submit_pa(claim_id, body, actor)
+        fp = idempotency.fingerprint(claim_id, body.transaction, body.metadata)
+        try:
+            earlier = idempotency.lookup(self.store, "submit", idempotency_key, fp)
+        except idempotency.IdempotencyConflict:
+            raise idempotency.key_reused() from None
+        if earlier is not None:
+            row = self.get_pa_row(earlier)
+            if row is not None:  # else renamed by its first callback: found by its claim
+                return idempotency.ReplayedPa(**dict(pa_model(row))), False
+        pa, created = self._submit_pa(claim_id, body, actor)
+        try:
+            self.store.write(
+                lambda db: idempotency.record(db, "submit", idempotency_key, fp, pa.pa_id)
+            )
+        except idempotency.KeyTaken:
+            pass  # a concurrent request with the key: the claim key's lock gave both this PA
+        except idempotency.IdempotencyConflict:
+            raise idempotency.key_reused() from None
+        except StoreUnavailable as e:  # the PA stands; a replay finds it by its claim
+            log_event("idempotency.not_saved", level=logging.WARNING, error=type(e).__name__)
+        return pa, created
+
+    def _submit_pa(self, claim_id: str, body: SubmitPa, actor: str) -> tuple[Pa, bool]:
         ex = self._exchange(claim_id)
         index = body.transaction
         if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
@@ -183,7 +222,8 @@ class PaService:
                 t.product_id if t else None,
                 t.rx_number if t else None,
             )
-            pa, known = self._store_pa(claim_id, index, key, result, actor, match)
+            drug = (t.rx_number, t.product_id) if t else (None, None)
+            pa, known = self._store_pa(claim_id, index, key, result, actor, match, drug)
         outcome = "duplicate" if known else ("created" if pa.url else "started")
         self.metrics.pa_submits.labels(outcome).inc()
         log_event(
@@ -207,6 +247,7 @@ class PaService:
         result: ClaimResult,
         actor: str,
         match: dict[str, str],
+        drug: tuple[str | None, str | None] = (None, None),
     ) -> tuple[Pa, bool]:
         """Store the PA the service answered for; (the PA, already known to our records?).
 
@@ -269,6 +310,7 @@ class PaService:
                 note="; ".join(notes) or None,
             )
             audit.add(db, actor, "pa.submit", pa_id, f"claim {claim_id} transaction {index}")
+            pas.set_drug(db, pa_id, *drug)
             return pa_id, known
 
         try:
@@ -302,7 +344,9 @@ class PaService:
     def get_pa_row(self, pa_id: str) -> PaRow | None:
         return pas.get(self.store.reader(), pa_id)
 
-    def list_pas(self, since: str | None, limit: int) -> PaList:
+    def list_pas(self, since: str | None, limit: int, claim_id: str | None = None) -> PaList:
+        if claim_id is not None:
+            return self.pas_of_claim(claim_id)
         bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
@@ -312,9 +356,65 @@ class PaService:
         # bits or from the future was never handed out
         if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
             raise bad
+        newest = pas.newest_change(self.store.reader())
+        if after > newest:  # a restore's floor counts: cursors from before it still work
+            raise BridgeError(
+                400,
+                "invalid_cursor",
+                "'since' is beyond the newest change; it was not handed out by this"
+                " pa-bridge (start again without 'since', or from a cursor it gave)",
+                {"newest_cursor": str(newest)},
+            )
         rows = pas.since(self.store.reader(), after, limit)
         cursor = str(rows[-1]["change_seq"]) if rows else str(after)
         return PaList(pas=[pa_model(r) for r in rows], cursor=cursor)
+
+    def _claim_pas(self, ex: exchanges.ExchangeRow) -> list[tuple[int, PaRow]]:
+        """(transaction index in this claim, PA) for each transaction that has one: the
+        PA submitted from it, else the live PA of another exchange with the same claim
+        key (a re-sent exchange shows the PA of its claim, decision 0017)."""
+        db = self.store.reader()
+        found: dict[int, PaRow] = {}
+        for row in pas.all_for_claim(db, ex["id"]):
+            found.setdefault(int(row["transaction_index"] or 0), row)
+        try:
+            keys = json.loads(ex["claim_keys"] or "[]")
+        except ValueError:
+            keys = []
+        for i, key in enumerate(keys if isinstance(keys, list) else []):
+            if i not in found and key:
+                same = pas.live_for_claim_key(db, str(key))
+                if same is not None:
+                    found[i] = same
+        return sorted(found.items(), key=lambda item: item[0])
+
+    def pas_of_claim(self, claim_id: str) -> PaList:
+        """``GET /v1/pa?claim_id=``: the claim's PAs; 404 for an unknown claim."""
+        found = [pa_model(row) for _, row in self._claim_pas(self._exchange(claim_id))]
+        cursor = max((int(p.cursor) for p in found), default=0)
+        return PaList(pas=found, cursor=str(cursor))
+
+    def get_claim(self, claim_id: str) -> Claim:
+        """``GET /v1/claims/{claim_id}``: what was answered, and the claim's PA(s)."""
+        ex = self._exchange(claim_id)
+        found = self._claim_pas(ex)
+        by_index = {i: row["id"] for i, row in found}
+        try:
+            answer = json.loads(ex["answer_json"]) if ex["answer_json"] else None
+        except ValueError:
+            answer = None
+        count = max(1, int(ex["transaction_count"] or 1))
+        models = [pa_model(row) for _, row in found]
+        return Claim(
+            claim_id=claim_id,
+            received_at=ex["received_at"],
+            transaction_code=ex["transaction_code"],
+            transaction_count=count,
+            answer=answer,
+            transactions=[ClaimTransactionPa(index=i, pa_id=by_index.get(i)) for i in range(count)],
+            pa=models[0] if models else None,
+            pas=models,
+        )
 
     def get_pa(self, pa_id: str) -> PaWithHistory:
         row = self.get_pa_row(pa_id)
@@ -323,7 +423,7 @@ class PaService:
         history = [
             HistoryEntry(
                 received_at=h["received_at"],
-                source=h["source"],
+                source=cast(Any, h["source"]),
                 workflow_status=h["workflow_status"],
                 plan_outcome=h["plan_outcome"],
                 event_time=h["event_time"],

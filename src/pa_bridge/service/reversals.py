@@ -6,19 +6,51 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..logs import log_event
 from ..outbox import Outbox
-from ..store import Database, Kind, Status, Store, StoreUnavailable, audit, exchanges, now_iso
+from ..store import (
+    Database,
+    Kind,
+    Status,
+    Store,
+    StoreUnavailable,
+    audit,
+    exchanges,
+    now_iso,
+    pas,
+)
 from ..store import outbox as queue_items
 from ..store.outbox import enqueue
+from . import idempotency
 from ._parse import new_exchange
-from .bodies import Reversal, ReversalAnswer
+from .bodies import Reversal, ReversalAnswer, ReversalPa
 from .decisions import claim_key, request_count_problem
 from .errors import BridgeError
 
-__all__ = ["Reversals"]
+__all__ = ["Reversals", "reversal_outcome"]
+
+
+def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
+    """What a reversal's answer says happened: ``pa_found``, ``pas`` (each PA the
+    service deletes; ``deleted`` turns true when its DELETE event has arrived) and a
+    plain ``message``."""
+    names = ", ".join(p.pa_id for p in held)
+    if status == Status.DELIVERED:
+        message = (
+            f"The PA service took the reversal and deletes PA {names}; its DELETE event"
+            " follows by callback."
+            if held
+            else "The PA service took the reversal; pa-bridge knows no PA for this claim."
+        )
+    elif status == Status.FAILED:
+        message = "The PA service refused the reversal; nothing was deleted."
+    else:
+        message = "The reversal is queued and retried until the PA service takes it" + (
+            f"; it then deletes PA {names}." if held else "."
+        )
+    return {"pa_found": bool(held), "pas": held, "message": message}
 
 
 class Reversals:
@@ -32,9 +64,11 @@ class Reversals:
         self.clock = clock
 
     def reversal(
-        self, body: Reversal | Mapping[str, Any], actor: str
+        self, body: Reversal | Mapping[str, Any], actor: str, idempotency_key: str | None = None
     ) -> tuple[ReversalAnswer, bool]:
-        """Returns (answer, delivered now?)."""
+        """Returns (answer, delivered now?). Raises ``422 reversal_refused`` when the
+        service refused the B2 for good (it stays in the queue, ``failed``). A key used
+        before answers that reversal's state and sends nothing (decision 0017)."""
         if not isinstance(body, Reversal):
             body = Reversal.model_validate(body)
         req = body.request
@@ -71,6 +105,16 @@ class Reversals:
             )
         exchange_id = uuid.uuid4().hex
         keys = [claim_key(req, i) for i in range(len(req.groups))]
+        fp = ""
+        if idempotency_key is not None:
+            fp = idempotency.fingerprint(raw.decode("latin-1"))
+            try:
+                earlier = idempotency.lookup(self.store, "reversals", idempotency_key, fp)
+            except idempotency.IdempotencyConflict:
+                raise idempotency.key_reused() from None
+            if earlier is not None:
+                return self._replayed(earlier, keys)
+        held = self._held(keys, live_only=True)
 
         def job(db: Database) -> int:
             row = new_exchange(exchange_id, "reversal", actor, rv, raw, now_iso(self.clock()))
@@ -84,10 +128,16 @@ class Reversals:
                 now=self.clock(),
             )
             audit.add(db, actor, "reversal.accepted", exchange_id, f"queue item {item}")
+            if idempotency_key is not None:
+                idempotency.record(db, "reversals", idempotency_key, fp, exchange_id)
             return item
 
         try:
             item_id = self.store.write(job)
+        except idempotency.KeyTaken as e:
+            return self._replayed(e.object_id, keys)
+        except idempotency.IdempotencyConflict:
+            raise idempotency.key_reused() from None
         except StoreUnavailable as e:
             raise BridgeError(
                 503,
@@ -108,7 +158,70 @@ class Reversals:
             except Exception as e:  # the reversal is queued all the same
                 status, last_error = Status.PENDING.value, f"status unknown: {type(e).__name__}"
         answer = ReversalAnswer(
-            reversal_id=exchange_id, queue_id=item_id, status=status, last_error=last_error
+            reversal_id=exchange_id,
+            queue_id=item_id,
+            status=_answer_status(status),
+            last_error=last_error,
+            **reversal_outcome(status, held),
         )
         log_event("reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=status)
+        if answer.status == "failed":  # refused for good: store IT sees it in `queue list`
+            raise BridgeError(
+                422,
+                "reversal_refused",
+                "the PA service refused this reversal; it is kept in the queue as failed"
+                " (pa-bridge queue list) and is not retried by itself",
+                answer.model_dump(),
+            )
         return answer, delivered
+
+    def _held(self, keys: list[str], *, live_only: bool) -> list[ReversalPa]:
+        """The PAs we hold for the reversed claims (by claim key)."""
+        db = self.store.reader()
+        out: list[ReversalPa] = []
+        for key in dict.fromkeys(keys):
+            out.extend(
+                ReversalPa(
+                    pa_id=row["id"],
+                    workflow_status=row["workflow_status"],
+                    deleted=bool(row["deleted"]),
+                )
+                for row in pas.for_reversal(db, key, live_only=live_only)
+            )
+        return out
+
+    def _replayed(
+        self, exchange_id: str, keys: list[str]
+    ) -> tuple[idempotency.ReplayedReversalAnswer, bool]:
+        """The answer for a reversal accepted before (a replayed Idempotency-Key): its
+        queue item's state now; nothing is sent again."""
+        item = queue_items.for_claim(self.store.reader(), exchange_id, Kind.REVERSAL)
+        if item is None:
+            raise BridgeError(
+                409,
+                "idempotency_in_progress",
+                "a request with this Idempotency-Key is still being answered; send it again in"
+                " a moment",
+            )
+        item_id, stored_status, last_error = item
+        status = _answer_status(stored_status)
+        answer = idempotency.ReplayedReversalAnswer(
+            reversal_id=exchange_id,
+            queue_id=item_id,
+            status=status,
+            last_error=last_error,
+            **reversal_outcome(status, self._held(keys, live_only=False)),
+        )
+        if status == Status.FAILED:
+            raise BridgeError(
+                422, "reversal_refused", "the PA service refused this reversal", answer.model_dump()
+            )
+        return answer, status == Status.DELIVERED
+
+
+def _answer_status(stored: str) -> Any:
+    """The queue's status as the answer says it: delivered, failed (for good), or
+    pending (queued: not tried yet, retrying, or held after a restore)."""
+    if stored in (Status.DELIVERED, Status.FAILED):
+        return cast(Any, str(stored))
+    return "pending"

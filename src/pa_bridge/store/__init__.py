@@ -8,7 +8,8 @@
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
   with its :class:`Kind` and :class:`Status`), :mod:`.callbacks`, :mod:`.audit`,
-  :mod:`.meta`, :mod:`.console` (the pharmacist console's reads and acknowledgements);
+  :mod:`.meta`, :mod:`.idempotency`, :mod:`.console` (the pharmacist console's reads
+  and acknowledgements);
 - :mod:`.retention` (purge and VACUUM) and :mod:`.files` (the database as a file, for
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
@@ -20,7 +21,19 @@ that differ ask ``_db.is_postgres(db)`` and keep both spellings side by side.
 
 from __future__ import annotations
 
-from . import audit, callbacks, console, exchanges, files, meta, migrations, outbox, pa_history, pas
+from . import (
+    audit,
+    callbacks,
+    console,
+    exchanges,
+    files,
+    idempotency,
+    meta,
+    migrations,
+    outbox,
+    pa_history,
+    pas,
+)
 from . import retention as retention
 from ._db import Database
 from .engine import (
@@ -59,6 +72,7 @@ __all__ = [
     "create_private",
     "exchanges",
     "files",
+    "idempotency",
     "meta",
     "migrations",
     "now_iso",

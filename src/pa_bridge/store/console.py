@@ -15,6 +15,7 @@ from typing import Any, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, marks
+from .exchanges import WorklistClaim
 from .pas import PaRow
 
 __all__ = [
@@ -40,15 +41,9 @@ class Acknowledgement(TypedDict):
     cursor: str | None
 
 
-class ConsoleClaim(TypedDict):
+class ConsoleClaim(WorklistClaim):
     """A stored claim without its metadata (PHI) or the payer's response."""
 
-    id: str
-    received_at: str
-    request_raw: bytes | None
-    answer_json: str | None
-    reject_codes: str | None
-    transaction_count: int | None
     transaction_code: str | None
     bin: str | None
     pcn: str | None

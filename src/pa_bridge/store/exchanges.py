@@ -12,6 +12,7 @@ __all__ = [
     "ExchangeRow",
     "NewExchange",
     "WorklistClaim",
+    "answer_json",
     "claim_content",
     "get",
     "insert",
@@ -47,6 +48,7 @@ class NewExchange(_FromRequest, total=False):
     transaction_status: str
     reject_codes: str
     pa_eligible: int
+    claim_keys: str  # JSON list, one claim key per transaction
 
 
 class ExchangeRow(_FromRequest):
@@ -59,6 +61,7 @@ class ExchangeRow(_FromRequest):
     pa_eligible: int | None
     message_source: str | None
     raw_purged_at: str | None
+    claim_keys: str | None  # JSON list, one per transaction (NULL before issue 16)
 
 
 class ClaimContent(TypedDict):
@@ -92,6 +95,12 @@ def record_answer(db: Database, claim_id: str, answer_json: str, message_source:
         "UPDATE exchanges SET answer_json = ?, message_source = ? WHERE id = ?",
         [answer_json, message_source, claim_id],
     )
+
+
+def answer_json(db: Database, claim_id: str) -> str | None:
+    """The answer recorded for a claim (None until it is, or for no such claim)."""
+    row = db.conn.execute("SELECT answer_json FROM exchanges WHERE id = ?", [claim_id]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def get(db: Database, exchange_id: str) -> ExchangeRow | None:

@@ -141,6 +141,26 @@ def m004_console(db: Database) -> None:
     db.execute("CREATE INDEX audit_object ON audit(object_id, action)")
 
 
+@MIGRATIONS()
+def m005_integrator_api(db: Database) -> None:
+    # Issue 16 (the integrator's API): each claim exchange's claim keys (one per
+    # transaction, so a re-sent exchange finds the PA of its claim), the PA's Rx number
+    # and product id, and the Idempotency-Key header's records.
+    db.execute("ALTER TABLE exchanges ADD COLUMN claim_keys TEXT")
+    db.execute("ALTER TABLE pas ADD COLUMN rx_number TEXT")
+    db.execute("ALTER TABLE pas ADD COLUMN product_id TEXT")
+    db.execute(
+        """CREATE TABLE idempotency_keys (
+            scope TEXT NOT NULL,             -- claims, submit, reversals
+            key TEXT NOT NULL,               -- the client's Idempotency-Key
+            fingerprint TEXT NOT NULL,       -- sha256 of what was sent with it
+            object_id TEXT NOT NULL,         -- the claim, PA or reversal it made
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (scope, key)
+        )"""
+    )
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

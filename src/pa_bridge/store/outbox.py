@@ -22,6 +22,7 @@ __all__ = [
     "drop_item",
     "due",
     "enqueue",
+    "for_claim",
     "get",
     "hold_undelivered",
     "list_items",
@@ -209,6 +210,16 @@ def due(db: Database, now: float, horizon: float, limit: int) -> list[int]:
 
 def get(db: Database, item_id: int) -> QueueRow | None:
     return cast(QueueRow | None, first_row(db, "SELECT * FROM outbox WHERE id = ?", [item_id]))
+
+
+def for_claim(db: Database, claim_id: str, kind: str) -> tuple[int, str, str | None] | None:
+    """(id, stored status, last error) of the first item of ``kind`` for the claim."""
+    row = db.conn.execute(
+        "SELECT id, status, last_error FROM outbox WHERE kind = ? AND claim_id = ?"
+        " ORDER BY id LIMIT 1",
+        [kind, claim_id],
+    ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), row[2])
 
 
 def state(db: Database, item_id: int) -> tuple[str, str | None] | None:

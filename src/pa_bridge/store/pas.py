@@ -16,17 +16,21 @@ __all__ = [
     "PaWithRequest",
     "SubmitLink",
     "Submitted",
+    "all_for_claim",
     "awaiting_placeholders",
     "callback_state",
     "for_claim",
     "for_claims",
+    "for_reversal",
     "get",
     "ids_for_claim_key",
     "insert_from_callback",
     "insert_submitted",
     "link_submitted",
     "live_for_claim_key",
+    "newest_change",
     "rename",
+    "set_drug",
     "since",
     "submit_link",
     "touched_since",
@@ -53,6 +57,8 @@ class PaRow(TypedDict):
     fax_failed: int
     links_json: str
     details_json: str  # approval period, drug name, ePA or classic (from callbacks)
+    rx_number: str | None  # of the claim it was submitted for (issue 16)
+    product_id: str | None
 
 
 class PaWithRequest(PaRow):
@@ -106,6 +112,50 @@ def live_for_claim_key(db: Database, key: str) -> PaRow | None:
             " ORDER BY created_at LIMIT 1",
             [key],
         ),
+    )
+
+
+def all_for_claim(db: Database, claim_id: str) -> list[PaRow]:
+    """Every PA submitted from the claim, by transaction, oldest first."""
+    return cast(
+        list[PaRow],
+        all_rows(
+            db,
+            "SELECT * FROM pas WHERE claim_id = ? ORDER BY transaction_index, created_at",
+            [claim_id],
+        ),
+    )
+
+
+def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
+    """The PAs a submit tied to a claim with ``key`` (not deleted, with ``live_only``)."""
+    return cast(
+        list[PaRow],
+        all_rows(
+            db,
+            "SELECT * FROM pas WHERE claim_key = ? AND claim_id IS NOT NULL"
+            " AND (deleted = 0 OR ?) ORDER BY created_at",
+            [key, 0 if live_only else 1],
+        ),
+    )
+
+
+def newest_change(db: Database) -> int:
+    """The newest cursor the feed can have handed out: the last change, or the floor a
+    restore set (decision 0009), whichever is later."""
+    row = db.conn.execute(
+        "SELECT coalesce(max(change_seq), 0), coalesce((SELECT CAST(value AS INTEGER)"
+        " FROM meta WHERE key = 'feed.seq_floor'), 0) FROM pas"
+    ).fetchone()
+    return max(int(row[0]), int(row[1]))
+
+
+def set_drug(db: Database, pa_id: str, rx_number: str | None, product_id: str | None) -> None:
+    """The PA's Rx number and product id, from the claim it was submitted for."""
+    db.conn.execute(
+        "UPDATE pas SET rx_number = coalesce(rx_number, ?), product_id = coalesce(product_id, ?)"
+        " WHERE id = ?",
+        [rx_number, product_id, pa_id],
     )
 
 

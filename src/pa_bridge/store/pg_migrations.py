@@ -94,6 +94,17 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             "CREATE INDEX audit_object ON audit(object_id, action)",
         ],
     ),
+    (
+        "m005_integrator_api",
+        [
+            f"ALTER TABLE exchanges ADD COLUMN claim_keys {T}",
+            f"ALTER TABLE pas ADD COLUMN rx_number {T}",
+            f"ALTER TABLE pas ADD COLUMN product_id {T}",
+            f"""CREATE TABLE idempotency_keys (
+                scope {T} NOT NULL, key {T} NOT NULL, fingerprint {T} NOT NULL,
+                object_id {T} NOT NULL, created_at {T} NOT NULL, PRIMARY KEY (scope, key))""",
+        ],
+    ),
 ]
 
 _TABLE = (

@@ -143,6 +143,7 @@ def purge(store: Store, *, raw_cut: str, meta_cut: str, stamp: str, chunk: int) 
         _run_step(store, counts, name, name, where, [cut], delete(name, where, cut), chunk)
 
     step("dead_letters", "received_at < ?", raw_cut)
+    step("idempotency_keys", "created_at < ?", raw_cut)  # decision 0017
 
     # ---- metadata ----------------------------------------------------------------
     # PAs first (exchanges are referenced by pas.claim_id), each with its history

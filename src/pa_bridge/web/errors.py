@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, current_app, jsonify
 from werkzeug.exceptions import HTTPException
 
 from ..logs import log_event
@@ -39,7 +39,19 @@ def install_error_handlers(app: Flask) -> None:
             413: "body_too_large",
             415: "unsupported_media_type",
         }.get(status, "http_error")
-        return error_response(status, code, e.description or e.name)
+        detail = None
+        if status == 413:
+            limit = current_app.config.get("MAX_CONTENT_LENGTH")
+            detail = {"max_body_bytes": limit}
+            message = f"the body is larger than the limit of {limit} bytes (intake.max_body_bytes)"
+        else:
+            message = e.description or e.name
+        resp, status = error_response(status, code, message, detail)
+        if status == 405:  # say which methods the path takes (RFC 9110)
+            for name, value in e.get_headers():
+                if name.lower() == "allow":
+                    resp.headers["Allow"] = value
+        return resp, status
 
     @app.errorhandler(StoreError)
     @app.errorhandler(DatabaseError)

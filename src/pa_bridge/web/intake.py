@@ -9,10 +9,11 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from ..service import BridgeError, Services
+from ..service import BridgeError, Services, idempotency
 from ..service.bodies import dump
 from . import console, openapi
 from .errors import error_response, install_error_handlers
@@ -122,22 +123,44 @@ def _authenticate() -> tuple[Response, int] | None:
     return resp, status
 
 
+def _idempotency_key() -> str | None:
+    try:
+        return idempotency.check_key(request.headers.get("Idempotency-Key"))
+    except ValueError as e:
+        raise BridgeError(400, "invalid_idempotency_key", str(e)) from None
+
+
+def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
+    resp = jsonify(dump(model))
+    if isinstance(model, idempotency.Replayed):
+        resp.headers["Idempotent-Replayed"] = "true"
+    return resp, status
+
+
 @bp.post("/v1/claims")
-def post_claim() -> Response:
-    return jsonify(dump(_services().claims.intake(_json_body(), g.actor)))
+def post_claim() -> tuple[Response, int]:
+    key = _idempotency_key()
+    return _answer(_services().claims.intake(_json_body(), g.actor, idempotency_key=key), 200)
+
+
+@bp.get("/v1/claims/<claim_id>")
+def get_claim(claim_id: str) -> Response:
+    return jsonify(dump(_services().pas.get_claim(claim_id)))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
+    key = _idempotency_key()
     body = _json_body() if request.get_data() else {}
-    pa, created = _services().pas.submit_pa(claim_id, body, g.actor)
-    return jsonify(dump(pa)), 201 if created else 200
+    pa, created = _services().pas.submit_pa(claim_id, body, g.actor, idempotency_key=key)
+    return _answer(pa, 201 if created else 200)
 
 
 @bp.post("/v1/reversals")
 def post_reversal() -> tuple[Response, int]:
-    answer, delivered = _services().reversals.reversal(_json_body(), g.actor)
-    return jsonify(dump(answer)), 200 if delivered else 202
+    key = _idempotency_key()
+    answer, delivered = _services().reversals.reversal(_json_body(), g.actor, idempotency_key=key)
+    return _answer(answer, 200 if delivered else 202)
 
 
 @bp.get("/v1/pa")
@@ -146,7 +169,11 @@ def list_pas() -> Response:
         limit = min(1000, max(1, int(request.args.get("limit", "100"))))
     except ValueError:
         raise BridgeError(400, "invalid_limit", "'limit' must be a whole number") from None
-    return jsonify(dump(_services().pas.list_pas(request.args.get("since"), limit)))
+    claim_id = request.args.get("claim_id")
+    if claim_id is not None and not claim_id.strip():
+        raise BridgeError(400, "invalid_claim_id", "'claim_id' must name a claim")
+    pas = _services().pas.list_pas(request.args.get("since"), limit, claim_id=claim_id)
+    return jsonify(dump(pas))
 
 
 @bp.get("/v1/pa/<pa_id>")

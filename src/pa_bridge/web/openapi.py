@@ -10,11 +10,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .. import __version__
+from ..pa_guide import ATTENTION_ORDER
 from ..service import bodies
 
 __all__ = ["bp", "document"]
@@ -39,9 +40,27 @@ def _error(description: str) -> dict[str, Any]:
 #: Every operation may answer these (auth, oversized body, storage, unexpected).
 _DEFAULT_ERROR = _error(
     "An error: 401 without a valid token, 403 for a cross-site request or a host name"
-    " not allowed (`intake.allowed_hosts`), 413 for an oversized body, 415 for a body"
-    " that is not JSON, 503 when the database cannot be used, ..."
+    " not allowed (`intake.allowed_hosts`), 405 for a method the path does not take (with"
+    " `Allow` naming those it does), 413 for an oversized body, 415 for a body that is"
+    " not JSON, 503 when the database cannot be used, ..."
 )
+
+#: the body limit's default (``intake.max_body_bytes``); the served document names the
+#: configured one
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+_UNAUTHORIZED = {
+    **_error("no valid `Authorization: Bearer <token>` (only when `intake.tokens` is configured)"),
+    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+}
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return _error(
+        f"the body is larger than `intake.max_body_bytes` ({limit} bytes on this server);"
+        " `detail.max_body_bytes` says the limit"
+    )
+
 
 _NULLABLE_STR = {"type": ["string", "null"]}
 
@@ -58,6 +77,8 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (bodies.PaList, "serialization"),
     (bodies.Reversal, "validation"),
     (bodies.ReversalAnswer, "serialization"),
+    (bodies.Claim, "serialization"),
+    (bodies.WebhookChange, "serialization"),
 ]
 
 
@@ -150,15 +171,7 @@ _SCHEMAS: dict[str, Any] = {
         },
     },
     "Attention": {
-        "enum": [
-            "not_submitted",
-            "denied",
-            "fax_failed",
-            "deleted",
-            "failed",
-            "pending_too_long",
-            "approved",
-        ],
+        "enum": list(ATTENTION_ORDER),
         "description": "why it needs the pharmacist (the worklist's groups, in this order)",
     },
     "Acknowledgement": {
@@ -322,6 +335,24 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
     }
 
 
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Send the same key again (a UUID, 1-255 printable ASCII characters) when"
+    " re-sending the same request: the first request's result is answered again (header"
+    " `Idempotent-Replayed: true`) and nothing is done twice. The same key with other"
+    " content is a 422 `idempotency_key_reused`.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+}
+
+_REPLAYED = {
+    "Idempotent-Replayed": {
+        "schema": {"enum": ["true"]},
+        "description": "present when the answer is a replay for an Idempotency-Key",
+    }
+}
+
 _REDIRECT = {
     "description": "redirect",
     "headers": {"Location": {"schema": {"type": "string"}, "description": "where to go"}},
@@ -335,35 +366,69 @@ _PATHS: dict[str, Any] = {
             "description": "Rejections 70/75/76 ask the outcomes interface first, within "
             "the budget (1500 ms by default); MR/AG/A6 answer at once with the submit-PA "
             "option; every other claim answers at once and is reported asynchronously.",
+            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {
                 "required": True,
                 "content": {_JSON: {"schema": _ref("ClaimExchange")}},
             },
             "responses": {
-                "200": _json(_ref("ClaimAnswer"), "what to show the pharmacist"),
-                "400": _error("malformed claim (with byte offset, segment and field) or body"),
+                "200": {
+                    **_json(_ref("ClaimAnswer"), "what to show the pharmacist"),
+                    "headers": _REPLAYED,
+                },
+                "400": _error(
+                    "malformed claim (with byte offset, segment and field), an exchange"
+                    " without what a decision needs (`detail.missing` names it), or body"
+                ),
+                "409": _error("a request with this Idempotency-Key is still being answered"),
+                "422": _error("the Idempotency-Key was used with another request"),
                 "503": _error("the claim could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
             },
         }
+    },
+    "/v1/claims/{claim_id}": {
+        "parameters": [_path_param("claim_id", "the `claim_id` from the intake answer")],
+        "get": {
+            "operationId": "getClaim",
+            "summary": "A claim: the answer given, and its PA(s)",
+            "responses": {
+                "200": _json(_ref("Claim"), "the claim"),
+                "404": _error("unknown claim"),
+                "default": _DEFAULT_ERROR,
+            },
+        },
     },
     "/v1/claims/{claim_id}/pa": {
         "parameters": [_path_param("claim_id", "the `claim_id` from the intake answer")],
         "post": {
             "operationId": "submitPa",
             "summary": "Submit a PA for the claim (a second submit returns the same PA)",
+            "description": "The service is called once per claim key: a second submit, on"
+            " this claim or on another exchange of the same claim (same BIN, PCN, group, Rx"
+            " number, fill number and provider), answers 200 with the PA already held and"
+            " sends nothing.",
+            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {
                 "required": False,
                 "content": {_JSON: {"schema": _ref("SubmitPa")}},
             },
             "responses": {
                 "201": _json(_ref("Pa"), "the PA, created now"),
-                "200": _json(_ref("Pa"), "the PA created earlier for this claim"),
+                "200": {
+                    **_json(_ref("Pa"), "the PA created earlier for this claim (or its key)"),
+                    "headers": _REPLAYED,
+                },
                 "400": _error("bad body or transaction index"),
                 "404": _error("unknown claim"),
-                "409": _error("the claim was not rejected for a reason that allows a PA"),
+                "409": _error(
+                    "the claim was not rejected for a reason that allows a PA, or was reversed"
+                ),
                 "410": _error("the claim is older than the retention period"),
-                "422": _error("the service says claim data is missing"),
+                "422": _error(
+                    "the service says claim data is missing, or the Idempotency-Key was used"
+                    " with another request"
+                ),
                 "502": _error("the service answered with an error"),
                 "503": _error("the service is unreachable, or storage is unavailable"),
                 "504": _error("the service did not answer in time"),
@@ -375,11 +440,24 @@ _PATHS: dict[str, Any] = {
         "post": {
             "operationId": "postReversal",
             "summary": "Forward a B2 so the PA is deleted; never lost",
+            "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Reversal")}}},
             "responses": {
-                "200": _json(_ref("ReversalAnswer"), "delivered to the service"),
-                "202": _json(_ref("ReversalAnswer"), "queued; it will be retried"),
+                "200": {
+                    **_json(_ref("ReversalAnswer"), "delivered to the service"),
+                    "headers": _REPLAYED,
+                },
+                "202": {
+                    **_json(_ref("ReversalAnswer"), "queued; retried until the service takes it"),
+                    "headers": _REPLAYED,
+                },
                 "400": _error("malformed, or not a B2"),
+                "409": _error("a request with this Idempotency-Key is still being answered"),
+                "422": _error(
+                    "`reversal_refused`: the service refused it for good (`detail` is the"
+                    " ReversalAnswer, status failed; it stays in the queue as failed), or the"
+                    " Idempotency-Key was used with another request"
+                ),
                 "503": _error("could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
             },
@@ -404,10 +482,22 @@ _PATHS: dict[str, Any] = {
                     "description": "at most this many (clamped to 1..1000)",
                     "schema": {"type": "integer", "default": 100},
                 },
+                {
+                    "name": "claim_id",
+                    "in": "query",
+                    "required": False,
+                    "description": "only this claim's PAs (as in GET /v1/claims/{claim_id});"
+                    " `since` and `limit` do not apply",
+                    "schema": {"type": "string"},
+                },
             ],
             "responses": {
                 "200": _json(_ref("PaList"), "PAs and the cursor to ask from next"),
-                "400": _error("bad cursor or limit"),
+                "400": _error(
+                    "bad limit, or a cursor that was never handed out (not a number,"
+                    " negative, or beyond the newest change: `detail.newest_cursor`)"
+                ),
+                "404": _error("unknown claim (with claim_id)"),
                 "default": _DEFAULT_ERROR,
             },
         }
@@ -587,6 +677,46 @@ _PATHS: dict[str, Any] = {
     },
 }
 
+_WEBHOOKS: dict[str, Any] = {
+    "paChanged": {
+        "post": {
+            "operationId": "paChanged",
+            "summary": "A PA changed (sent to `callbacks.forward_url` through the durable queue)",
+            "description": "One POST per change, each describing its own change (decision"
+            " 0018). With `callbacks.forward_secret` set, signed: `PA-Bridge-Signature:"
+            ' t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<the exact body>" with the'
+            " secret>`. `PA-Bridge-Delivery` repeats `delivery_id` (the same on every retry)."
+            " Answer 2xx when stored; a 4xx other than 408 or 429 fails the delivery for good"
+            " (visible in `pa-bridge queue list`), anything else is retried with backoff.",
+            "parameters": [
+                {
+                    "name": "PA-Bridge-Signature",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "PA-Bridge-Delivery",
+                    "in": "header",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "PA-Bridge-Event",
+                    "in": "header",
+                    "required": True,
+                    "schema": {"enum": ["pa.changed"]},
+                },
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {_JSON: {"schema": _ref("WebhookChange")}},
+            },
+            "responses": {"2XX": {"description": "stored by the dispensing system"}},
+        }
+    }
+}
+
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -603,6 +733,7 @@ _DOCUMENT: dict[str, Any] = {
     "servers": [{"url": "/"}],
     "security": [{"intakeToken": []}, {}],
     "paths": _PATHS,
+    "webhooks": _WEBHOOKS,
     "components": {
         "schemas": _SCHEMAS,
         "securitySchemes": {
@@ -616,13 +747,25 @@ _DOCUMENT: dict[str, Any] = {
 }
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI document (a copy: callers may change it)."""
-    return copy.deepcopy(_DOCUMENT)
+def document(max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
+    """The OpenAPI document (a copy: callers may change it), naming ``max_body_bytes``
+    as the body limit. Every operation that needs the token declares 401; every one
+    that takes a body declares 413."""
+    doc = copy.deepcopy(_DOCUMENT)
+    for item in doc["paths"].values():
+        for method, op in item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            if op.get("security") != _PUBLIC:
+                op["responses"].setdefault("401", copy.deepcopy(_UNAUTHORIZED))
+            if "requestBody" in op:
+                op["responses"].setdefault("413", _too_large(max_body_bytes))
+    return doc
 
 
 @bp.get("/openapi.json")
 def openapi_json() -> Response:
-    resp = jsonify(_DOCUMENT)
+    limit = current_app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY_BYTES
+    resp = jsonify(document(int(limit)))
     resp.headers["Cache-Control"] = "no-cache"
     return resp

@@ -201,9 +201,22 @@
 
   function badge(tone, text) { return el("span", { className: "badge " + (tone || "info"), text: text }); }
 
+  // The "Intake token" form: keep the typed token for this tab, empty the field, then.
+  function onTokenForm(then) {
+    $("token-form").addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var v = $("token-input").value.trim();
+      if (!v) { return; }
+      setToken(v);
+      $("token-input").value = "";
+      then();
+    });
+  }
+
   window.PaConsole = {
     $: $, takeTokenFromUrl: takeTokenFromUrl, token: token, setToken: setToken, api: api,
     PLAIN: PLAIN, plainError: plainError, fallbackNote: fallbackNote, say: say, problem: problem,
-    el: el, clear: clear, timeOf: timeOf, dateOf: dateOf, paHref: paHref, paLink: paLink, badge: badge
+    el: el, clear: clear, timeOf: timeOf, dateOf: dateOf, paHref: paHref, paLink: paLink, badge: badge,
+    onTokenForm: onTokenForm
   };
 })();

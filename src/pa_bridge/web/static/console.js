@@ -497,12 +497,7 @@
       findText = $("find-input").value.trim().toLowerCase().replace(/^0+/, "");
       if (lastData) { renderWorklist(lastData); }
     });
-    $("token-form").addEventListener("submit", function (ev) {
-      ev.preventDefault();
-      var v = $("token-input").value.trim();
-      if (!v) { return; }
-      C.setToken(v);
-      $("token-input").value = "";
+    C.onTokenForm(function () {
       problem("");
       pollProblem = false;
       say("Token saved for this tab. Loading the worklist…");

@@ -180,12 +180,7 @@
     document.addEventListener("click", function (ev) {
       if (ev.target.closest && ev.target.closest("#ack-button")) { acknowledge(); }
     });
-    $("token-form").addEventListener("submit", function (ev) {
-      ev.preventDefault();
-      var v = $("token-input").value.trim();
-      if (!v) { return; }
-      C.setToken(v);
-      $("token-input").value = "";
+    C.onTokenForm(function () {
       C.problem("");
       pollProblem = false;
       schedule(0);
