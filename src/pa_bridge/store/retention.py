@@ -33,14 +33,17 @@ def _queued_pas(pg: bool) -> str:
     )
 
 
-def _key(store: Store) -> str:
-    """The column rows are chunked by."""
-    return "id" if store.dialect == "postgresql" else "rowid"
+def _key(store: Store, table: str = "") -> str:
+    """The column (or expression) rows are chunked by: SQLite's rowid; PostgreSQL's
+    primary key (``idempotency_keys`` has a two-column one: both, as one text)."""
+    if store.dialect != "postgresql":
+        return "rowid"
+    return "(scope || ' ' || key)" if table == "idempotency_keys" else "id"
 
 
 #: where a chunked scan starts (PostgreSQL's exchanges and PAs have text keys)
 def _start(store: Store, table: str) -> Any:
-    if store.dialect == "postgresql" and table in ("exchanges", "pas"):
+    if store.dialect == "postgresql" and table in ("exchanges", "pas", "idempotency_keys"):
         return ""
     return -(2**63)
 
@@ -58,7 +61,7 @@ def _candidates(
 ) -> Iterator[list[Any]]:
     """Keys matching ``where``, ``chunk`` at a time, read without the write lock."""
     last = _start(store, table)
-    k = _key(store)
+    k = _key(store, table)
     while True:
         rows = (
             store.reader()
@@ -133,7 +136,7 @@ def purge(store: Store, *, raw_cut: str, meta_cut: str, stamp: str, chunk: int) 
     def delete(table: str, where: str, cut: str) -> Callable[[Database, str, list[Any]], int]:
         def job(db: Database, marks: str, ids: list[Any]) -> int:
             return db.execute(
-                f"DELETE FROM {table} WHERE {k} IN ({marks}) AND ({where})",  # noqa: S608
+                f"DELETE FROM {table} WHERE {_key(store, table)} IN ({marks}) AND ({where})",  # noqa: S608
                 [*ids, cut],
             ).rowcount
 
