@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports pytest browser bench clean
+.PHONY: run test lint typecheck imports pytest browser postgres bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ imports: $(STAMP)
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-test: lint typecheck imports browser pytest
+test: lint typecheck imports browser postgres pytest
 
 # The console's browser tests drive the system Chromium (Playwright cannot download its
 # own here). Install it with apt-get when missing and we are root; otherwise say how.
@@ -44,6 +44,20 @@ browser:
 	else \
 		echo "browser: chromium is not installed and this is not root with apt-get;"; \
 		echo "browser: run 'sudo apt-get install chromium' (the console's browser tests are skipped without it)"; \
+	fi
+
+# The PostgreSQL engine's tests start Debian's server (initdb, pg_ctl) in a temporary
+# directory, as nobody when run as root. Install it like chromium; without it those
+# tests are skipped, saying why.
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1; then \
+		echo "postgres: using $$(ls /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | tail -1)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "postgres: installing postgresql with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	else \
+		echo "postgres: PostgreSQL is not installed and this is not root with apt-get;"; \
+		echo "postgres: run 'sudo apt-get install postgresql' (the PostgreSQL tests are skipped without it)"; \
 	fi
 
 bench: $(STAMP)

@@ -8,12 +8,74 @@ from typing import Any
 
 import pytest
 
-from pa_bridge.store import Store
+from pa_bridge.store import PgStore, Store
+
+from . import pg_server
+
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[pg_server.PgServer]:
+    """A PostgreSQL server for the whole session (skips when it is not installed)."""
+    why = pg_server.missing_reason()
+    if why is not None:
+        pytest.skip(why)
+    with pg_server.running_server() as server:
+        yield server
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def pg_url(pg: pg_server.PgServer) -> Iterator[str]:
+    """The URL of a fresh, empty database on the test server (a schema of its own in
+    a shared database: the URL's ``options`` set the search path)."""
+    url = pg.new_schema()
+    try:
+        yield url
+    finally:
+        pg.drop_schema(url)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine in turn: a test taking ``store`` (or ``engine``) runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the test's database is: a SQLite path, or a PostgreSQL URL."""
+    if engine == "sqlite":
+        return str(tmp_path / "pa-bridge.sqlite3")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def daemon_storage(engine: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """``[storage]`` for ``make_daemon`` on each engine in turn (SQLite: its default
+    file in the test's directory)."""
+    if engine == "sqlite":
+        return {}
+    return {"url": str(request.getfixturevalue("pg_url"))}
+
+
+def open_store(where: str) -> Store:
+    return PgStore(where) if where.startswith("postgresql://") else Store(where)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """SQLite only: for what is about the file (modes, WAL, pages)."""
     s = Store(tmp_path / "pa-bridge.sqlite3")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    s = open_store(store_url)
     try:
         yield s
     finally:
@@ -119,7 +181,8 @@ def make_app(tmp_path: Path, sandbox: Any) -> Iterator[Any]:
         for k, v in sections.items():
             base.setdefault(k, {}).update(v)
         settings = load_settings(**base)
-        store = Store(settings.storage.path)
+        url = settings.storage.database_url()
+        store = PgStore(url) if url is not None else Store(settings.storage.path)
         client = make_client(settings, sandbox.url)
         app = create_app(settings, store=store, client=client)
         made.append((app, store, client))

@@ -57,7 +57,9 @@ class Writer:
 
 
 @pytest.fixture
-def filled(store: Store) -> Iterator[Store]:
+def filled(sqlite_store: Store) -> Iterator[Store]:
+    """A SQLite database with rows (backup and restore are for the file)."""
+    store = sqlite_store
     for i in range(300):
         _insert(store, f"before-{i}")
     yield store

@@ -42,7 +42,9 @@ def ca() -> trustme.CA:
 
 
 @pytest.fixture
-def https_daemon(make_daemon: Any, ca: trustme.CA, tmp_path: Path) -> Any:
+def https_daemon(
+    make_daemon: Any, ca: trustme.CA, tmp_path: Path, daemon_storage: dict[str, Any]
+) -> Any:
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.cert_chain_pems[0].write_to_path(str(cert_path))
@@ -59,7 +61,7 @@ def https_daemon(make_daemon: Any, ca: trustme.CA, tmp_path: Path) -> Any:
         },
         sandbox={"enabled": False},
         service=NO_SERVICE,
-        storage={"busy_timeout_ms": 200},
+        storage={"busy_timeout_ms": 200, **daemon_storage},
     )
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
@@ -192,6 +194,8 @@ def test_oversized_body_is_413(https_daemon: Any) -> None:
 
 
 def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any) -> None:
+    if https_daemon.daemon.store.dialect != "sqlite":
+        pytest.skip("holds the SQLite file's lock; PostgreSQL: test_pg_fleet")
     path = https_daemon.daemon.store.path
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the database

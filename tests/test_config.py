@@ -131,3 +131,36 @@ def test_example_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert not s.sandbox_enabled
     assert s.intake.tokens_file is None and s.callbacks.tls_cert is None
     assert s.secret(s.service.api_key) == "key"
+
+
+def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
+    pw = tmp_path / "db-password"
+    pw.write_text("s3cret/with:odd@chars\n")
+    s = load_settings(
+        storage={"url": "postgresql://pa_bridge@db.internal:5433/pa", "password_file": str(pw)}
+    )
+    assert s.storage.database_url() == (
+        "postgresql://pa_bridge:s3cret%2Fwith%3Aodd%40chars@db.internal:5433/pa"
+    )
+    url_file = tmp_path / "db-url"
+    url_file.write_text("postgresql://u:p@127.0.0.1/pa\n")
+    s = load_settings(storage={"url_file": str(url_file)})
+    assert s.storage.database_url() == "postgresql://u:p@127.0.0.1/pa"
+    assert "p@127" not in repr(s.storage)  # a secret: never shown
+    assert load_settings().storage.database_url() is None  # SQLite by default
+
+
+@pytest.mark.parametrize(
+    ("storage", "named"),
+    [
+        ({"url": "mysql://u@h/db"}, "storage.url: must be postgresql://"),
+        ({"url": "postgresql://u@h"}, "storage.url: names no database"),
+        ({"url": "postgresql://u:p@h/db", "password": "x" * 20}, "storage.password_file:"),
+        ({"password": "x" * 20}, "storage.password_file: only with storage.url"),
+    ],
+)
+def test_storage_url_problems_are_named_at_start(storage: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_settings(storage=storage)
+    assert any(p.startswith(named) for p in ei.value.problems), ei.value.problems
+    assert "p@h" not in str(ei.value)

@@ -383,8 +383,10 @@ def _pa_status(d: Any, pa_id: str) -> tuple[str | None, str | None]:
     return (row[0]["workflow_status"], row[0]["plan_outcome"]) if row else (None, None)
 
 
-def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(make_daemon: Any) -> None:
-    d = make_daemon()
+def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(
+    make_daemon: Any, daemon_storage: dict[str, Any]
+) -> None:
+    d = make_daemon(storage=daemon_storage)
     url = d.intake_server.url
     _post_mr(url, "000000000101")  # rejected, never submitted
     denied = _submit(url, _post_mr(url, "000000000102", group="DENYGRP"))["pa_id"]
@@ -468,8 +470,10 @@ def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(make_daemo
     assert httpx.post(f"{url}/v1/pa/NOSUCH/acknowledge", timeout=10).status_code == 404
 
 
-def test_acknowledgement_names_the_intake_token(make_daemon: Any) -> None:
-    d = make_daemon(intake={"tokens": ["first-token-aaaaaaaa", TOKEN]})
+def test_acknowledgement_names_the_intake_token(
+    make_daemon: Any, daemon_storage: dict[str, Any]
+) -> None:
+    d = make_daemon(storage=daemon_storage, intake={"tokens": ["first-token-aaaaaaaa", TOKEN]})
     url = d.intake_server.url
     _callback(d, {"id": "DENY01", "workflow_status": "PA Response", "plan_outcome": "Unfavorable"})
     assert httpx.post(f"{url}/v1/pa/DENY01/acknowledge", timeout=10).status_code == 401
@@ -480,8 +484,8 @@ def test_acknowledgement_names_the_intake_token(make_daemon: Any) -> None:
     assert _worklist(url, TOKEN)["counts"]["denied"] == 0
 
 
-def test_a_pas_own_read_model(make_daemon: Any) -> None:
-    d = make_daemon()
+def test_a_pas_own_read_model(make_daemon: Any, daemon_storage: dict[str, Any]) -> None:
+    d = make_daemon(storage=daemon_storage)
     url = d.intake_server.url
     answer = _post_75(url)
     pa_id = _submit(url, answer["claim_id"])["pa_id"]

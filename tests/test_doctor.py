@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trustme
 
-from pa_bridge.store import MIGRATIONS, Database, Store
+from pa_bridge.store import MIGRATIONS, SqliteDatabase, Store
 from tests.support import RecordingService, free_port
 
 PASSWORD = "PW-do-not-print-7781"
@@ -167,7 +167,7 @@ def test_database_checks_read_but_never_migrate(tmp_path: Path) -> None:
     # an older database: one migration pending, and a loose mode
     os.remove(db_path)
     conn = sqlite3.connect(db_path)
-    MIGRATIONS.apply(Database(conn), stop_before="m002_callbacks")
+    MIGRATIONS.apply(SqliteDatabase(conn), stop_before="m002_callbacks")
     conn.close()
     os.chmod(db_path, 0o644)
     before = db_path.read_bytes()

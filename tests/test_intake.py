@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import httpx
@@ -18,18 +19,18 @@ def _claim(request: bytes, response: bytes, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(make_daemon: Any) -> Any:
-    d = make_daemon()
+def api(make_daemon: Any, daemon_storage: dict[str, Any]) -> Any:
+    d = make_daemon(storage=daemon_storage)
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
         c.daemon = d  # type: ignore[attr-defined]
         yield c
 
 
 @pytest.fixture
-def app(make_app: Any) -> Any:
+def app(make_app: Any, daemon_storage: dict[str, Any]) -> Any:
     """The intake app alone (``app.test_client()``): for what needs no callback, no
-    scheduler and no listener."""
-    return make_app()
+    scheduler and no listener; on each engine in turn."""
+    return make_app(storage=daemon_storage)
 
 
 def test_reject_75_gets_the_outcomes_message(app: AppClient) -> None:
@@ -235,11 +236,13 @@ def test_dashboard_open_redirects_with_a_token(app: AppClient) -> None:
     assert r.headers["cache-control"] == "no-store"
 
 
-def test_healthz_reports_components(api: httpx.Client) -> None:
+def test_healthz_reports_components(api: httpx.Client, engine: str) -> None:
     body = api.get("/healthz").json()
     assert body["status"] == "ok"
     assert body["database"] and body["scheduler"] and body["writer"]
     assert body["queue_depth"] == 0
+    assert body["database_engine"] == engine
+    assert body["daemon_id"].endswith(f":{os.getpid()}")  # in-process daemon
 
 
 def test_metrics_count_decisions_and_queue(app: AppClient) -> None:

@@ -196,7 +196,8 @@ def test_purge_with_a_small_chunk_size(store: Store) -> None:
     assert report.raw_exchanges == 25 and report.chunks == 3
 
 
-def test_vacuum_returns_space_while_writes_go_on(store: Store) -> None:
+def test_vacuum_returns_space_while_writes_go_on(sqlite_store: Store) -> None:
+    store = sqlite_store
     settings = load_settings(storage={"path": str(store.path)})
     t0 = time.time()
 

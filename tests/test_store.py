@@ -15,15 +15,15 @@ def _insert(store: Store, i: int) -> int:
     return store.write(
         lambda db: int(
             db.execute(
-                "INSERT INTO audit (at, action, object_id) VALUES (?, 'test', ?)",
+                "INSERT INTO audit (at, action, object_id) VALUES (?, 'test', ?) RETURNING id",
                 [now_iso(), str(i)],
-            ).lastrowid
-            or 0
+            ).fetchone()[0]
         )
     )
 
 
-def test_file_is_private_wal_and_migrated(store: Store) -> None:
+def test_file_is_private_wal_and_migrated(sqlite_store: Store) -> None:
+    store = sqlite_store
     mode = stat.S_IMODE(os.stat(store.path).st_mode)
     assert mode == 0o600
     conn = sqlite3.connect(store.path)

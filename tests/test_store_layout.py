@@ -5,7 +5,6 @@ the table stores."""
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 
 from pa_bridge.store import Kind, Status, Store, migrations, pas
@@ -19,7 +18,7 @@ OUTSIDE_STORE = [
 SQL = re.compile(
     r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""
 )
-DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils)\b", re.MULTILINE)
+DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg)\b", re.MULTILINE)
 
 
 def test_no_sql_text_outside_the_store() -> None:
@@ -38,11 +37,8 @@ def test_only_the_store_imports_the_driver() -> None:
 
 def test_queue_enums_are_the_stored_values(store: Store) -> None:
     item = store.write(lambda db: queue_table.enqueue(db, Kind.WEBHOOK, {"pa_id": "x"}))
-    conn = sqlite3.connect(store.path)
-    try:
-        row = conn.execute("SELECT kind, status FROM outbox WHERE id = ?", [item]).fetchone()
-    finally:
-        conn.close()
+    (found,) = store.query("SELECT kind, status FROM outbox WHERE id = ?", [item])
+    row = (found["kind"], found["status"])
     assert row == ("webhook", "pending")
     assert Kind(row[0]) is Kind.WEBHOOK and Status(row[1]) is Status.PENDING
     assert set(queue_table.QUEUE_STATUSES) == {s.value for s in Status}
@@ -55,16 +51,56 @@ def test_cli_offers_every_queue_status() -> None:
     assert list(status.type.choices) == list(queue_table.QUEUE_STATUSES)  # type: ignore[attr-defined]
 
 
-def test_migrations_applied_and_known(store: Store) -> None:
+def test_migrations_applied_and_known(sqlite_store: Store) -> None:
+    store = sqlite_store
     applied = migrations.applied(store.reader())
     assert applied == migrations.known()
     assert applied[0] == "m001_initial"
 
 
 def test_pa_rows_are_typed_dicts_of_every_column(store: Store) -> None:
-    conn = sqlite3.connect(store.path)
-    try:
-        columns = [r[1] for r in conn.execute("PRAGMA table_info(pas)")]
-    finally:
-        conn.close()
+    columns = _columns(store, "pas")
     assert sorted(pas.PaRow.__annotations__) == sorted(columns)
+
+
+def _columns(store: Store, table: str) -> list[str]:
+    """The table's columns in order, on either engine."""
+    if store.dialect == "postgresql":
+        rows = store.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+            " AND table_schema = current_schema() ORDER BY ordinal_position",
+            [table],
+        )
+        return [r["column_name"] for r in rows]
+    return [r["name"] for r in store.query("SELECT name FROM pragma_table_info(?)", [table])]
+
+
+def test_both_engines_have_the_same_tables_columns_and_steps(
+    sqlite_store: Store, pg_url: str
+) -> None:
+    """The parallel migrations (decision 0019) cannot drift: same steps by name, same
+    tables, same columns in the same order."""
+    from pa_bridge.store import PgStore, pg_migrations
+
+    pg = PgStore(pg_url)
+    try:
+        assert pg_migrations.known() == migrations.known()
+        assert pg_migrations.applied(pg.reader().conn.raw) == migrations.known()
+        assert pg.schema_current()
+        lite_tables = {
+            r["name"]
+            for r in sqlite_store.query(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'"
+            )
+        }
+        pg_tables = {
+            r["table_name"]
+            for r in pg.query(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            )
+        } - set(pg_migrations.PG_ONLY_TABLES)
+        assert pg_tables == lite_tables
+        for table in sorted(lite_tables):
+            assert _columns(pg, table) == _columns(sqlite_store, table), table
+    finally:
+        pg.close()

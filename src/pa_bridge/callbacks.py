@@ -427,9 +427,13 @@ class CallbackService:
 
     def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
         now = now_iso()
+        # The feed position first: on PostgreSQL it is the lock every PA change takes,
+        # so taking it before the dedupe key (which waits for another daemon's insert
+        # of the same key) keeps one lock order across daemons, and no deadlock
+        # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
+        seq = self.store.next_seq(db)
         if not kept.insert_once(db, cb.dedupe_key, now, cb.pa_id, body):
             return CallbackResult("duplicate", cb.pa_id)
-        seq = self.store.next_seq(db)
         row = pas.callback_state(db, cb.pa_id)
         note = None
         if row is None:

@@ -75,11 +75,19 @@ def _storage_path(config_path: str | None) -> Path:
 
 
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
+    from .config import load_storage_settings
     from .store import StoreError, files
 
-    path = _storage_path(config_path)
     try:
-        return files.open_database(path, write=write)
+        url = load_storage_settings(config_path).database_url()
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+    try:
+        if url is not None:  # PostgreSQL (storage.url)
+            return files.open_url(url, write=write)
+        return files.open_database(_storage_path(config_path), write=write)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -136,13 +144,13 @@ def queue_list(config_path: str | None, status: str | None, limit: int, as_json:
 
 
 def _queue_write(config_path: str | None, fn: Any) -> bool:
-    from .store import DatabaseError, files
+    from .store import DatabaseError, PgError, files
 
     db = _open_queue(config_path, write=True)
     try:
         with files.transaction(db):
             ok = bool(fn(db))
-    except DatabaseError as e:
+    except (DatabaseError, PgError) as e:
         click.echo(f"error: the database did not take the change: {e}", err=True)
         sys.exit(1)
     finally:

@@ -13,6 +13,7 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -161,6 +162,30 @@ class StorageSettings(_Section):
     metadata_retention_days: int = Field(default=365, ge=1)
     #: how long a write waits for a lock held by another process before it fails
     busy_timeout_ms: int = Field(default=5000, ge=0)
+    #: PostgreSQL instead of the SQLite file at ``path``, for several daemons on one
+    #: database: ``postgresql://user@host:5432/dbname`` (libpq's URL). A secret: give
+    #: it with ``url_file``, or keep the password out of it with ``password_file``.
+    url: SecretStr | None = None
+    url_file: Path | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+
+    def database_url(self) -> str | None:
+        """The PostgreSQL URL with its password, or None for SQLite."""
+        if self.url is None:
+            return None
+        url = self.url.get_secret_value().strip()
+        if self.password is None:
+            return url
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        user = quote(unquote(parts.username or ""), safe="")
+        secret = quote(self.password.get_secret_value(), safe="")
+        return urlunsplit((parts.scheme, f"{user}:{secret}@{host}", parts.path, parts.query, ""))
 
 
 class OutcomesSettings(_Section):
@@ -271,6 +296,8 @@ def _resolve_secret_files(
         (s.service, "api_key", "service"),
         (s.callbacks, "password", "callbacks"),
         (s.callbacks, "forward_secret", "callbacks"),
+        (s.storage, "url", "storage"),
+        (s.storage, "password", "storage"),
     ]
     file_data = file_data or {}
     for section, key, name in pairs:
@@ -303,7 +330,32 @@ def _resolve_secret_files(
             problems.append(f"intake.tokens_file: cannot read {s.intake.tokens_file}: {e.strerror}")
 
 
+def _check_storage(st: StorageSettings, problems: list[str]) -> None:
+    if st.url is None:
+        if st.password is not None:
+            problems.append("storage.password_file: only with storage.url (PostgreSQL)")
+        return
+    try:
+        parts = urlsplit(st.url.get_secret_value().strip())
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        problems.append("storage.url: not a URL (postgresql://user@host:5432/dbname)")
+        return
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+        problems.append(
+            "storage.url: must be postgresql://user@host[:port]/dbname"
+            " (the SQLite file is storage.path)"
+        )
+    elif not parts.path.strip("/"):
+        problems.append("storage.url: names no database (postgresql://user@host/dbname)")
+    if st.password is not None and parts.password is not None:
+        problems.append(
+            "storage.password_file: storage.url carries a password already; keep it in one"
+        )
+
+
 def _check(s: Settings, problems: list[str]) -> None:
+    _check_storage(s.storage, problems)
     if not s.sandbox_enabled:
         for key in ("claim_url", "outcomes_url", "username", "password", "api_key"):
             if getattr(s.service, key) in (None, ""):
@@ -394,9 +446,21 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
     config whose other sections are for another version."""
     data = _read_toml(path) if path is not None else {}
     try:
-        return _StorageOnly(storage=data.get("storage", {})).storage
+        st = _StorageOnly(storage=data.get("storage", {})).storage
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
+    problems: list[str] = []
+    for key in ("url", "password"):  # PostgreSQL's URL and password: secrets in files
+        file = getattr(st, f"{key}_file")
+        if file is not None and getattr(st, key) is None:
+            try:
+                setattr(st, key, SecretStr(_read_secret_file(file)))
+            except OSError as e:
+                problems.append(f"storage.{key}_file: cannot read {file}: {e.strerror}")
+    _check_storage(st, problems)
+    if problems:
+        raise ConfigError(problems)
+    return st
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

@@ -163,7 +163,50 @@ def _nearest_existing(p: Path) -> Path:
     return p
 
 
+def check_postgres(url: str) -> list[Check]:
+    """``storage.url``: the connection, the schema's version and this user's
+    privileges (read only; migrations are applied by ``serve``)."""
+    from .store import StoreError, files, redact_url
+
+    where = redact_url(url)
+    try:
+        facts = files.pg_facts(url)
+    except StoreError as e:
+        return [fail("database", str(e), "check storage.url (host, port, database, user)"
+                     " and its password (storage.password_file)")]  # fmt: skip
+    out = [ok("database", f"PostgreSQL {facts.server_version // 10000} at {where}")]
+    if facts.server_version < 120000:
+        out.append(fail("database", "PostgreSQL 12 or later is needed", "upgrade the server"))
+    known = migrations.known()
+    pending = [n for n in known if n not in facts.applied]
+    unknown = [n for n in facts.applied if n not in known]
+    if unknown:
+        out.append(fail("database schema", f"newer than this version ({', '.join(unknown)})",
+                        "run the pa-bridge version that created it"))  # fmt: skip
+    elif pending and not facts.can_create:
+        out.append(fail("database schema", f"{len(pending)} migrations to apply and this user"
+                        " may not create tables", "GRANT CREATE ON SCHEMA to the service's"
+                        " user, or apply them as the owner with `pa-bridge serve` once"))  # fmt: skip
+    elif pending:
+        out.append(ok("database schema", f"{len(pending)} migrations are applied at start"))
+    else:
+        out.append(ok("database schema", f"current ({len(known)} migrations applied)"))
+    if facts.missing_privileges:
+        out.append(fail("database privileges", "missing " + ", ".join(facts.missing_privileges),
+                        "GRANT SELECT, INSERT, UPDATE, DELETE on pa-bridge's tables to its"
+                        " user"))  # fmt: skip
+    elif facts.applied:
+        out.append(ok("database privileges", "read and write on every table"))
+    if facts.failed:
+        out.append(warn("queue", f"{facts.failed} items failed for good",
+                        "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    return out
+
+
 def check_database(s: Settings) -> list[Check]:
+    url = s.storage.database_url()
+    if url is not None:
+        return check_postgres(url)
     path = Path(s.storage.path)
     out: list[Check] = []
     d = path.parent if str(path.parent) else Path(".")

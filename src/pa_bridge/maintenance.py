@@ -136,7 +136,11 @@ def schedule_maintenance(
 
     def purge_job() -> None:
         try:
-            report = purge(store, settings, now=clock())
+            # several daemons on one PostgreSQL database: one of them, once an hour
+            with store.fleet_once("maintenance.purge", 3600) as mine:
+                if not mine:
+                    return
+                report = purge(store, settings, now=clock())
         except Exception as e:
             log_event("maintenance.purge_failed", level=logging.ERROR, error=type(e).__name__)
             return
@@ -148,7 +152,10 @@ def schedule_maintenance(
 
     def vacuum_job() -> None:
         try:
-            report = vacuum(store)
+            with store.fleet_once("maintenance.vacuum", 7 * 86400) as mine:
+                if not mine:
+                    return
+                report = vacuum(store)
         except Exception as e:
             log_event("maintenance.vacuum_failed", level=logging.ERROR, error=type(e).__name__)
             return

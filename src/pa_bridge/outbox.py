@@ -79,6 +79,12 @@ def _reason(e: DeliveryFailed) -> str:
 Observer = Callable[[str, bool, str | None], None]
 
 
+def _still_due(item: items.QueueRow, now: float, horizon: float) -> bool:
+    """Whether an item a drain pass found due still is (as :func:`items.due` reads it)."""
+    at = float(item["next_attempt_at"])
+    return item["status"] == Status.PENDING and (at <= now or at > horizon)
+
+
 def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
     return items.summary(store.reader())
@@ -170,10 +176,12 @@ class Outbox:
         due = items.due(self.store.reader(), now, horizon, self.settings.batch_size)
         for item_id in due:
             # an item a request is delivering right now is that request's: skip it
-            self.deliver(item_id, wait_s=0.0)
+            self.deliver(item_id, wait_s=0.0, due=(now, horizon))
         return len(due)
 
-    def deliver(self, item_id: int, *, wait_s: float = 60.0) -> bool:
+    def deliver(
+        self, item_id: int, *, wait_s: float = 60.0, due: tuple[float, float] | None = None
+    ) -> bool:
         """Try one item now. True when it is delivered (now or before). When another
         thread is delivering it at this moment, wait up to ``wait_s`` for that
         attempt and answer by its result. A delivery whose result cannot be written
@@ -193,41 +201,46 @@ class Outbox:
             with self._lock:
                 if item_id in self._unrecorded:
                     return self._unrecorded[item_id][0] is None
-            item = items.get(self.store.reader(), item_id)
-            if item is None:
-                return False
-            if item["status"] == Status.DELIVERED:
-                return True
-            deliverer = self.deliverers.get(item["kind"])
-            error: str | None = None
-            reason: str | None = None
-            retryable = True
-            if deliverer is None:
-                error, retryable = f"no deliverer for kind {item['kind']!r}", False
-                reason = "no_deliverer"
-            else:
+            with self.store.item_lock(item_id) as mine:
+                if not mine:  # another daemon is delivering it at this moment
+                    return False
+                item = items.get(self.store.reader(), item_id)
+                if item is None:
+                    return False
+                if item["status"] == Status.DELIVERED:
+                    return True
+                if due is not None and not _still_due(item, *due):
+                    return False  # another daemon tried it since this pass read it
+                deliverer = self.deliverers.get(item["kind"])
+                error: str | None = None
+                reason: str | None = None
+                retryable = True
+                if deliverer is None:
+                    error, retryable = f"no deliverer for kind {item['kind']!r}", False
+                    reason = "no_deliverer"
+                else:
+                    try:
+                        deliverer(json.loads(item["payload_json"]))
+                    except DeliveryFailed as e:
+                        error, retryable, reason = str(e), e.retryable, _reason(e)
+                    except Exception as e:  # unexpected: keep it, retry later
+                        error, reason = f"unexpected {type(e).__name__}", "unexpected"
                 try:
-                    deliverer(json.loads(item["payload_json"]))
-                except DeliveryFailed as e:
-                    error, retryable, reason = str(e), e.retryable, _reason(e)
-                except Exception as e:  # unexpected: keep it, retry later
-                    error, reason = f"unexpected {type(e).__name__}", "unexpected"
-            try:
-                self._record(item, error, retryable)
-            except Exception as e:  # the result stands; write it down on the next drain
-                with self._lock:
-                    self._unrecorded[item_id] = (error, retryable)
-                log_event(
-                    "outbox.record_deferred",
-                    level=logging.WARNING,
-                    item_id=item_id,
-                    kind=item["kind"],
-                    delivered=error is None,
-                    error=type(e).__name__,
-                )
-            if self.observer is not None:
-                self.observer(str(item["kind"]), error is None, reason)
-            return error is None
+                    self._record(item, error, retryable)
+                except Exception as e:  # the result stands; write it down on the next drain
+                    with self._lock:
+                        self._unrecorded[item_id] = (error, retryable)
+                    log_event(
+                        "outbox.record_deferred",
+                        level=logging.WARNING,
+                        item_id=item_id,
+                        kind=item["kind"],
+                        delivered=error is None,
+                        error=type(e).__name__,
+                    )
+                if self.observer is not None:
+                    self.observer(str(item["kind"]), error is None, reason)
+                return error is None
         finally:
             with self._lock:
                 self._inflight.pop(item_id, None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .outbox import queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
-from .store import Status, Store, create_private
+from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
@@ -75,9 +76,14 @@ class Daemon:
     def start(self) -> None:
         s = self.settings
         raise_open_files_limit()
-        self._lock_database()
-        self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
-        log_event("daemon.database_ready", path=str(s.storage.path))
+        url = s.storage.database_url()
+        if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
+            self.store = PgStore(url)
+            log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
+        else:
+            self._lock_database()
+            self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
+            log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
         # commits with the store alone; forwarding waits for the bridge's queue.
@@ -237,6 +243,9 @@ class Daemon:
             "scheduler": sched,
             "writer": self.store is not None and self.store.writer_alive,
             "callbacks": self.callback_server is not None and self.callback_server.alive,
+            # which daemon answered, on what: several may share one PostgreSQL database
+            "daemon_id": f"{socket.gethostname()}:{os.getpid()}",
+            "database_engine": self.store.dialect if self.store is not None else None,
         }
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -106,8 +105,6 @@ class PaService:
         self.client = client
         self.metrics = metrics
         self.clock = clock
-        self._claim_locks: dict[str, threading.Lock] = {}
-        self._claim_locks_guard = threading.Lock()
 
     def _exchange(self, claim_id: str) -> exchanges.ExchangeRow:
         row = exchanges.get(self.store.reader(), claim_id)
@@ -116,13 +113,6 @@ class PaService:
         return row
 
     # ---- submit PA -------------------------------------------------------------
-    def _lock_for(self, key: str) -> threading.Lock:
-        with self._claim_locks_guard:
-            lock = self._claim_locks.get(key)
-            if lock is None:
-                lock = self._claim_locks[key] = threading.Lock()
-            return lock
-
     def _pa_for_claim(self, claim_id: str, index: int) -> PaRow | None:
         return pas.for_claim(self.store.reader(), claim_id, index)
 
@@ -195,8 +185,9 @@ class PaService:
         dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
         key = claim_key(req, index)
         # One lock per claim key: two clicks on the same claim (or on two exchanges of
-        # the same claim) send it once.
-        with self._lock_for(key):
+        # the same claim), on one daemon or two, send it once (the store locks it: in
+        # this process on SQLite, in the database on PostgreSQL).
+        with self.store.claim_lock(key):
             existing = self._pa_for_claim(claim_id, index)
             if existing is not None:
                 return pa_model(existing), False
@@ -278,13 +269,15 @@ class PaService:
             notes.append("PA started at the service; its link arrives with its callback")
 
         def job(db: Database) -> tuple[str, bool]:
+            # the feed position first: on PostgreSQL it serializes PA changes across
+            # daemons, so what is read below is current (decision 0021)
+            seq = self.store.next_seq(db)
             pa_id = result.pa_id
             if pa_id is None and not urls:
                 pa_id = self._callback_only_match(db, match)
             if pa_id is None:
                 prefix = "local-" if urls else PENDING_PREFIX
                 pa_id = prefix + uuid.uuid4().hex[:12]
-            seq = self.store.next_seq(db)
             row = pas.submit_link(db, pa_id)
             known = row is not None and row["claim_id"] is not None
             if row is None:

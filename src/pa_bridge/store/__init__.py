@@ -1,7 +1,9 @@
 """Storage: the only importer of sqlite-utils, the only place with SQL, the only writer.
 
-- :mod:`.engine`: connections, the single writer with group commit, checkpoints, the
+- :mod:`.engine`: SQLite (``storage.path``, the embedded default): connections, the single writer with group commit, checkpoints, the
   health probe (:class:`Store`);
+- :mod:`.pg`: PostgreSQL (``storage.url``), the same interface for several daemons on
+  one database (issue 18), and :mod:`.pg_migrations`, its parallel schema steps;
 - :mod:`.migrations`: the schema;
 - one module per table or read model, each statement a named function over typed
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
@@ -12,8 +14,9 @@
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
 Write functions take the write job's handle (``store.write(lambda db: ...)``); read
-functions take a reader (``store.reader()``). A second engine (PostgreSQL, issue 18)
-implements the same functions.
+functions take a reader (``store.reader()``); either is a :class:`Database` (``_db``)
+whose ``conn.execute`` takes ``?`` placeholders on both engines. The few statements
+that differ ask ``_db.is_postgres(db)`` and keep both spellings side by side.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from . import (
     pas,
 )
 from . import retention as retention
+from ._db import Database
 from .engine import (
-    Database,
     DatabaseError,
+    SqliteDatabase,
     Store,
     StoreError,
     StoreMissing,
@@ -46,12 +50,16 @@ from .engine import (
 from .files import connect_existing
 from .migrations import MIGRATIONS
 from .outbox import Kind, Status
+from .pg import PgError, PgStore, redact_url
 
 __all__ = [
     "MIGRATIONS",
     "Database",
     "DatabaseError",
     "Kind",
+    "PgError",
+    "PgStore",
+    "SqliteDatabase",
     "Status",
     "Store",
     "StoreError",
@@ -71,6 +79,7 @@ __all__ = [
     "outbox",
     "pa_history",
     "parse_iso",
+    "redact_url",
     "pas",
     "retention",
 ]

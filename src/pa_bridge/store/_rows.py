@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlite_utils import Database
+from ._db import Database
 
 __all__ = ["all_rows", "first_row", "marks"]
 

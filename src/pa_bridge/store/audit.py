@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from sqlite_utils import Database
-
+from ._db import Database
 from .engine import now_iso
 
 __all__ = ["add"]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from sqlite_utils import Database
+from ._db import Database
 
 __all__ = ["add_dead_letter", "count_dead_letters", "insert_once"]
 
 
 def insert_once(db: Database, dedupe_key: str, received_at: str, pa_id: str, body: bytes) -> bool:
-    """Keep the body; False when a callback with the same key is kept already."""
+    """Keep the body; False when a callback with the same key is kept already (on
+    PostgreSQL also when another daemon's transaction keeps it at this moment: this
+    insert waits for that one and then does nothing)."""
     cur = db.conn.execute(
-        "INSERT OR IGNORE INTO callbacks (dedupe_key, received_at, pa_id, body) VALUES (?, ?, ?, ?)",
+        "INSERT INTO callbacks (dedupe_key, received_at, pa_id, body) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (dedupe_key) DO NOTHING",
         (dedupe_key, received_at, pa_id, body),
     )
     return cur.rowcount != 0

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypedDict, cast
 
-from sqlite_utils import Database
-
+from ._db import Database
 from ._rows import all_rows, first_row, marks
 from .exchanges import WorklistClaim
 from .pas import PaRow

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlite_utils import Database
+from sqlite_utils import Database as SqliteDatabase
 
 from . import meta
+from ._db import Database
 from .migrations import MIGRATIONS
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
     "StoreMissing",
     "DatabaseError",
     "create_private",
-    "Database",
+    "SqliteDatabase",
     "now_iso",
     "parse_iso",
 ]
@@ -166,7 +167,7 @@ class Store:
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
             create_private(self.path)
-            self._wconn = _connect(self.path)
+            self._wconn: Any = _connect(self.path)  # PgStore's is psycopg's
             mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
@@ -175,20 +176,31 @@ class Store:
             # Checkpoints run on their own thread (see _checkpoint_loop), not inside
             # the commit that happens to cross the WAL's size threshold.
             self._wconn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._wdb = Database(self._wconn)
-            MIGRATIONS.apply(self._wdb)
+            self._wdb: Database = SqliteDatabase(self._wconn)
+            MIGRATIONS.apply(SqliteDatabase(self._wconn))
         finally:
             os.umask(old_umask)
         _tighten_modes(self.path)
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
+        self._start_writer(max_batch)
+        self.checkpoints = 0
+        self._checkpoint_seconds = checkpoint_seconds
+        self._checkpointer: threading.Thread | None = threading.Thread(
+            target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
+
+    def _start_writer(self, max_batch: int) -> None:
+        """The state and threads both engines share; the write connection is open."""
         #: the last write failure (message, monotonic time); cleared by a good commit
         self.last_error: tuple[str, float] | None = None
         self._max_batch = max_batch
         self._seq: int | None = None
+        self._claim_locks: dict[str, threading.Lock] = {}
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[Any] = []
         self._readers_lock = threading.Lock()
         self.last_commit_at = time.monotonic()
         self.commits = 0
@@ -198,12 +210,12 @@ class Store:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
-        self.checkpoints = 0
-        self._checkpoint_seconds = checkpoint_seconds
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
-        )
-        self._checkpointer.start()
+
+    #: which engine (the table modules ask through the handle, see ``_db.is_postgres``)
+    dialect = "sqlite"
+    #: what the driver raises
+    _Error: type[Exception] = sqlite3.Error
+    _BEGIN = "BEGIN IMMEDIATE"
 
     @property
     def _closed(self) -> bool:
@@ -294,6 +306,7 @@ class Store:
 
     def _drain(self) -> None:
         """Run everything queued, in batches; call holding the write lock."""
+        self._ensure_writer()
         conn, db = self._wconn, self._wdb
         while True:
             batch: list[_Job] = []
@@ -313,28 +326,47 @@ class Store:
             with self._wlock:
                 self._drain()
                 if self._closed:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    self._wconn.close()
+                    self._close_writer()
                     return
 
-    def _run_batch(self, conn: sqlite3.Connection, db: Database, batch: list[_Job]) -> None:
+    def _ensure_writer(self) -> None:
+        """Reconnect a write connection that was lost (PostgreSQL); SQLite: nothing."""
+
+    def _close_writer(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._wconn.close()
+
+    def _must_retry(self, results: list[tuple[_Job, bool, Any]]) -> bool:
+        """Whether a batch lost to a concurrent transaction (PostgreSQL: a deadlock or
+        a serialization failure) and is to be run again; SQLite has one writer."""
+        return False
+
+    def _run_batch(self, conn: Any, db: Database, batch: list[_Job]) -> None:
         """One transaction for the whole batch. Fast path: no savepoints. If any job
         raises, the transaction is rolled back and the batch is run again with one
         savepoint per job, so a failing job undoes only its own part. Jobs are pure
         functions of the database, so running one twice is safe."""
-        results = self._attempt(conn, db, batch, savepoints=False)
-        if results is not None and not all(ok for _, ok, _ in results):
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            self._seq = None
-            results = self._attempt(conn, db, batch, savepoints=True)
+        for _ in range(5):
+            results = self._attempt(conn, db, batch, savepoints=False)
+            if results is not None and not all(ok for _, ok, _ in results):
+                with contextlib.suppress(self._Error):
+                    conn.execute("ROLLBACK")
+                self._seq = None
+                if self._must_retry(results):
+                    continue
+                results = self._attempt(conn, db, batch, savepoints=True)
+                if results is not None and self._must_retry(results):
+                    with contextlib.suppress(self._Error):
+                        conn.execute("ROLLBACK")
+                    continue
+            break
         if results is None:
             return
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            with contextlib.suppress(sqlite3.Error):
+        except self._Error as e:
+            with contextlib.suppress(self._Error):
                 conn.execute("ROLLBACK")
             self._seq = None
             err = StoreUnavailable(f"cannot commit: {e}")
@@ -349,11 +381,11 @@ class Store:
             job.finish(ok, value)
 
     def _attempt(
-        self, conn: sqlite3.Connection, db: Database, batch: list[_Job], *, savepoints: bool
+        self, conn: Any, db: Database, batch: list[_Job], *, savepoints: bool
     ) -> list[tuple[_Job, bool, Any]] | None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
+            conn.execute(self._BEGIN)
+        except self._Error as e:
             err = StoreUnavailable(f"cannot begin a write: {e}")
             self.last_error = (str(err), time.monotonic())
             for job in batch:
@@ -377,7 +409,7 @@ class Store:
                 failure = self._as_unavailable(exc)
                 if not savepoints:
                     return [(job, False, failure)]  # caller rolls back, retries with savepoints
-                with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(self._Error):
                     conn.execute("ROLLBACK TO SAVEPOINT job")
                     conn.execute("RELEASE SAVEPOINT job")
                 results.append((job, False, failure))
@@ -438,6 +470,29 @@ class Store:
         self._seq = max(self._seq + 1, int(time.time() * 1_000_000))
         return self._seq
 
+    # ---- coordination between daemons (one daemon per SQLite file: in-process) ---------
+    @contextlib.contextmanager
+    def claim_lock(self, key: str) -> Iterator[None]:
+        """Held while a PA is submitted for the claim with ``key``: two clicks on the
+        same claim send it once. SQLite has one daemon per file, so a lock in this
+        process; PostgreSQL locks it in the database, across daemons."""
+        with self._state_lock:
+            lock = self._claim_locks.setdefault(key, threading.Lock())
+        with lock:
+            yield
+
+    @contextlib.contextmanager
+    def item_lock(self, item_id: int) -> Iterator[bool]:
+        """Whether this daemon may deliver queue item ``item_id`` now (False: another
+        daemon is delivering it). One daemon per SQLite file: always True."""
+        yield True
+
+    @contextlib.contextmanager
+    def fleet_once(self, name: str, every_s: float) -> Iterator[bool]:
+        """Whether this daemon runs the scheduled job ``name`` now: with several
+        daemons on one database, one of them, once per ``every_s``. SQLite: True."""
+        yield True
+
     @property
     def writer_alive(self) -> bool:
         return self._thread.is_alive()
@@ -479,7 +534,7 @@ class Store:
             conn = _connect(self.path, readonly=True)
             with self._readers_lock:
                 self._readers.append(conn)
-            db = Database(conn)
+            db = SqliteDatabase(conn)
             self._local.db = db
         return db
 
@@ -499,7 +554,7 @@ class Store:
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def schema_current(self) -> bool:
-        return not MIGRATIONS.pending(self.reader())
+        return not MIGRATIONS.pending(cast(SqliteDatabase, self.reader()))
 
     # ---- lifecycle -----------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:
@@ -507,12 +562,13 @@ class Store:
         if self._closed:
             return
         self._closing.set()
-        self._checkpointer.join(timeout)
+        if self._checkpointer is not None:
+            self._checkpointer.join(timeout)
         self._wake.set()
         self._thread.join(timeout)
         with self._readers_lock:
             for c in self._readers:
-                with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(self._Error):
                     c.close()
             self._readers.clear()
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict, cast
 
-from sqlite_utils import Database
-
+from ._db import Database
 from ._rows import all_rows, first_row
 
 __all__ = [

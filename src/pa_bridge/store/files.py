@@ -22,6 +22,7 @@ from . import meta
 from . import outbox as queue_table
 from .engine import StoreError, StoreMissing
 from .migrations import MIGRATIONS
+from .pg import PgDatabase
 
 __all__ = [
     "BackupCopy",
@@ -33,6 +34,9 @@ __all__ = [
     "inspect_file",
     "mark_file",
     "open_database",
+    "open_url",
+    "PgFacts",
+    "pg_facts",
     "Snapshot",
     "transaction",
 ]
@@ -74,14 +78,93 @@ def open_database(path: str | os.PathLike[str], *, write: bool = False) -> Datab
     return Database(connect_existing(path, write=write))
 
 
+def open_url(url: str, *, write: bool = False) -> PgDatabase:
+    """A connection to an existing pa-bridge database on PostgreSQL (``storage.url``),
+    for ``queue``: never migrates, read-only unless ``write``. Raises
+    :class:`StoreError` saying what to check."""
+    import psycopg
+
+    from . import pg_migrations
+    from .pg import connect, redact_url
+
+    try:
+        raw = connect(url, readonly=not write)
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+    if not pg_migrations.applied(raw):
+        raw.close()
+        raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
+    return PgDatabase(raw)
+
+
+@dataclass(frozen=True)
+class PgFacts:
+    """What doctor reads from a PostgreSQL database (``storage.url``)."""
+
+    server_version: int  # e.g. 150018
+    applied: list[str]  # migrations applied, in order
+    missing_privileges: list[str]  # "table: PRIVILEGE" this user lacks
+    can_create: bool  # may create tables in its schema (needed for pending migrations)
+    failed: int  # queue items failed for good
+
+
+#: what the daemon does to each table
+_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def pg_facts(url: str) -> PgFacts:
+    """Read-only checks of a PostgreSQL database. Raises :class:`StoreError` naming
+    the (password-less) URL when it cannot connect."""
+    import psycopg
+
+    from . import pg_migrations
+    from .pg import connect, redact_url
+
+    try:
+        raw = connect(url, readonly=True)
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+    try:
+        version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+        applied = pg_migrations.applied(raw)
+        missing = []
+        tables = [
+            r[0]
+            for r in raw.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() ORDER BY table_name"
+            )
+        ]
+        for table in tables:
+            for priv in _PRIVILEGES:
+                row = raw.execute(
+                    "SELECT has_table_privilege(current_user, quote_ident(%s), %s)",
+                    [table, priv],
+                ).fetchone()
+                if row is None or not row[0]:
+                    missing.append(f"{table}: {priv}")
+        row = raw.execute(
+            "SELECT has_schema_privilege(current_user, current_schema(), 'CREATE')"
+        ).fetchone()
+        failed = 0
+        if "outbox" in tables:
+            failed = queue_table.count_failed(PgDatabase(raw))
+        return PgFacts(version, applied, missing, bool(row and row[0]), failed)
+    finally:
+        raw.close()
+
+
 @contextlib.contextmanager
-def transaction(db: Database) -> Iterator[Database]:
-    """One immediate write transaction on a database opened with :func:`open_database`."""
-    db.conn.execute("BEGIN IMMEDIATE")
+def transaction(db: Database | PgDatabase) -> Iterator[Database | PgDatabase]:
+    """One write transaction on a database opened with :func:`open_database` (immediate:
+    it takes SQLite's write lock at once) or :func:`open_url`."""
+    db.conn.execute("BEGIN" if isinstance(db, PgDatabase) else "BEGIN IMMEDIATE")
     try:
         yield db
     except BaseException:
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(Exception):
             db.conn.execute("ROLLBACK")
         raise
     db.conn.execute("COMMIT")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlite_utils import Database
+from ._db import Database
 
 __all__ = ["get", "insert"]
 

@@ -3,7 +3,7 @@ health probe)."""
 
 from __future__ import annotations
 
-from sqlite_utils import Database
+from ._db import Database
 
 __all__ = ["delete", "get", "put"]
 
@@ -14,7 +14,11 @@ def get(db: Database, key: str) -> str | None:
 
 
 def put(db: Database, key: str, value: str) -> None:
-    db.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [key, value])
+    db.conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )
 
 
 def delete(db: Database, key: str) -> None:

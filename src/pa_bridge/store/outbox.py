@@ -8,8 +8,7 @@ import time
 from enum import StrEnum
 from typing import Any, TypedDict, cast
 
-from sqlite_utils import Database
-
+from ._db import Database, is_postgres
 from ._rows import all_rows, first_row
 from .engine import now_iso
 
@@ -95,11 +94,11 @@ def enqueue(
     t = time.time() if now is None else now
     cur = db.conn.execute(
         "INSERT INTO outbox (kind, claim_id, payload_json, status, attempts, next_attempt_at,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+        " created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?) RETURNING id",
         [str(kind), claim_id, json.dumps(payload, separators=(",", ":")), Status.PENDING, t,
          now_iso(t), now_iso(t)],
     )  # fmt: skip
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def summary(db: Database) -> tuple[dict[str, int], str | None]:
@@ -254,6 +253,14 @@ def record_attempt(
 def reversed_since(db: Database, claim_key: str, since: str) -> bool:
     """Whether a reversal of the claim with ``claim_key`` came in at or after ``since``
     (queued or delivered; one store IT dropped does not count)."""
+    if is_postgres(db):
+        row = db.conn.execute(
+            "SELECT 1 FROM outbox, jsonb_array_elements_text(outbox.payload_json::jsonb"
+            " -> 'claim_keys') AS k(value) WHERE outbox.kind = 'reversal'"
+            " AND outbox.status != 'dropped' AND outbox.created_at >= ? AND k.value = ? LIMIT 1",
+            [since, claim_key],
+        ).fetchone()
+        return row is not None
     row = db.conn.execute(
         "SELECT 1 FROM outbox, json_each(outbox.payload_json, '$.claim_keys') AS k"
         " WHERE outbox.kind = 'reversal' AND outbox.status != 'dropped'"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict, cast
 
-from sqlite_utils import Database
-
+from ._db import Database
 from ._rows import all_rows
 
 __all__ = ["HistoryRow", "add", "for_pa"]

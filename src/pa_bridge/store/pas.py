@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TypedDict, cast
 
-from sqlite_utils import Database
-
+from ._db import Database
 from ._rows import all_rows, first_row, marks
 
 __all__ = [
@@ -135,7 +134,7 @@ def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
         all_rows(
             db,
             "SELECT * FROM pas WHERE claim_key = ? AND claim_id IS NOT NULL"
-            " AND (deleted = 0 OR ?) ORDER BY created_at",
+            " AND (deleted = 0 OR ? = 1) ORDER BY created_at",
             [key, 0 if live_only else 1],
         ),
     )
@@ -145,7 +144,7 @@ def newest_change(db: Database) -> int:
     """The newest cursor the feed can have handed out: the last change, or the floor a
     restore set (decision 0009), whichever is later."""
     row = db.conn.execute(
-        "SELECT coalesce(max(change_seq), 0), coalesce((SELECT CAST(value AS INTEGER)"
+        "SELECT coalesce(max(change_seq), 0), coalesce((SELECT CAST(value AS BIGINT)"
         " FROM meta WHERE key = 'feed.seq_floor'), 0) FROM pas"
     ).fetchone()
     return max(int(row[0]), int(row[1]))

@@ -11,7 +11,7 @@ from werkzeug.exceptions import HTTPException
 from ..logs import log_event
 from ..service.bodies import Error, ErrorInfo
 from ..service.errors import BridgeError
-from ..store import DatabaseError, StoreError
+from ..store import DatabaseError, PgError, StoreError
 
 __all__ = ["error_response", "install_error_handlers"]
 
@@ -55,6 +55,7 @@ def install_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(StoreError)
     @app.errorhandler(DatabaseError)
+    @app.errorhandler(PgError)
     def _database(e: Exception) -> tuple[Response, int]:
         # SQLite's and the store's messages name the problem ("disk I/O error",
         # "database is locked") and never carry row values

@@ -106,6 +106,12 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "boolean",
                 "description": "the callback listener's process is running",
             },
+            "daemon_id": {
+                "type": "string",
+                "description": "host:pid of the daemon that answered (several daemons"
+                " may share one PostgreSQL database)",
+            },
+            "database_engine": {"enum": ["sqlite", "postgresql"]},
         },
         "additionalProperties": True,
     },

@@ -1,0 +1,338 @@
+"""The PostgreSQL engine: the same :class:`~pa_bridge.store.engine.Store` interface on a
+database several daemons share (issue 18).
+
+Each daemon keeps the store's single writer (one write connection, group commit of
+the jobs waiting, decision 0004); the daemons' writers run side by side under
+PostgreSQL's row locks at READ COMMITTED. What must hold across daemons is done in
+the database, never in Python:
+
+- the PA feed's positions come from one counter row, taken by :meth:`next_seq` and
+  held until commit, so positions are handed out in commit order (decision 0021);
+- a PA submit holds an advisory lock on its claim key (:meth:`claim_lock`);
+- a queue item is delivered by the daemon holding its advisory lock
+  (:meth:`item_lock`, decision 0020);
+- scheduled maintenance runs on one daemon, once per period (:meth:`fleet_once`);
+- callbacks are deduplicated by the unique ``dedupe_key`` (``ON CONFLICT DO NOTHING``).
+
+A batch that loses a deadlock to another daemon is rolled back and run again (its
+jobs are pure functions of the database).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from . import meta
+from . import pg_migrations as schema
+from .engine import Store, StoreError, StoreUnavailable, _Job, now_iso
+
+__all__ = ["PgDatabase", "PgStore", "connect", "redact_url"]
+
+#: advisory lock classes (two-int form); queue items use the one-bigint form, a
+#: separate key space
+_CLAIM_CLASS = 2
+_FLEET_CLASS = 3
+
+
+@functools.lru_cache(maxsize=1024)
+def _pg_sql(sql: str) -> str:
+    """The table modules' ``?`` placeholders in psycopg's spelling."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _PgConn:
+    """``execute(sql, params)`` with ``?`` placeholders on a psycopg connection."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[Any]:
+        return self.raw.execute(_pg_sql(sql), list(parameters or ()))
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def executemany(self, sql: str, seq: Any, /) -> psycopg.Cursor[Any]:
+        cur = self.raw.cursor()
+        cur.executemany(_pg_sql(sql), [list(p) for p in seq])
+        return cur
+
+
+class PgDatabase:
+    """The handle table functions take (see ``_db.Database``), on PostgreSQL."""
+
+    dialect = "postgresql"
+    __slots__ = ("_conn",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self._conn = _PgConn(raw)
+
+    @property
+    def conn(self) -> _PgConn:
+        return self._conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> psycopg.Cursor[Any]:
+        return self._conn.execute(sql, parameters)
+
+
+def connect(
+    url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
+) -> psycopg.Connection[Any]:
+    """An autocommit connection; ``settings`` (``-c name=value ...``) after the URL's
+    own ``options`` (a search_path, say), which are kept."""
+    given = psycopg.conninfo.conninfo_to_dict(url).get("options") or ""
+    options = f"{given} {settings}".strip()
+    if readonly:
+        options += " -c default_transaction_read_only=on"
+    return psycopg.connect(
+        url,
+        autocommit=True,
+        connect_timeout=max(1, int(timeout_s)),
+        options=options,
+        application_name="pa-bridge",
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs and health."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+#: SQLSTATE classes that mean the database (or the way to it) is failing, not the job:
+#: 08 connection, 53 resources (disk full), 57 operator intervention (shutdown),
+#: 58 system error, 25006 read-only transaction
+_FAILING = ("08", "53", "57", "58", "25006")
+#: a batch that hit one of these lost to another daemon's transaction: run it again
+_RETRY = ("40001", "40P01")
+
+
+class PgStore(Store):
+    """The store on PostgreSQL (``storage.url``)."""
+
+    dialect = "postgresql"
+    _Error = psycopg.Error
+    _BEGIN = "BEGIN"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_batch: int = 256,
+        connect_timeout_s: float = 10.0,
+        lock_timeout_ms: int = 30_000,
+    ) -> None:
+        self.url = url
+        #: what messages and logs name (never the password)
+        self.location = redact_url(url)
+        self.path = Path(self.location)  # the SQLite-file tools refuse it: no such file
+        self._connect_timeout = max(1, int(connect_timeout_s))
+        self._lock_timeout_ms = lock_timeout_ms
+        try:
+            self._wconn = self._connect()
+            schema.apply(self._wconn)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot open the database at {self.location}: {_why(e)}") from None
+        self._wdb = PgDatabase(self._wconn)
+        self._checkpointer = None
+        self.checkpoints = 0
+        self._start_writer(max_batch)
+
+    def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
+        return connect(
+            self.url,
+            readonly=readonly,
+            timeout_s=self._connect_timeout,
+            settings=f"-c lock_timeout={self._lock_timeout_ms}",
+        )
+
+    # ---- the writer's hooks ------------------------------------------------------------
+    def _ensure_writer(self) -> None:
+        if not self._wconn.closed and not self._wconn.broken:
+            return
+        with contextlib.suppress(psycopg.Error):
+            self._wconn.close()
+        try:
+            self._wconn = self._connect()
+        except psycopg.Error as e:
+            self.last_error = (f"cannot connect: {_why(e)}", time.monotonic())
+            return  # BEGIN fails on the closed connection: the batch is refused
+        self._wdb = PgDatabase(self._wconn)
+
+    def _close_writer(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._wconn.close()
+
+    def _must_retry(self, results: list[tuple[_Job, bool, Any]]) -> bool:
+        return any(
+            not ok and isinstance(v, psycopg.Error) and (v.sqlstate or "") in _RETRY
+            for _job, ok, v in results
+        )
+
+    def _as_unavailable(self, e: BaseException) -> BaseException:
+        if not isinstance(e, psycopg.Error):
+            return e
+        state = e.sqlstate or ""
+        if not (isinstance(e, psycopg.OperationalError) and not state) and not state.startswith(
+            _FAILING
+        ):
+            return e
+        err = StoreUnavailable(f"cannot write: {_why(e)}")
+        err.__cause__ = e
+        self.last_error = (str(err), time.monotonic())
+        return err
+
+    def next_seq(self, db: Any) -> int:
+        """The next position of the PA feed; call only inside a write job.
+
+        The counter row stays locked until this transaction commits, so another
+        daemon's change waits here and gets a later position only once this one is
+        visible: positions are in commit order and a reader holding a cursor never
+        skips a change that commits later (decision 0021). Like SQLite's, a time in
+        microseconds that never goes back, above a restore's floor (decision 0009)."""
+        row = db.conn.execute(
+            "UPDATE feed_clock SET seq = greatest(seq + 1, ?, coalesce((SELECT CAST(value AS"
+            " BIGINT) FROM meta WHERE key = 'feed.seq_floor'), 0)) RETURNING seq",
+            [int(time.time() * 1_000_000)],
+        ).fetchone()
+        return int(row[0])
+
+    # ---- reading -------------------------------------------------------------------------
+    def reader(self) -> PgDatabase:
+        """This thread's read-only connection (autocommit: each statement sees the
+        latest commits, as SQLite's readers do)."""
+        db: PgDatabase | None = getattr(self._local, "db", None)
+        if db is not None and (db.conn.raw.closed or db.conn.raw.broken):
+            db = None
+        if db is None:
+            conn = self._connect(readonly=True)
+            with self._readers_lock:
+                self._readers.append(conn)
+            db = PgDatabase(conn)
+            self._local.db = db
+        return db
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PgDatabase]:
+        db = self.reader()
+        db.conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield db
+        finally:
+            db.conn.raw.execute("COMMIT")
+
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        cur = self.reader().conn.execute(sql, params)
+        cols = [c[0] for c in cur.description] if cur.description else []
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def schema_current(self) -> bool:
+        return not schema.pending(self.reader().conn.raw)
+
+    def problem(self, timeout: float = 2.0) -> str | None:
+        if self._closed:
+            return "the database is closed"
+        if not self.writer_alive:
+            return "the database writer thread has stopped"
+        at = now_iso()
+        try:
+            self.write(lambda db: meta.put(db, "health.probe_at", at), timeout=timeout)
+        except StoreError as e:
+            return str(e)
+        except psycopg.Error as e:
+            return f"cannot write: {_why(e)}"
+        try:
+            meta.get(self.reader(), "health.probe_at")
+        except psycopg.Error as e:
+            return f"cannot read: {_why(e)}"
+        return None
+
+    # ---- coordination between daemons ------------------------------------------------------
+    @contextlib.contextmanager
+    def claim_lock(self, key: str) -> Iterator[None]:
+        """An advisory lock on the claim key, held by this thread's connection: a
+        second daemon submitting the same claim waits, then finds the PA stored."""
+        raw = self.reader().conn.raw
+        args = [_CLAIM_CLASS, key]
+        try:
+            raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+
+    @contextlib.contextmanager
+    def item_lock(self, item_id: int) -> Iterator[bool]:
+        """Try to take queue item ``item_id`` (an advisory lock, released by the
+        database if this daemon dies): False when another daemon is delivering it."""
+        raw = self.reader().conn.raw
+        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
+        try:
+            yield got
+        finally:
+            if got:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("SELECT pg_advisory_unlock(%s)", [item_id])
+
+    @contextlib.contextmanager
+    def fleet_once(self, name: str, every_s: float) -> Iterator[bool]:
+        """True on one daemon, at most once per half ``every_s``: an advisory lock
+        while it runs, and when it last ran in ``meta`` (``fleet.<name>``)."""
+        raw = self.reader().conn.raw
+        args = [_FLEET_CLASS, name]
+        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
+        if not got:
+            yield False
+            return
+        try:
+            key = f"fleet.{name}"
+            last = meta.get(self.reader(), key)
+            now = time.time()
+            if last is not None and now - float(last) < every_s / 2:
+                yield False
+                return
+            self.write(lambda db: meta.put(db, key, repr(now)))
+            yield True
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+
+    def vacuum_analyze(self) -> None:
+        """VACUUM (ANALYZE) the database, on a connection of its own (it cannot run in
+        a transaction and does not block writes)."""
+        with self._connect() as conn:
+            conn.execute("VACUUM (ANALYZE)")
+
+
+def _one(cur: psycopg.Cursor[Any]) -> bool:
+    row = cur.fetchone()
+    return row is not None and bool(row[0])
+
+
+def _why(e: BaseException) -> str:
+    """The driver's message, first line, without anything the URL carried."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:300]
+
+
+# re-exported for web/errors.py, which must not import the driver itself
+PgError = psycopg.Error

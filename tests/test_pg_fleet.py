@@ -1,0 +1,402 @@
+"""Several daemons on one PostgreSQL database (issue 18): what must hold across them is
+held by the database. Each "daemon" here is a store (its own connections and writer)
+on the same database; the last tests start whole daemons."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from pa_bridge.config import QueueSettings
+from pa_bridge.outbox import Outbox
+from pa_bridge.store import Database, PgStore, callbacks, meta, now_iso, pas
+from pa_bridge.store import outbox as queue_items
+from tests import builders as b
+from tests.support import wait_until
+
+
+@pytest.fixture
+def fleet(pg_url: str) -> Iterator[list[PgStore]]:
+    """Three stores on one database, as three daemons have."""
+    stores = [PgStore(pg_url) for _ in range(3)]
+    try:
+        yield stores
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _pa_change(store: PgStore, pa_id: str, hold: threading.Event | None = None) -> int:
+    """Insert a PA (a feed change) in a write job; ``hold`` keeps the transaction open
+    after the position is taken, as a slow batch on a busy daemon does."""
+
+    def job(db: Database) -> int:
+        seq = store.next_seq(db)
+        now = now_iso()
+        state: pas.CallbackState = {
+            "workflow_status": "New", "plan_outcome": None, "status_time": None,
+            "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+            "urls_json": "[]", "details_json": None,
+        }  # fmt: skip
+        pas.insert_from_callback(db, pa_id, state, now=now, seq=seq)
+        if hold is not None:
+            assert hold.wait(10)
+        return seq
+
+    return store.write(job, timeout=20)
+
+
+def test_a_plain_sequence_skips_a_change_that_commits_late(pg_url: str) -> None:
+    """Why the feed does not use one (decision 0021): position 1 commits after
+    position 2, and a reader that saw 2 has moved its cursor past 1 for good."""
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        setup.execute("CREATE SEQUENCE s; CREATE TABLE feed (pos BIGINT)")
+    a, b_, reader = (psycopg.connect(pg_url) for _ in range(3))
+    try:
+        pos_a = a.execute("INSERT INTO feed VALUES (nextval('s')) RETURNING pos").fetchone()
+        b_.execute("INSERT INTO feed VALUES (nextval('s'))")
+        b_.commit()
+        seen = [r[0] for r in reader.execute("SELECT pos FROM feed WHERE pos > 0 ORDER BY pos")]
+        reader.commit()
+        a.commit()
+        cursor = max(seen)
+        later = [r[0] for r in reader.execute("SELECT pos FROM feed WHERE pos > %s", [cursor])]
+        assert pos_a is not None and pos_a[0] < cursor and later == []  # skipped
+    finally:
+        for c in (a, b_, reader):
+            c.close()
+
+
+def test_feed_positions_follow_commit_order_across_daemons(fleet: list[PgStore]) -> None:
+    one, two, reader = fleet
+    hold = threading.Event()
+    got: dict[str, int] = {}
+    first = threading.Thread(target=lambda: got.update(a=_pa_change(one, "pa-a", hold)))
+    first.start()
+    wait_until(
+        lambda: reader.query(
+            "SELECT 1 AS x FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE c.relname = 'feed_clock' AND l.mode = 'RowExclusiveLock'"
+        ),
+        what="the first daemon holds the feed position",
+    )
+    second = threading.Thread(target=lambda: got.update(b=_pa_change(two, "pa-b")))
+    second.start()
+    # the second daemon's change waits for the first: nothing is visible yet, and a
+    # reader's cursor cannot move past the first change before it commits
+    time.sleep(0.3)
+    assert "b" not in got
+    assert pas.since(reader.reader(), 0, 100) == []
+    hold.set()
+    first.join(10)
+    second.join(10)
+    assert got["a"] < got["b"]
+    cursor, seen = 0, []
+    for _ in range(3):
+        rows = pas.since(reader.reader(), cursor, 100)
+        seen += [r["id"] for r in rows]
+        cursor = rows[-1]["change_seq"] if rows else cursor
+    assert seen == ["pa-a", "pa-b"]
+
+
+def test_feed_read_in_a_loop_while_three_daemons_write_sees_every_change_once(
+    fleet: list[PgStore],
+) -> None:
+    per_daemon = 60
+    stop = threading.Event()
+
+    def writer(k: int, store: PgStore) -> None:
+        for i in range(per_daemon):
+            _pa_change(store, f"pa-{k}-{i:03d}")
+
+    threads = [threading.Thread(target=writer, args=(k, s)) for k, s in enumerate(fleet)]
+    seen: list[str] = []
+    cursor = 0
+    reader = fleet[0].reader()
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(seen) < per_daemon * 3 and time.monotonic() < deadline:
+        rows = pas.since(reader, cursor, 25)
+        seen += [r["id"] for r in rows]
+        if rows:
+            cursor = rows[-1]["change_seq"]
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert len(seen) == per_daemon * 3 and len(set(seen)) == len(seen)
+
+
+def test_a_callback_delivered_to_two_daemons_at_once_is_stored_once(
+    fleet: list[PgStore],
+) -> None:
+    one, two, _ = fleet
+    hold = threading.Event()
+    kept: dict[str, bool] = {}
+
+    def first(db: Database) -> bool:
+        ok = callbacks.insert_once(db, "delivery-1", now_iso(), "pa-1", b"{}")
+        assert hold.wait(10)
+        return ok
+
+    t = threading.Thread(target=lambda: kept.update(one=one.write(first, timeout=20)))
+    t.start()
+    wait_until(
+        lambda: one.query("SELECT 1 AS x FROM pg_stat_activity WHERE state = 'idle in transaction'")
+    )
+    t2 = threading.Thread(
+        target=lambda: kept.update(
+            two=two.write(
+                lambda db: callbacks.insert_once(db, "delivery-1", now_iso(), "pa-1", b"{}"),
+                timeout=20,
+            )
+        )
+    )
+    t2.start()
+    time.sleep(0.2)
+    hold.set()
+    t.join(10)
+    t2.join(10)
+    assert kept == {"one": True, "two": False}
+    assert one.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 1
+
+
+def test_the_claim_lock_is_held_in_the_database(fleet: list[PgStore]) -> None:
+    one, two, _ = fleet
+    order: list[str] = []
+    with one.claim_lock("bin|pcn|grp|rx|1|prov"):
+        t = threading.Thread(
+            target=lambda: (
+                two.claim_lock("bin|pcn|grp|rx|1|prov").__enter__(),
+                order.append("two"),
+            )
+        )
+        t.start()
+        with two.claim_lock("another claim"):  # other claims are not held up
+            order.append("other")
+        time.sleep(0.2)
+        order.append("one done")
+    t.join(10)
+    assert order == ["other", "one done", "two"]
+
+
+def test_each_queue_item_is_delivered_by_one_daemon(fleet: list[PgStore]) -> None:
+    n = 60
+    fleet[0].write(lambda db: [queue_items.enqueue(db, "webhook", {"i": i}) for i in range(n)])
+    delivered: list[int] = []
+    lock = threading.Lock()
+
+    def deliver(payload: dict[str, Any]) -> None:
+        time.sleep(0.005)  # long enough for the daemons to reach for the same items
+        with lock:
+            delivered.append(payload["i"])
+
+    boxes = [Outbox(s, {"webhook": deliver}, QueueSettings(batch_size=n)) for s in fleet]
+    threads = [threading.Thread(target=box.drain_once) for box in boxes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for box in boxes:  # what a daemon skipped because another held it is done by now
+        box.drain_once()
+    assert sorted(delivered) == list(range(n))
+    counts = queue_items.summary(fleet[0].reader())[0]
+    assert counts == {}
+    spread = [fleet[0].query("SELECT count(*) AS n FROM outbox WHERE status = 'delivered'")[0]["n"]]
+    assert spread == [n]
+
+
+def test_an_item_a_daemon_holds_is_left_to_it(fleet: list[PgStore]) -> None:
+    one, two, _ = fleet
+    item = one.write(lambda db: queue_items.enqueue(db, "webhook", {"x": 1}))
+    calls: list[str] = []
+    box = Outbox(two, {"webhook": lambda p: calls.append("two")}, QueueSettings())
+    with one.item_lock(item) as mine:
+        assert mine
+        assert box.deliver(item) is False and calls == []
+    assert box.deliver(item) is True and calls == ["two"]
+
+
+def test_maintenance_runs_once_across_the_fleet(fleet: list[PgStore]) -> None:
+    one, two, _ = fleet
+    with one.fleet_once("maintenance.purge", 3600) as mine:
+        assert mine
+        with two.fleet_once("maintenance.purge", 3600) as theirs:
+            assert not theirs  # running on the first daemon
+    with two.fleet_once("maintenance.purge", 3600) as theirs:
+        assert not theirs  # ran a moment ago
+    two.write(lambda db: meta.put(db, "fleet.maintenance.purge", repr(time.time() - 3600)))
+    with two.fleet_once("maintenance.purge", 3600) as theirs:
+        assert theirs  # due again: whichever daemon comes first
+
+
+# ---- whole daemons ---------------------------------------------------------------------
+def _claim(request: bytes, response: bytes) -> dict[str, Any]:
+    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
+
+
+def test_two_clicks_on_two_daemons_give_one_pa(make_daemon: Any, pg_url: str) -> None:
+    from pa_bridge.sandbox import (
+        SANDBOX_API_KEY,
+        SANDBOX_PASSWORD,
+        SANDBOX_USERNAME,
+        SandboxConfig,
+        SandboxServer,
+    )
+
+    sandbox = SandboxServer(SandboxConfig(step_seconds=60), host="127.0.0.1", port=0).start()
+    try:
+        service = {
+            "claim_url": f"{sandbox.url}/cmmimport/",
+            "outcomes_url": f"{sandbox.url}/outcomes.json",
+            "dashboard_url": f"{sandbox.url}/dashboard",
+            "username": SANDBOX_USERNAME,
+            "password": SANDBOX_PASSWORD,
+            "api_key": SANDBOX_API_KEY,
+        }
+        daemons = [
+            make_daemon(storage={"url": pg_url}, service=service, sandbox={"enabled": False})
+            for _ in range(2)
+        ]
+        urls = [d.intake_server.url for d in daemons]
+        with httpx.Client(timeout=20) as c:
+            claim = c.post(
+                f"{urls[0]}/v1/claims",
+                json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])),
+            ).json()
+        go = threading.Barrier(8)
+        answers: list[httpx.Response] = []
+
+        def click(k: int) -> None:
+            with httpx.Client(timeout=30) as c:
+                go.wait()
+                answers.append(c.post(f"{urls[k % 2]}/v1/claims/{claim['claim_id']}/pa"))
+
+        threads = [threading.Thread(target=click, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(r.status_code for r in answers) == [200] * 7 + [201]
+        assert len({r.json()["pa_id"] for r in answers}) == 1
+        assert len(sandbox.state.claims()) == 1  # sent to the service once
+    finally:
+        sandbox.stop()
+
+
+def test_an_item_another_daemon_just_tried_waits_for_its_backoff(fleet: list[PgStore]) -> None:
+    """Daemon two read the item as due; daemon one tried it meanwhile and the service
+    failed: two leaves it to the backoff instead of trying again at once."""
+    from pa_bridge.outbox import DeliveryFailed
+
+    one, two, _ = fleet
+    item = one.write(lambda db: queue_items.enqueue(db, "webhook", {"x": 1}))
+    seen_due_at = time.time()
+    calls: list[str] = []
+
+    def failing(payload: dict[str, Any]) -> None:
+        calls.append("one")
+        raise DeliveryFailed("503 from the service")
+
+    settings = QueueSettings(backoff_base_seconds=30)
+    assert Outbox(one, {"webhook": failing}, settings).deliver(item) is False
+    box_two = Outbox(two, {"webhook": lambda p: calls.append("two")}, settings)
+    horizon = seen_due_at + settings.backoff_max_seconds + 60
+    assert box_two.deliver(item, wait_s=0.0, due=(seen_due_at, horizon)) is False
+    assert calls == ["one"]
+
+
+def test_queue_commands_on_postgresql(pg_url: str, tmp_path: Any) -> None:
+    """`queue list|retry|drop` with storage.url (its password from a file): the same
+    items, the same answers, as on the SQLite file."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from click.testing import CliRunner
+
+    from pa_bridge.cli import main
+    from tests import pg_server
+
+    with PgStore(pg_url) as store:
+        item = store.write(lambda db: queue_items.enqueue(db, "reversal", {"exchange_id": "x"}))
+    parts = urlsplit(pg_url)
+    bare = urlunsplit(
+        (parts.scheme, f"{parts.username}@{parts.hostname}:{parts.port}", parts.path,
+         parts.query, "")
+    )  # fmt: skip
+    pw = tmp_path / "db-password"
+    pw.write_text(pg_server.PASSWORD + "\n")
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\nurl = "{bare}"\npassword_file = "{pw}"\n')
+    runner = CliRunner()
+    r = runner.invoke(main, ["queue", "list", "--json", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    import json
+
+    (shown,) = json.loads(r.output)
+    assert shown["id"] == item and shown["kind"] == "reversal" and shown["retrying"]
+    r = runner.invoke(main, ["queue", "drop", str(item), "--config", str(cfg)])
+    assert r.exit_code == 0 and "dropped" in r.output, r.output
+    r = runner.invoke(main, ["queue", "retry", str(item), "--config", str(cfg)])
+    assert r.exit_code == 0 and "due now" in r.output, r.output
+    r = runner.invoke(main, ["queue", "retry", "999", "--config", str(cfg)])
+    assert r.exit_code == 1 and "no undelivered queue item 999" in r.output
+    pw.write_text("wrong-password\n")
+    r = runner.invoke(main, ["queue", "list", "--config", str(cfg)])
+    assert r.exit_code == 1 and "cannot connect" in r.output
+    assert "wrong-password" not in r.output and pg_server.PASSWORD not in r.output
+
+
+def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None:
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    before = {c.name: c for c in check_postgres(pg_url)}
+    assert before["database schema"].status == "ok" and "applied at start" in (
+        before["database schema"].message
+    )
+    PgStore(pg_url).close()  # migrates
+    after = check_postgres(pg_url)
+    assert [c.status for c in after] == ["ok", "ok", "ok"], after
+    assert "PostgreSQL 1" in after[0].message and "synthetic" not in after[0].message
+
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_reader")
+        admin.execute("CREATE ROLE doctor_reader LOGIN PASSWORD 'reader-password-123'")
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO doctor_reader')
+        admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO doctor_reader')
+    try:
+        parts = urlsplit(pg_url)
+        reader_url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_reader:reader-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(reader_url)}
+        assert checks["database privileges"].status == "FAIL"
+        assert "outbox: INSERT" in checks["database privileges"].message
+        wrong = check_postgres(reader_url.replace("reader-password-123", "nope"))
+        assert wrong[0].status == "FAIL" and "cannot connect" in wrong[0].message
+        assert "nope" not in wrong[0].message
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM doctor_reader')
+            admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_reader')
+            admin.execute("DROP ROLE doctor_reader")
+
+
+def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
+    from pa_bridge.store import StoreError
+    from tests import pg_server
+
+    wrong = pg_url.replace(pg_server.PASSWORD, "not-the-password")
+    with pytest.raises(StoreError) as ei:
+        PgStore(wrong)
+    msg = str(ei.value)
+    assert msg.startswith("cannot open the database at postgresql://pa_bridge_test:***@127.0.0.1")
+    assert "not-the-password" not in msg and "password authentication failed" in msg
