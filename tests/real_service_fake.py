@@ -1,5 +1,5 @@
 """A small purpose-built fake of the PA service that answers only in the real shapes
-(``/work/shared/docs/real-service-evidence.md``), on 127.0.0.1; not the sandbox.
+(``../shared/docs/real-service-evidence.md``), on 127.0.0.1; not the sandbox.
 
 * ``POST /cmmimport/``: form variables ``username``, ``password``, ``api_key``,
   ``ncpdp_claim`` and metadata; the PA link as a bare URL line (CRLF) in a

@@ -1,5 +1,5 @@
 """Bodies shaped as the real PA service sends them, from the evidence
-(``/work/shared/docs/real-service-evidence.md``, "Pharmacy callbacks"): the request
+(``../shared/docs/real-service-evidence.md``, "Pharmacy callbacks"): the request
 object wrapped in ``{"request": ...}``, strings where the type is a number or boolean,
 ``is_epa`` a boolean and ``attachments_included`` a number, ``plan_outcome``, ``memo``
 and ``rationale`` possibly null, ``html_url``/``pdf_url``/``thumbnail_urls`` and

@@ -1,7 +1,7 @@
 """Conformance of the client to the real PA service, from the evidence.
 
 One table of answers shaped as the real service answers (docs in
-``/work/shared/docs/real-service-evidence.md``, "Claim interface"), each case naming
+``../shared/docs/real-service-evidence.md``, "Claim interface"), each case naming
 the fact it stands on, drives :class:`PaServiceClient` over real HTTP on 127.0.0.1.
 Where the evidence leaves a point open, every shape it allows is a case.
 """
