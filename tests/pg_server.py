@@ -16,12 +16,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from tests.support import wait_until
 
 SUPERUSER = "pa_bridge_test"
 PASSWORD = "synthetic-test-password"
@@ -147,15 +148,9 @@ def running_server(*, durable: bool = False) -> Iterator[PgServer]:
             ["pg_ctl", "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "-t", "60",
              "start"]
         )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                server.admin().close()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_until(
+            lambda: server.admin().close() or True, timeout=30, what="PostgreSQL to take logins"
+        )
         yield server
     finally:
         server.stop()

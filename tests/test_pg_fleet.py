@@ -90,7 +90,7 @@ def test_feed_positions_follow_commit_order_across_daemons(fleet: list[PgStore])
     second.start()
     # the second daemon's change waits for the first: nothing is visible yet, and a
     # reader's cursor cannot move past the first change before it commits
-    time.sleep(0.3)
+    wait_until(lambda: _someone_waits_for_a_lock(reader), what="the second daemon to wait")
     assert "b" not in got
     assert pas.since(reader.reader(), 0, 100) == []
     hold.set()
@@ -159,12 +159,17 @@ def test_a_callback_delivered_to_two_daemons_at_once_is_stored_once(
         )
     )
     t2.start()
-    time.sleep(0.2)
+    wait_until(lambda: _someone_waits_for_a_lock(one), what="the second insert to wait")
     hold.set()
     t.join(10)
     t2.join(10)
     assert kept == {"one": True, "two": False}
     assert one.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 1
+
+
+def _someone_waits_for_a_lock(store: Any) -> bool:
+    """Whether a session is waiting for a lock another holds (a request not granted)."""
+    return bool(store.query("SELECT 1 AS x FROM pg_locks WHERE NOT granted LIMIT 1"))
 
 
 def test_the_claim_lock_is_held_in_the_database(fleet: list[PgStore]) -> None:
@@ -180,7 +185,7 @@ def test_the_claim_lock_is_held_in_the_database(fleet: list[PgStore]) -> None:
         t.start()
         with two.claim_lock("another claim"):  # other claims are not held up
             order.append("other")
-        time.sleep(0.2)
+        wait_until(lambda: _someone_waits_for_a_lock(one), what="the second click to wait")
         order.append("one done")
     t.join(10)
     assert order == ["other", "one done", "two"]

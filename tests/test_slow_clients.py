@@ -22,7 +22,7 @@ from flask import Flask, Response, request
 
 from pa_bridge.wsgi import WsgiServer
 from tests import builders as b
-from tests.support import NO_SERVICE, DaemonProcess
+from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 SLOW = 500  # connections per listener sending a header line every DRIP_S
 IDLE = 500  # connections per listener that send nothing
@@ -252,11 +252,12 @@ def test_chunked_bodies_are_read_whole_and_refused_whole(echo: WsgiServer) -> No
 def test_stop_finishes_a_request_in_flight() -> None:
     app = Flask("slowapp")
     entered = threading.Event()
+    release = threading.Event()
 
     @app.post("/work")
     def work() -> str:
         entered.set()
-        time.sleep(0.5)
+        release.wait(10)  # until the test has seen the stop begin
         return "done"
 
     server = WsgiServer(app, name="slowapp").start()
@@ -268,7 +269,19 @@ def test_stop_finishes_a_request_in_flight() -> None:
     t = threading.Thread(target=call)
     t.start()
     assert entered.wait(10)
-    server.stop()
+    stopper = threading.Thread(target=server.stop)
+    stopper.start()
+
+    def refused() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        except OSError:
+            return True
+        return False
+
+    wait_until(refused, timeout=10, what="the listener to stop taking connections")
+    release.set()
+    stopper.join(10)
     t.join(10)
     assert result["r"].status_code == 200 and result["r"].text == "done"
     with pytest.raises(httpx.ConnectError):
