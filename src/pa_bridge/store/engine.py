@@ -152,6 +152,28 @@ class _Job:
                 self.future.set_exception(value)
 
 
+def probe_round_trip(
+    store: Any,
+    driver_error: type[Exception],
+    why: Callable[[BaseException], str],
+    timeout: float,
+) -> str | None:
+    """The health probe both engines share: a real one-row write of ``meta``'s
+    ``health.probe_at`` and a read of it back; what failed, or ``None``."""
+    at = now_iso()
+    try:
+        store.write(lambda db: meta.put(db, "health.probe_at", at), timeout=timeout)
+    except StoreError as e:
+        return str(e)
+    except driver_error as e:
+        return f"cannot write: {why(e)}"
+    try:
+        meta.get(store.reader(), "health.probe_at")
+    except driver_error as e:
+        return f"cannot read: {why(e)}"
+    return None
+
+
 class Store:
     """The database: migrations at open, one writer thread, per-thread readers."""
 
@@ -513,18 +535,7 @@ class Store:
             return f"{self.path} was replaced while the daemon has it open"
         if not os.path.exists(f"{self.path}-wal"):
             return f"{self.path}-wal was removed while the daemon has it open"
-        at = now_iso()
-        try:
-            self.write(lambda db: meta.put(db, "health.probe_at", at), timeout=timeout)
-        except StoreError as e:
-            return str(e)
-        except sqlite3.Error as e:
-            return f"cannot write: {e}"
-        try:
-            meta.get(self.reader(), "health.probe_at")
-        except sqlite3.Error as e:
-            return f"cannot read: {e}"
-        return None
+        return probe_round_trip(self, sqlite3.Error, str, timeout)
 
     # ---- reading -------------------------------------------------------------
     def reader(self) -> Database:

@@ -32,7 +32,7 @@ import psycopg
 
 from . import meta
 from . import pg_migrations as schema
-from .engine import Store, StoreError, StoreUnavailable, _Job, now_iso
+from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
 __all__ = ["PgDatabase", "PgStore", "connect", "redact_url"]
 
@@ -250,18 +250,7 @@ class PgStore(Store):
             return "the database is closed"
         if not self.writer_alive:
             return "the database writer thread has stopped"
-        at = now_iso()
-        try:
-            self.write(lambda db: meta.put(db, "health.probe_at", at), timeout=timeout)
-        except StoreError as e:
-            return str(e)
-        except psycopg.Error as e:
-            return f"cannot write: {_why(e)}"
-        try:
-            meta.get(self.reader(), "health.probe_at")
-        except psycopg.Error as e:
-            return f"cannot read: {_why(e)}"
-        return None
+        return probe_round_trip(self, psycopg.Error, _why, timeout)
 
     # ---- coordination between daemons ------------------------------------------------------
     @contextlib.contextmanager
