@@ -485,6 +485,8 @@ def _detail(
     reference = body[2:12]
     raw = body[12:]
     at = offset + 13  # STX, G1 and the reference
+    t: Transmission | None
+    error: ParseError | None = None
     try:
         t = parse(raw, strict=strict)
     except ParseError as e:
@@ -497,23 +499,16 @@ def _detail(
                 field_id=e.field_id,
             ) from None
         notes.append(f"{where} does not parse: {e.reason} (at byte offset {at + e.offset})")
-        return BatchDetail(
-            index=index,
-            offset=offset,
-            reference=reference,
-            raw=raw,
-            transmission=None,
-            error=e,
-            leading=leading,
-            tolerated=tuple(notes),
-        )
-    notes.extend(f"batch detail record {index + 1}: {x}" for x in t.tolerated)
+        t, error = None, e
+    else:
+        notes.extend(f"batch detail record {index + 1}: {x}" for x in t.tolerated)
     return BatchDetail(
         index=index,
         offset=offset,
         reference=reference,
         raw=raw,
         transmission=t,
+        error=error,
         leading=leading,
         tolerated=tuple(notes),
     )
