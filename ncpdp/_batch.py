@@ -437,17 +437,24 @@ def iter_batch(
     yield trailer
 
 
+def _length_ok(
+    what: str, body: str, want: int, offset: int, strict: bool, notes: list[str]
+) -> bool:
+    """Whether a record has its fixed length; if not, a problem (raised when strict)."""
+    if len(body) == want:
+        return True
+    _problem(
+        strict,
+        notes,
+        f"{what} must be {want} characters between STX and ETX, got {len(body)}",
+        offset + 1,
+    )
+    return False
+
+
 def _header(body: str, leading: str, offset: int, strict: bool, notes: list[str]) -> BatchHeader:
     h = BatchHeader(body, leading=leading, offset=offset)
-    if len(body) != _HEADER_LEN:
-        _problem(
-            strict,
-            notes,
-            f"batch header record must be {_HEADER_LEN} characters between STX and ETX, "
-            f"got {len(body)}",
-            offset + 1,
-        )
-    else:
+    if _length_ok("batch header record", body, _HEADER_LEN, offset, strict, notes):
         version = h.version
         if version not in BATCH_VERSIONS:
             _problem(
@@ -524,15 +531,7 @@ def _trailer(
     notes: list[str],
 ) -> BatchTrailer:
     t = BatchTrailer(body, leading=leading, offset=offset)
-    if len(body) != _TRAILER_LEN:
-        _problem(
-            strict,
-            notes,
-            f"batch trailer record must be {_TRAILER_LEN} characters between STX and ETX, "
-            f"got {len(body)}",
-            offset + 1,
-        )
-    else:
+    if _length_ok("batch trailer record", body, _TRAILER_LEN, offset, strict, notes):
         if t.batch_number != header.batch_number:
             _problem(
                 strict,

@@ -193,3 +193,25 @@ def test_invalid_config_lists_every_problem(tmp_path: Path, doctor: Doctor) -> N
     fails = lines(r, "FAIL")
     assert any("storage.retention_days" in ln for ln in fails)
     assert any("nonsense" in ln and "unknown key" in ln for ln in fails)
+
+
+def test_the_database_directory_is_checked_before_the_file(tmp_path: Path, doctor: Doctor) -> None:
+    def directory_line(storage_path: Path) -> str:
+        cfg = tmp_path / "dir.toml"
+        cfg.write_text(f'[storage]\npath = "{storage_path}"\n')
+        r = doctor(cfg)
+        (line,) = (ln for ln in r.stdout.splitlines() if "database directory" in ln)
+        return line
+
+    here = tmp_path / "state"
+    here.mkdir()
+    assert directory_line(here / "pa.sqlite3") == f"ok    database directory: {here} is writable"
+    later = tmp_path / "later" / "deeper"
+    assert directory_line(later / "pa.sqlite3") == (
+        f"ok    database directory: {later} does not exist yet; it will be created"
+    )
+    assert not later.exists()  # doctor creates nothing
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    line = directory_line(a_file / "pa.sqlite3")
+    assert line.startswith("FAIL  database directory:") and "is not a directory" in line

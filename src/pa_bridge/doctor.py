@@ -210,33 +210,32 @@ def check_database(s: Settings) -> list[Check]:
     path = Path(s.storage.path)
     out: list[Check] = []
     d = path.parent if str(path.parent) else Path(".")
-    if d.is_dir():
-        if os.access(d, os.W_OK | os.X_OK):
-            out.append(ok("database directory", f"{d} is writable"))
-        else:
-            out.append(
-                fail(
-                    "database directory",
-                    f"{d} is not writable by this user",
-                    "make it owned by the service user (systemd StateDirectory= does this);"
-                    " run doctor as that user",
-                )
-            )
-    elif d.exists():
+    if d.exists() and not d.is_dir():
         out.append(fail("database directory", f"{d} is not a directory", "fix storage.path"))
         return out
-    else:
-        anc = _nearest_existing(d)
-        if anc.is_dir() and os.access(anc, os.W_OK | os.X_OK):
-            out.append(ok("database directory", f"{d} does not exist yet; it will be created"))
-        else:
-            out.append(
-                fail(
-                    "database directory",
-                    f"{d} does not exist and {anc} is not writable",
-                    "create it for the service user, or fix storage.path",
-                )
+    # the directory, or the nearest one that exists, where it will be created
+    exists = d.is_dir()
+    anc = d if exists else _nearest_existing(d)
+    if anc.is_dir() and os.access(anc, os.W_OK | os.X_OK):
+        said = f"{d} is writable" if exists else f"{d} does not exist yet; it will be created"
+        out.append(ok("database directory", said))
+    elif exists:
+        out.append(
+            fail(
+                "database directory",
+                f"{d} is not writable by this user",
+                "make it owned by the service user (systemd StateDirectory= does this);"
+                " run doctor as that user",
             )
+        )
+    else:
+        out.append(
+            fail(
+                "database directory",
+                f"{d} does not exist and {anc} is not writable",
+                "create it for the service user, or fix storage.path",
+            )
+        )
     if not path.exists():
         out.append(
             ok("database", f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)")
