@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from pa_bridge.store import PgStore, Store
 
 from . import pg_server
+from .support import Cli
 
 ENGINES = ["sqlite", "postgresql"]
 
@@ -59,10 +60,6 @@ def daemon_storage(engine: str, request: pytest.FixtureRequest) -> dict[str, Any
     if engine == "sqlite":
         return {}
     return {"url": str(request.getfixturevalue("pg_url"))}
-
-
-#: ``cli("queue", "list", input=b"...", env={...})``: the command's click ``Result``.
-Cli = Callable[..., Result]
 
 
 @pytest.fixture

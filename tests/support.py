@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from click.testing import Result
 from flask import Flask, request
 
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: The ``cli`` fixture (conftest.py): ``cli("queue", "list", input=b"...", env={...})``
+#: runs ``pa-bridge queue list`` in process and gives click's ``Result``.
+Cli = Callable[..., Result]
 
 
 #: a configured but unreachable PA service (callbacks never call it; no sandbox)

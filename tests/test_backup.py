@@ -13,7 +13,7 @@ import pytest
 
 from pa_bridge.backup import BackupError, backup_database
 from pa_bridge.store import Store, now_iso
-from tests.conftest import Cli
+from tests.support import Cli
 
 
 def _insert(store: Store, tag: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import builders as b
-from tests.conftest import Cli
+from tests.support import Cli
 
 
 class Run:

@@ -13,8 +13,7 @@ import trustme
 from click.testing import Result
 
 from pa_bridge.store import MIGRATIONS, SqliteDatabase, Store
-from tests.conftest import Cli
-from tests.support import RecordingService, free_port
+from tests.support import Cli, RecordingService, free_port
 
 PASSWORD = "PW-do-not-print-7781"
 API_KEY = "AK-do-not-print-9923"

@@ -25,8 +25,7 @@ from pa_bridge.cli import main
 from pa_bridge.logs import configure_logging, log_event
 from pa_bridge.store import Store, now_iso
 from tests import builders as b
-from tests.conftest import Cli
-from tests.support import NO_SERVICE, free_port, wait_until
+from tests.support import NO_SERVICE, Cli, free_port, wait_until
 
 USER, PASSWORD, API_KEY = "pharmacy", "PW-ops-5521", "AK-ops-7713"
 
