@@ -43,6 +43,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pa_bridge_process(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pa_bridge ARGS`` as a real process in ``cwd`` (``env``: the whole
+    environment, default ours), its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "pa_bridge", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 def wait_until(
     fn: Callable[[], T], *, timeout: float = 15.0, interval: float = 0.02, what: str = ""
 ) -> T:

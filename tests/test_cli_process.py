@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tests import builders as b
+from tests.support import pa_bridge_process
 
 PA_BRIDGE = Path(sys.executable).with_name("pa-bridge")
 
@@ -44,14 +45,7 @@ def test_claim_bytes_through_the_console_scripts_stdin_and_stdout() -> None:
 
 def test_module_entry_point_exit_statuses_and_no_files(tmp_path: Path) -> None:
     def module(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pa_bridge", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=_env(),
-        )
+        return pa_bridge_process(*args, cwd=tmp_path, env=_env())
 
     version = module("--version")
     assert version.returncode == 0 and version.stdout.startswith("pa-bridge, version ")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests import builders as b
-from tests.support import DaemonProcess
+from tests.support import DaemonProcess, pa_bridge_process
 
 pytestmark = pytest.mark.slow
 
@@ -103,16 +103,6 @@ class Load:
             t.join(30)
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pa_bridge", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _other_process_connection(db: Path) -> None:
     """A plain SQLite connection in another process, opened, read and closed: what
     the `sqlite3` shell or a monitoring script does."""
@@ -141,7 +131,7 @@ def test_commands_while_serving_under_load_lose_nothing(tmp_path: Path) -> None:
                     ("doctor",),
                 ]
                 for args in commands:
-                    r = _cli(*args, cwd=tmp_path)
+                    r = pa_bridge_process(*args, cwd=tmp_path)
                     ran.append(" ".join(args))
                     if args[0] == "backup":
                         assert r.returncode == 0, r.stderr
