@@ -1,0 +1,287 @@
+"""Many pharmacies in one deployment (issue 18): ``[[pharmacies]]``, each claim sent
+with its own store's credentials (the sandbox tells whose credentials each call
+carried), a store not configured refused before anything is stored or sent, tokens
+limited to stores, the feed and the console filtered by store. The intake app through
+``app.test_client()`` on both engines, against a real sandbox on loopback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pa_bridge.app import create_app, make_client
+from pa_bridge.config import ConfigError, load_settings
+from pa_bridge.store import PgStore, Store
+from tests import builders as b
+
+A, B, C = "1111111", "2222222", "3333333"  # synthetic NCPDP provider ids
+CREDS = {
+    A: ("store-a", "store-a-password-1", "store-a-api-key-1"),
+    B: ("store-b", "store-b-password-2", "store-b-api-key-2"),
+    C: ("store-c", "store-c-password-3", "store-c-api-key-3"),
+}
+TOKEN_ALL = "token-for-every-store-0001"
+TOKEN_A = "token-for-store-a-only-0002"
+
+
+def _entry(pid: str) -> dict[str, str]:
+    user, pw, key = CREDS[pid]
+    return {"provider_id": pid, "username": user, "password": pw, "api_key": key}
+
+
+def _claim(provider: str, outcome: b.Outcome = b.REJECT_75, **kw: Any) -> dict[str, str]:
+    req = b.request_bytes(provider_id=provider, provider_qualifier="07", **kw)
+    return {
+        "request": req.decode("latin-1"),
+        "response": b.response_bytes([outcome]).decode("latin-1"),
+    }
+
+
+def _b2(provider: str) -> dict[str, str]:
+    req = b.request_bytes(code="B2", provider_id=provider, provider_qualifier="07")
+    return {"request": req.decode("latin-1")}
+
+
+class Chain:
+    """One intake app of a chain deployment, with its sandbox."""
+
+    def __init__(self, app: Any, sandbox: Any) -> None:
+        self.app = app
+        self.http = app.test_client()
+        self.services = app.extensions["pa_bridge"]
+        self.sandbox = sandbox
+
+    def post(self, path: str, body: Any = None, token: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return self.http.post(path, json=body, headers=headers)
+
+    def get(self, path: str, token: str | None = None, **params: str) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return self.http.get(path, query_string=params, headers=headers)
+
+    def calls(self, interface: str | None = None) -> list[dict[str, Any]]:
+        got = httpx.get(self.sandbox.url + "/sandbox/calls", timeout=5).json()["calls"]
+        return [c for c in got if interface is None or c["interface"] == interface]
+
+    def count(self, table: str) -> int:
+        row = self.services.store.reader().conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608
+        return int(row[0])
+
+
+@pytest.fixture
+def chain_sandbox() -> Iterator[Any]:
+    from pa_bridge.sandbox import SandboxConfig, SandboxPharmacy, SandboxServer
+
+    stores = tuple(SandboxPharmacy(*CREDS[p], provider_id=p) for p in (A, B, C))
+    server = SandboxServer(SandboxConfig(step_seconds=0.05, pharmacies=stores)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_chain(tmp_path: Path, chain_sandbox: Any, daemon_storage: dict[str, Any]) -> Iterator[Any]:
+    """Build a chain's intake app; every app of a test shares one database."""
+    made: list[tuple[Any, Any, Any]] = []
+    storage = {"path": str(tmp_path / "chain.sqlite3"), **daemon_storage}
+
+    def make(
+        stores: tuple[str, ...] = (A, B),
+        tokens: tuple[str, ...] = (),
+        scoped: tuple[tuple[str, tuple[str, ...]], ...] = (),
+    ) -> Chain:
+        settings = load_settings(
+            storage=storage,
+            intake={
+                "listen": "127.0.0.1:0",
+                "tokens": list(tokens),
+                "scoped_tokens": [{"token": t, "pharmacies": list(p)} for t, p in scoped],
+            },
+            callbacks={"listen": "127.0.0.1:0"},
+            pharmacies=[_entry(p) for p in stores],
+        )
+        url = settings.storage.database_url()
+        store = PgStore(url) if url is not None else Store(settings.storage.path)
+        client = make_client(settings, chain_sandbox.url)
+        app = create_app(settings, store=store, client=client)
+        made.append((app, store, client))
+        return Chain(app, chain_sandbox)
+
+    yield make
+    for app, store, client in made:
+        app.extensions["pa_bridge"].close()
+        client.close()
+        store.close()
+
+
+# ---- configuration ---------------------------------------------------------------------
+def test_duplicate_provider_ids_and_missing_credentials_are_named_never_the_secret() -> None:
+    dup = [_entry(A), {**_entry(A), "username": "other"}]
+    lacking = {"provider_id": B, "username": "store-b", "password": "store-b-password-2"}
+    with pytest.raises(ConfigError) as ei:
+        load_settings(pharmacies=[*dup, lacking])
+    text = "\n".join(ei.value.problems)
+    assert f"provider id {A} is listed more than once" in text
+    assert f"provider id {B} lacks api_key" in text
+    assert "store-b-password-2" not in text and "store-a-password-1" not in text
+
+
+def test_pharmacies_from_the_environment_as_json_and_secrets_from_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "b-password").write_text("store-b-password-2\n")
+    (tmp_path / "b-key").write_text("store-b-api-key-2\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    entry_b = {
+        "provider_id": B,
+        "username": "store-b",
+        "password_file": "b-password",
+        "api_key_file": "b-key",
+    }
+    monkeypatch.setenv("PA_BRIDGE_PHARMACIES", json.dumps([_entry(A), entry_b]))
+    s = load_settings()
+    assert [p.provider_id for p in s.pharmacies] == [A, B]
+    assert s.secret(s.pharmacies[1].password) == "store-b-password-2"
+    assert s.secret(s.pharmacies[1].api_key) == "store-b-api-key-2"
+    monkeypatch.setenv("PA_BRIDGE_PHARMACIES", json.dumps([{**entry_b, "api_key_file": "nope"}]))
+    with pytest.raises(ConfigError) as ei:
+        load_settings()
+    assert any(f"provider id {B}" in p and "cannot read" in p for p in ei.value.problems)
+
+
+def test_a_chain_needs_no_service_credentials_and_scoped_tokens_name_known_stores() -> None:
+    s = load_settings(
+        service={"claim_url": "https://claims.example.test/cmmimport/", "outcomes_url": "x"},
+        sandbox={"enabled": False},
+        pharmacies=[_entry(A)],
+    )
+    assert s.pharmacies[0].provider_id == A
+    with pytest.raises(ConfigError) as ei:
+        load_settings(
+            pharmacies=[_entry(A)],
+            intake={
+                "tokens": [TOKEN_ALL],
+                "scoped_tokens": [
+                    {"token": TOKEN_A, "pharmacies": [A, "9999999"]},
+                    {"token": TOKEN_ALL, "pharmacies": [A]},
+                ],
+            },
+        )
+    text = "\n".join(ei.value.problems)
+    assert "provider id 9999999 is not in [[pharmacies]]" in text
+    assert "scoped_tokens #2: the same token is in intake.tokens" in text
+
+
+# ---- each claim with its own store's credentials --------------------------------------
+def test_each_claim_goes_with_its_own_pharmacys_credentials(make_chain: Any) -> None:
+    chain = make_chain()
+    for pid in (A, B):
+        claim = chain.post("/v1/claims", _claim(pid))
+        assert claim.status_code == 200, claim.get_json()
+        # the outcomes call at intake (reject 75) carried this store's api_key
+        assert claim.get_json()["message_source"] == "outcomes"
+        pa = chain.post(f"/v1/claims/{claim.get_json()['claim_id']}/pa")
+        assert pa.status_code == 201, pa.get_json()
+        assert pa.get_json()["provider_id"] == pid
+    outcomes = [c["username"] for c in chain.calls("outcomes")]
+    assert outcomes == ["store-a", "store-b"]
+    claims = [(c["username"], c["provider_id"]) for c in chain.calls("claim")]
+    assert claims == [("store-a", A), ("store-b", B)]
+    # a reversal (B2) goes with its store's credentials too
+    r = chain.post("/v1/reversals", _b2(B))
+    assert r.status_code == 200 and r.get_json()["status"] == "delivered"
+    last = chain.calls("claim")[-1]
+    assert (last["username"], last["provider_id"], last["transaction_code"]) == (
+        "store-b",
+        B,
+        "B2",
+    )
+
+
+def test_queued_outcome_reports_go_with_their_pharmacys_credentials(make_chain: Any) -> None:
+    chain = make_chain()
+    for pid in (B, A):
+        assert chain.post("/v1/claims", _claim(pid, b.PAID)).status_code == 200
+    assert chain.services.outbox.drain_once() == 2
+    assert sorted(c["username"] for c in chain.calls("outcomes")) == ["store-a", "store-b"]
+
+
+def test_an_unknown_pharmacy_is_refused_naming_it_and_nothing_is_sent_or_stored(
+    make_chain: Any,
+) -> None:
+    chain = make_chain()
+    before = (chain.count("exchanges"), chain.count("outbox"), len(chain.calls()))
+    for path, body in (("/v1/claims", _claim(C)), ("/v1/reversals", _b2(C))):
+        r = chain.post(path, body)
+        assert r.status_code == 422, r.get_json()
+        err = r.get_json()["error"]
+        assert err["code"] == "unknown_pharmacy" and C in err["message"]
+        assert err["detail"] == {"provider_id": C}
+    assert (chain.count("exchanges"), chain.count("outbox"), len(chain.calls())) == before
+
+
+def test_a_pharmacy_removed_from_the_config(make_chain: Any) -> None:
+    """Its stored claim cannot be submitted (422, nothing sent), and its queued
+    outcome report fails for good with the reason in `queue list`."""
+    first = make_chain(stores=(A, B))
+    rejected = first.post("/v1/claims", _claim(B, b.REJECT_MR)).get_json()["claim_id"]
+    assert first.post("/v1/claims", _claim(B, b.PAID)).status_code == 200
+    second = make_chain(stores=(A,))
+    sent = len(second.calls())
+    r = second.post(f"/v1/claims/{rejected}/pa")
+    assert r.status_code == 422 and r.get_json()["error"]["code"] == "unknown_pharmacy"
+    assert B in r.get_json()["error"]["message"]
+    second.services.outbox.drain_once()
+    items = second.services.outbox.list()
+    assert [i["status"] for i in items] == ["failed", "failed"]  # both claims' reports
+    assert all("unknown_pharmacy" in i["last_error"] and B in i["last_error"] for i in items)
+    assert len(second.calls()) == sent
+
+
+def test_the_sandbox_refuses_one_stores_credentials_for_another_stores_claim(
+    chain_sandbox: Any,
+) -> None:
+    from pa_bridge.client import Credentials, PaServiceClient, ServiceError
+
+    with PaServiceClient(**chain_sandbox.client_kwargs()) as client:
+        raw = b.request_bytes(provider_id=B, provider_qualifier="07")
+        with pytest.raises(ServiceError) as ei:
+            client.submit_claim(raw, credentials=Credentials(*CREDS[A]))
+        assert ei.value.code == "credentials"
+        assert client.submit_claim(raw, credentials=Credentials(*CREDS[B])).pa_urls
+
+
+# ---- the dashboard ------------------------------------------------------------------
+def test_the_dashboard_logs_in_as_the_pharmacy_named(make_chain: Any) -> None:
+    chain = make_chain()
+    r = chain.get("/v1/dashboard/open")
+    assert r.status_code == 400
+    assert r.get_json()["error"]["code"] == "missing_pharmacy"
+    assert "'pharmacy'" in r.get_json()["error"]["message"]
+    r = chain.get("/v1/dashboard/open", pharmacy=B)
+    assert r.status_code == 302 and "token=" in r.headers["Location"]
+    assert [c["username"] for c in chain.calls("dashboard_login")] == ["store-b"]
+    r = chain.get("/v1/dashboard/open", pharmacy=C)
+    assert r.status_code == 422 and r.get_json()["error"]["detail"] == {"provider_id": C}
+    one = make_chain(stores=(A,))
+    assert one.get("/v1/dashboard/open").status_code == 302
+    assert [c["username"] for c in chain.calls("dashboard_login")] == ["store-b", "store-a"]
+
+
+def test_a_single_store_keeps_its_service_credentials(
+    make_app: Any, sandbox: Any, daemon_storage: dict[str, Any]
+) -> None:
+    app = make_app(storage=daemon_storage)
+    r = app.post("/v1/claims", json=_claim("1999999976"))
+    assert r.status_code == 200 and r.json()["message_source"] == "outcomes"
+    pa = app.post(f"/v1/claims/{r.json()['claim_id']}/pa").json()
+    assert pa["provider_id"] == "1999999976"
+    calls = httpx.get(sandbox.url + "/sandbox/calls", timeout=5).json()["calls"]
+    assert {c["username"] for c in calls} == {"sandbox-pharmacy"}
+    assert app.get("/v1/dashboard/open").status_code == 302
