@@ -285,3 +285,129 @@ def test_a_single_store_keeps_its_service_credentials(
     calls = httpx.get(sandbox.url + "/sandbox/calls", timeout=5).json()["calls"]
     assert {c["username"] for c in calls} == {"sandbox-pharmacy"}
     assert app.get("/v1/dashboard/open").status_code == 302
+
+
+# ---- tokens limited to pharmacies --------------------------------------------------
+def test_a_scoped_token_acts_and_reads_only_for_its_pharmacies(make_chain: Any) -> None:
+    chain = make_chain(tokens=(TOKEN_ALL,), scoped=((TOKEN_A, (A,)),))
+    mine = chain.post("/v1/claims", _claim(A, b.REJECT_MR), TOKEN_A).get_json()["claim_id"]
+    theirs = chain.post("/v1/claims", _claim(B, b.REJECT_MR), TOKEN_ALL).get_json()["claim_id"]
+    sent = len(chain.calls())
+    for path, body in (("/v1/claims", _claim(B)), ("/v1/reversals", _b2(B))):
+        r = chain.post(path, body, TOKEN_A)
+        assert r.status_code == 403, r.get_json()
+        err = r.get_json()["error"]
+        assert err["code"] == "pharmacy_not_allowed" and B in err["message"]
+    assert len(chain.calls()) == sent
+    assert chain.post(f"/v1/claims/{theirs}/pa", None, TOKEN_A).status_code == 404
+    assert len(chain.calls()) == sent
+    pa_a = chain.post(f"/v1/claims/{mine}/pa", None, TOKEN_A).get_json()["pa_id"]
+    pa_b = chain.post(f"/v1/claims/{theirs}/pa", None, TOKEN_ALL).get_json()["pa_id"]
+    feed = chain.get("/v1/pa", TOKEN_A).get_json()
+    assert [p["pa_id"] for p in feed["pas"]] == [pa_a]
+    everything = chain.get("/v1/pa", TOKEN_ALL).get_json()
+    assert [p["pa_id"] for p in everything["pas"]] == [pa_a, pa_b]
+    for path in (f"/v1/pa/{pa_b}", f"/v1/pa/{pa_b}/open", f"/v1/claims/{theirs}"):
+        assert chain.get(path, TOKEN_A).status_code == 404, path
+    assert chain.get("/v1/pa", TOKEN_A, claim_id=theirs).status_code == 404
+    assert chain.get(f"/v1/pa/{pa_a}", TOKEN_A).get_json()["provider_id"] == A
+    assert chain.get(f"/v1/pa/{pa_b}", TOKEN_ALL).status_code == 200
+    r = chain.get("/v1/pa", TOKEN_A, pharmacy=B)
+    assert r.status_code == 403 and r.get_json()["error"]["detail"] == {"provider_id": B}
+    # the dashboard: the one store the token has, without naming it; not another's
+    assert chain.get("/v1/dashboard/open", TOKEN_A).status_code == 302
+    assert chain.get("/v1/dashboard/open", TOKEN_A, pharmacy=B).status_code == 403
+    assert [c["username"] for c in chain.calls("dashboard_login")] == ["store-a"]
+
+
+# ---- the feed filtered by pharmacy ---------------------------------------------------
+def test_the_feed_filtered_by_pharmacy_never_skips_a_change(make_chain: Any) -> None:
+    """Changes of two stores interleaved, read one at a time with the cursor: every
+    change of the store asked for is seen once, none of the other's; a later change is
+    seen after the cursor moved past the other store's changes."""
+    chain = make_chain()
+    made: dict[str, list[str]] = {A: [], B: []}
+    for i in range(6):
+        pid = (A, B)[i % 2]
+        rx = b.Rx(rx_number=f"00000{7000 + i}")
+        claim = chain.post("/v1/claims", _claim(pid, b.REJECT_MR, rxs=(rx,))).get_json()
+        made[pid].append(chain.post(f"/v1/claims/{claim['claim_id']}/pa").get_json()["pa_id"])
+
+    def read_all(cursor: str, pharmacy: str) -> tuple[list[str], str]:
+        seen: list[str] = []
+        while True:
+            page = chain.get("/v1/pa", pharmacy=pharmacy, since=cursor, limit="1").get_json()
+            seen += [p["pa_id"] for p in page["pas"]]
+            assert all(p["provider_id"] == pharmacy for p in page["pas"])
+            if not page["pas"]:
+                return seen, page["cursor"]
+            cursor = page["cursor"]
+
+    seen_a, cursor_a = read_all("", A)
+    assert seen_a == made[A]
+    seen_b, _ = read_all("", B)
+    assert seen_b == made[B]
+    newest = chain.get("/v1/pa").get_json()["pas"][-1]["cursor"]
+    assert int(cursor_a) == int(newest)  # moved past B's last change, which is newer
+    # more changes of both stores after the cursor: A's are all seen, once
+    later = []
+    for i, pid in enumerate((B, A, B)):
+        rx = b.Rx(rx_number=f"00000{8000 + i}")
+        claim = chain.post("/v1/claims", _claim(pid, b.REJECT_MR, rxs=(rx,))).get_json()
+        pa = chain.post(f"/v1/claims/{claim['claim_id']}/pa").get_json()["pa_id"]
+        if pid == A:
+            later.append(pa)
+    assert read_all(cursor_a, A)[0] == later
+    bad = chain.get("/v1/pa", pharmacy=" ")
+    assert bad.status_code == 400 and bad.get_json()["error"]["code"] == "invalid_pharmacy"
+
+
+# ---- the migration's backfill, on both engines --------------------------------------
+def test_the_migration_backfills_each_pas_pharmacy(store_url: str) -> None:
+    """A database from before ``m006_pharmacies``: each PA gets the provider id of its
+    claim exchange, else the one in its claim key; a PA from a callback gets none."""
+    rows = [
+        ("INSERT INTO exchanges (id, received_at, kind, provider_id) VALUES (?, ?, ?, ?)",
+         ["ex1", "2026-11-20T10:00:00Z", "claim", A]),
+        ("INSERT INTO pas (id, claim_id, transaction_index, claim_key, created_at, updated_at,"
+         " change_seq) VALUES (?, ?, 0, ?, ?, ?, ?)",
+         ["PA1", "ex1", f"610014|SYNPCN|G|1|0|{A}", "2026-11-20", "2026-11-20", 1]),
+        ("INSERT INTO pas (id, claim_id, transaction_index, claim_key, created_at, updated_at,"
+         " change_seq) VALUES (?, NULL, 0, ?, ?, ?, ?)",
+         ["PA2", f"610014|SYNPCN|G|2|0|{B}", "2026-11-20", "2026-11-20", 2]),
+        ("INSERT INTO pas (id, created_at, updated_at, change_seq) VALUES (?, ?, ?, ?)",
+         ["PA3", "2026-11-20", "2026-11-20", 3]),
+    ]  # fmt: skip
+    if store_url.startswith("postgresql://"):
+        import psycopg
+
+        from pa_bridge.store import pg_migrations
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute(pg_migrations._TABLE)
+            for name, statements in pg_migrations.PG_MIGRATIONS[:5]:
+                for sql in statements:
+                    conn.execute(sql)
+                conn.execute("INSERT INTO pa_bridge_migrations (name) VALUES (%s)", [name])
+            for sql, args in rows:
+                conn.execute(sql.replace("?", "%s"), args)
+        store: Store = PgStore(store_url)
+    else:
+        from sqlite_utils import Database
+
+        from pa_bridge.store.migrations import MIGRATIONS
+
+        db = Database(store_url)
+        MIGRATIONS.apply(db, stop_before="m006_pharmacies")
+        for sql, args in rows:
+            db.execute(sql, args)
+        db.conn.commit()
+        db.close()
+        store = Store(store_url)
+    try:
+        got = dict(
+            store.reader().conn.execute("SELECT id, provider_id FROM pas ORDER BY id").fetchall()
+        )
+    finally:
+        store.close()
+    assert got == {"PA1": A, "PA2": B, "PA3": None}
