@@ -411,3 +411,39 @@ def test_the_migration_backfills_each_pas_pharmacy(store_url: str) -> None:
     finally:
         store.close()
     assert got == {"PA1": A, "PA2": B, "PA3": None}
+
+
+# ---- the console API ---------------------------------------------------------------
+def test_the_console_worklist_filtered_by_pharmacy_and_by_the_tokens_scope(
+    make_chain: Any,
+) -> None:
+    chain = make_chain(tokens=(TOKEN_ALL,), scoped=((TOKEN_A, (A,)),))
+    ids = {}
+    for pid, rx in ((A, "000005551"), (B, "000005552")):
+        body = _claim(pid, b.REJECT_MR, rxs=(b.Rx(rx_number=rx),))
+        ids[pid] = chain.post("/v1/claims", body, TOKEN_ALL).get_json()["claim_id"]
+    pa_b = chain.post(f"/v1/claims/{ids[B]}/pa", None, TOKEN_ALL).get_json()["pa_id"]
+
+    def claim_ids(data: dict[str, Any]) -> set[str]:
+        return {c["claim_id"] for c in data["claims"]}
+
+    everything = chain.get("/v1/console/worklist", TOKEN_ALL).get_json()
+    assert claim_ids(everything) == {ids[A], ids[B]}
+    assert [p["provider_id"] for p in everything["pharmacies"]] == [A, B]
+    only_a = chain.get("/v1/console/worklist", TOKEN_ALL, pharmacy=A).get_json()
+    assert claim_ids(only_a) == {ids[A]} and only_a["pas"] == []
+    assert only_a["pharmacy"] == A
+    assert all(i["claim"]["claim_id"] == ids[A] for i in only_a["items"] if i["claim"])
+    assert not any(i["pa"] for i in only_a["items"])
+    only_b = chain.get("/v1/console/worklist", TOKEN_ALL, pharmacy=B).get_json()
+    assert [p["pa_id"] for p in only_b["pas"]] == [pa_b]
+    # the scoped token: its own store only, whatever it asks
+    scoped = chain.get("/v1/console/worklist", TOKEN_A).get_json()
+    assert claim_ids(scoped) == {ids[A]} and scoped["pas"] == []
+    assert [p["provider_id"] for p in scoped["pharmacies"]] == [A]
+    r = chain.get("/v1/console/worklist", TOKEN_A, pharmacy=B)
+    assert r.status_code == 403 and r.get_json()["error"]["code"] == "pharmacy_not_allowed"
+    assert chain.get(f"/v1/console/pa/{pa_b}", TOKEN_A).status_code == 404
+    assert chain.post(f"/v1/pa/{pa_b}/acknowledge", None, TOKEN_A).status_code == 404
+    assert chain.get(f"/v1/console/pa/{pa_b}", TOKEN_ALL).status_code == 200
+    assert chain.post(f"/v1/pa/{pa_b}/acknowledge", None, TOKEN_ALL).status_code == 200

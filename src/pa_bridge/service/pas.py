@@ -360,6 +360,18 @@ class PaService:
     def get_pa_row(self, pa_id: str) -> PaRow | None:
         return pas.get(self.store.reader(), pa_id)
 
+    @staticmethod
+    def pharmacy_filter(pharmacy: str | None, scope: Scope) -> list[str] | None:
+        """The provider ids a read is limited to: ``pharmacy`` (403 outside ``scope``),
+        else the scope's, else None (every pharmacy)."""
+        if pharmacy is not None:
+            pharmacy = pharmacy.strip()
+            if not pharmacy:
+                raise BridgeError(400, "invalid_pharmacy", "'pharmacy' must be a provider id")
+            check_scope(scope, pharmacy)
+            return [pharmacy]
+        return None if scope is None else sorted(scope)
+
     def _visible(self, row: PaRow | None, scope: Scope) -> PaRow | None:
         """The row, or None when ``scope`` does not include its pharmacy."""
         if row is None or scope is None or (row["provider_id"] or "") in scope:
@@ -377,15 +389,11 @@ class PaService:
     ) -> PaList:
         """The feed (``since`` a cursor), or a claim's PAs. ``pharmacy``: only that
         pharmacy's PAs (403 outside ``scope``); a scoped caller sees only its own."""
-        if pharmacy is not None:
-            pharmacy = pharmacy.strip()
-            if not pharmacy:
-                raise BridgeError(400, "invalid_pharmacy", "'pharmacy' must be a provider id")
-            check_scope(scope, pharmacy)
+        ids = self.pharmacy_filter(pharmacy, scope)
         if claim_id is not None:
             found = self.pas_of_claim(claim_id, scope)
             if pharmacy is not None:
-                found.pas = [p for p in found.pas if p.provider_id == pharmacy]
+                found.pas = [p for p in found.pas if p.provider_id in (ids or ())]
             return found
         bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
@@ -405,7 +413,6 @@ class PaService:
                 " pa-bridge (start again without 'since', or from a cursor it gave)",
                 {"newest_cursor": str(newest)},
             )
-        ids = [pharmacy] if pharmacy is not None else None if scope is None else sorted(scope)
         if ids is None:
             rows = pas.since(self.store.reader(), after, limit)
             cursor = str(rows[-1]["change_seq"]) if rows else str(after)

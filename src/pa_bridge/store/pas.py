@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TypedDict, cast
 
 from ._db import Database
-from ._rows import all_rows, first_row, marks
+from ._rows import all_rows, first_row, marks, of_pharmacies
 
 __all__ = [
     "CallbackState",
@@ -212,19 +212,19 @@ def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
     )
 
 
-def touched_since(db: Database, start: str, limit: int) -> list[PaWithRequest]:
+def touched_since(
+    db: Database, start: str, limit: int, provider_ids: list[str] | None = None
+) -> list[PaWithRequest]:
     """PAs created or changed at or after ``start``, latest change first, with their
-    claim's request."""
+    claim's request (only these pharmacies' with ``provider_ids``)."""
+    sql = (
+        "SELECT p.*, e.request_raw AS request_raw FROM pas p"  # noqa: S608 - only placeholders
+        " LEFT JOIN exchanges e ON e.id = p.claim_id"
+        f" WHERE (p.updated_at >= ? OR p.created_at >= ?){of_pharmacies(provider_ids, 'p.provider_id')}"
+        " ORDER BY p.change_seq DESC LIMIT ?"
+    )
     return cast(
-        list[PaWithRequest],
-        all_rows(
-            db,
-            "SELECT p.*, e.request_raw AS request_raw FROM pas p"
-            " LEFT JOIN exchanges e ON e.id = p.claim_id"
-            " WHERE p.updated_at >= ? OR p.created_at >= ?"
-            " ORDER BY p.change_seq DESC LIMIT ?",
-            [start, start, limit],
-        ),
+        list[PaWithRequest], all_rows(db, sql, [start, start, *(provider_ids or ()), limit])
     )
 
 
