@@ -447,3 +447,36 @@ def test_the_console_worklist_filtered_by_pharmacy_and_by_the_tokens_scope(
     assert chain.post(f"/v1/pa/{pa_b}/acknowledge", None, TOKEN_A).status_code == 404
     assert chain.get(f"/v1/console/pa/{pa_b}", TOKEN_ALL).status_code == 200
     assert chain.post(f"/v1/pa/{pa_b}/acknowledge", None, TOKEN_ALL).status_code == 200
+
+
+# ---- doctor ---------------------------------------------------------------------------
+def test_doctor_lists_each_pharmacy_and_whether_its_credentials_are_there(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "a-key").write_text("store-a-api-key-1\n")
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(
+        f'[storage]\npath = "{tmp_path / "db" / "pa.sqlite3"}"\n'
+        f'[[pharmacies]]\nprovider_id = "{A}"\nname = "Store A"\nusername = "store-a"\n'
+        f'password = "store-a-password-1"\napi_key_file = "{tmp_path / "a-key"}"\n'
+        f'[[pharmacies]]\nprovider_id = "{B}"\nusername = "store-b"\n'
+        f'password_file = "{tmp_path / "no-such-file"}"\napi_key = "store-b-api-key-2"\n'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "pa_bridge", "doctor", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")},
+    )
+    out = r.stdout
+    assert r.returncode != 0
+    assert f"ok    pharmacy {A} (Store A): credentials present" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"FAIL  pharmacy {B}:"))
+    assert "password missing: cannot read" in line
+    for secret in ("store-a-password-1", "store-a-api-key-1", "store-b-api-key-2"):
+        assert secret not in out and secret not in r.stderr

@@ -303,9 +303,7 @@ def _needs_action(
         ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
     ]
     horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
-    rows = console_store.pas_changed_since(
-        bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies
-    )
+    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
     flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
     acks = console_store.latest_acknowledgements(
         bridge.store.reader(), [r["id"] for r, _ in flagged]
