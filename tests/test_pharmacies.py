@@ -7,6 +7,7 @@ limited to stores, the feed and the console filtered by store. The intake app th
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,9 @@ def test_queued_outcome_reports_go_with_their_pharmacys_credentials(make_chain: 
 
 
 def test_an_unknown_pharmacy_is_refused_naming_it_and_nothing_is_sent_or_stored(
-    make_chain: Any,
+    make_chain: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="pa_bridge")
     chain = make_chain()
     before = (chain.count("exchanges"), chain.count("outbox"), len(chain.calls()))
     for path, body in (("/v1/claims", _claim(C)), ("/v1/reversals", _b2(C))):
@@ -224,6 +226,8 @@ def test_an_unknown_pharmacy_is_refused_naming_it_and_nothing_is_sent_or_stored(
         assert err["code"] == "unknown_pharmacy" and C in err["message"]
         assert err["detail"] == {"provider_id": C}
     assert (chain.count("exchanges"), chain.count("outbox"), len(chain.calls())) == before
+    logged = [r.__dict__["fields"] for r in caplog.records if r.getMessage() == "pharmacy.unknown"]
+    assert logged == [{"provider_id": C, "configured": 2}] * 2
 
 
 def test_a_pharmacy_removed_from_the_config(make_chain: Any) -> None:

@@ -13,11 +13,13 @@ a set of provider ids (``[[intake.scoped_tokens]]``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..client import Credentials
 from ..config import Settings
+from ..logs import log_event
 from .errors import BridgeError
 
 __all__ = [
@@ -112,5 +114,12 @@ class Pharmacies:
             return None
         found = self._by_id.get((provider_id or "").strip())
         if found is None:
+            # a provider id names a store, not a person: store IT needs it to act
+            log_event(
+                "pharmacy.unknown",
+                level=logging.WARNING,
+                provider_id=(provider_id or "").strip(),
+                configured=len(self._by_id),
+            )
             raise unknown_pharmacy(provider_id)
         return found.credentials
