@@ -315,6 +315,7 @@ def test_a_scoped_token_acts_and_reads_only_for_its_pharmacies(make_chain: Any) 
         assert chain.get(path, TOKEN_A).status_code == 404, path
     assert chain.get("/v1/pa", TOKEN_A, claim_id=theirs).status_code == 404
     assert chain.get(f"/v1/pa/{pa_a}", TOKEN_A).get_json()["provider_id"] == A
+    assert chain.get(f"/v1/claims/{mine}", TOKEN_A).get_json()["provider_id"] == A
     assert chain.get(f"/v1/pa/{pa_b}", TOKEN_ALL).status_code == 200
     r = chain.get("/v1/pa", TOKEN_A, pharmacy=B)
     assert r.status_code == 403 and r.get_json()["error"]["detail"] == {"provider_id": B}

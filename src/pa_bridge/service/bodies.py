@@ -394,6 +394,9 @@ class Claim(BaseModel):
     received_at: str
     transaction_code: str | None
     transaction_count: int = Field(ge=1)
+    provider_id: str | None = Field(
+        default=None, description="the pharmacy: 201-B1 (service provider id) of the claim"
+    )
     answer: Annotated[
         dict[str, Any] | None,
         WithJsonSchema(

@@ -468,6 +468,7 @@ class PaService:
             received_at=ex["received_at"],
             transaction_code=ex["transaction_code"],
             transaction_count=count,
+            provider_id=ex["provider_id"],
             answer=answer,
             transactions=[ClaimTransactionPa(index=i, pa_id=by_index.get(i)) for i in range(count)],
             pa=models[0] if models else None,
