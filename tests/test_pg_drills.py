@@ -4,7 +4,9 @@ one SIGKILLed part way."""
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,9 @@ from tests.support import DaemonProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
-#: fewer than the issue's 10,000 so the drill stays within a minute on CI; the figure
-#: for 10,000 is in the closing note
-TOTAL = 3_000
+#: The issue's drill: 10,000 callbacks (about 15 s here); set PA_BRIDGE_DRILL_CALLBACKS
+#: lower on a slow machine. The figures for 10,000 are in docs/NOTES.md.
+TOTAL = int(os.environ.get("PA_BRIDGE_DRILL_CALLBACKS", "10000"))
 SENDERS = 16
 
 
@@ -39,11 +41,15 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
     acked: list[set[str]] = [set() for _ in range(SENDERS)]
     third = threading.Event()
     killed = threading.Event()
+    after_kill = [0] * SENDERS  # acknowledged after the kill, per sender
+    refused = [0] * SENDERS  # posts that found a daemon gone
+    started = time.monotonic()
 
-    def post(c: httpx.Client, url: str, body: bytes) -> int | None:
+    def post(c: httpx.Client, url: str, body: bytes, k: int) -> int | None:
         try:
             return c.post(url, content=body).status_code
         except httpx.HTTPError:
+            refused[k] += 1
             return None  # that daemon is gone: the load balancer tries the next
 
     def sender(k: int) -> None:
@@ -56,16 +62,17 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
                 ).encode()  # fmt: skip
                 targets = [n % 3, (n + 1) % 3, (n + 2) % 3]
                 if n % 10 == 0:  # the service retries on another daemon at once: twice
-                    other = threading.Thread(target=post, args=(c, urls[targets[1]], body))
+                    other = threading.Thread(target=post, args=(c, urls[targets[1]], body, k))
                     other.start()
                 for t in targets:
-                    status = post(c, urls[t], body)
+                    status = post(c, urls[t], body, k)
                     if status is not None:
                         break
                 if n % 10 == 0:
                     other.join(10)
                 if status == 200:
                     acked[k].add(key)
+                    after_kill[k] += killed.is_set()
                 if sum(len(a) for a in acked) >= TOTAL // 3:
                     third.set()
 
@@ -73,13 +80,16 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
     for t in threads:
         t.start()
     try:
-        wait_until(third.is_set, timeout=120, what="a third of the callbacks acknowledged")
+        wait_until(third.is_set, timeout=TOTAL / 10, what="a third of the callbacks acknowledged")
         daemons[0].kill()
         killed.set()
         for t in threads:
-            t.join(120)
+            t.join(TOTAL / 10)
+        assert not any(t.is_alive() for t in threads), "senders still busy"
         all_acked = set().union(*acked)
         assert len(all_acked) > TOTAL * 0.9  # the two others took the rest
+        # the kill fell in the middle: senders found the daemon gone and went on
+        assert sum(refused) > 0 and sum(after_kill) > TOTAL // 3
         with psycopg.connect(pg_url) as conn:
             rows = conn.execute(
                 "SELECT dedupe_key, count(*) FROM callbacks GROUP BY dedupe_key"
@@ -89,8 +99,15 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
             ).fetchone()
         stored = {k.removeprefix("delivery:"): n for k, n in rows}
         missing = all_acked - stored.keys()
+        duplicates = sum(n - 1 for n in stored.values())
+        print(
+            f"\ncallback drill: {TOTAL} sent in {time.monotonic() - started:.1f} s,"
+            f" {len(all_acked)} acknowledged, {len(stored)} stored, {duplicates} duplicates,"
+            f" {len(missing)} acknowledged but not stored; {sum(after_kill)} acknowledged"
+            f" after the kill, {sum(refused)} posts refused"
+        )
         assert not missing, f"{len(missing)} acknowledged callbacks were lost"
-        assert all(n == 1 for n in stored.values())
+        assert duplicates == 0
         assert dup_seq == (0,)
     finally:
         for d in daemons[1:]:
