@@ -114,7 +114,7 @@ def test_callbacks_spread_over_three_daemons_one_killed_are_stored_once(
             d.terminate()
 
 
-def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
+def test_queued_reports_and_reversals_on_three_daemons_one_killed_are_delivered_once(
     tmp_path: Path, pg_url: str
 ) -> None:
     from collections import Counter
@@ -136,17 +136,19 @@ def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
     received: Counter[str] = Counter()
     count_lock = threading.Lock()
 
+    paths = ("/outcomes.json", "/cmmimport/")  # outcome reports; reversals (B2)
+
     @sandbox.app.before_request
     def _down() -> tuple[str, int] | None:  # the service is down for a while
-        if request.path == "/outcomes.json" and refusing.is_set():
+        if request.path in paths and refusing.is_set():
             return "down for maintenance", 503
         return None
 
     @sandbox.app.after_request
-    def _count(resp: Any) -> Any:  # what the service received, each report once
-        if request.path == "/outcomes.json" and resp.status_code == 200:
+    def _count(resp: Any) -> Any:  # what the service received, each item once
+        if request.path in paths and resp.status_code == 200:
             with count_lock:
-                received[repr(sorted(request.form.items(multi=True)))] += 1
+                received[request.path + repr(sorted(request.form.items(multi=True)))] += 1
         return resp
 
     sandbox.start()
@@ -171,9 +173,10 @@ def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
     try:
         for d in daemons:
             d.start()
-        n = 90
+        reports, reversals = 90, 45
+        n = reports + reversals
         with httpx.Client(timeout=20) as c:
-            for i in range(n):
+            for i in range(reports):
                 claim = b.Claim(rxs=(b.Rx(rx_number=f"{700000 + i:012d}"),))
                 r = c.post(
                     f"{daemons[i % 3].url}/v1/claims",
@@ -183,6 +186,13 @@ def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
                     },
                 )
                 assert r.status_code == 200
+            for i in range(reversals):
+                raw = b.request_bytes(code="B2", rxs=(b.Rx(rx_number=f"{800000 + i:012d}"),))
+                r = c.post(
+                    f"{daemons[i % 3].url}/v1/reversals",
+                    json={"request": raw.decode("latin-1")},
+                )
+                assert r.status_code == 202
         with psycopg.connect(pg_url, autocommit=True) as conn:
 
             def attempted() -> bool:
@@ -192,6 +202,8 @@ def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
                 return row is not None and row[0] >= n // 2
 
             wait_until(attempted, timeout=60, what="reports tried while the service is down")
+            kinds = conn.execute("SELECT kind, count(*) FROM outbox GROUP BY kind").fetchall()
+            assert len(kinds) == 2 and sum(k[1] for k in kinds) == n  # reports, reversals
             daemons[0].kill()  # with its share of the queue undelivered
             refusing.clear()
 
@@ -207,7 +219,9 @@ def test_queued_reports_on_three_daemons_one_killed_are_delivered_once(
         for d in daemons[1:]:
             d.terminate()
         with count_lock:
-            assert len(received) == n and set(received.values()) == {1}
+            got = Counter(k.split("[", 1)[0] for k in received)
+            assert got == {"/outcomes.json": reports, "/cmmimport/": reversals}
+            assert set(received.values()) == {1}, "an item was delivered twice"
     finally:
         for d in daemons[1:]:
             if d.proc is not None:
