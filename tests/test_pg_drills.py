@@ -227,3 +227,111 @@ def test_queued_reports_and_reversals_on_three_daemons_one_killed_are_delivered_
             if d.proc is not None:
                 d.terminate()
         sandbox.stop()
+
+
+def test_feed_read_in_a_loop_while_three_daemons_write_sees_every_change_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """``GET /v1/pa?since=`` over HTTP, round the three daemons, while they store
+    callbacks and submit PAs (whose sandboxes call back as the PAs move on): no change
+    is skipped although the daemons' transactions commit out of order (decision 0021),
+    and none is seen twice."""
+    from tests import builders as b
+
+    senders, pas_each, submits = 8, 60, 30
+    env = {"PA_BRIDGE_STORAGE__URL": pg_url, "PA_BRIDGE_SANDBOX__STEP_SECONDS": "0.3"}
+    daemons = []
+    for k in range(3):
+        cwd = tmp_path / f"d{k}"
+        cwd.mkdir()
+        daemons.append(DaemonProcess(cwd, env=env))
+    writing = threading.Event()
+    writing.set()
+    errors: list[str] = []
+    submitted: list[str] = []
+
+    def send_callbacks(k: int) -> None:
+        with httpx.Client(timeout=20) as c:
+            for i in range(pas_each):
+                for step, status in enumerate(("New", "PA Request")):
+                    d = daemons[(k + i + step) % 3]
+                    body = {"request": {"id": f"FEED{k:02d}{i:03d}", "workflow_status": status,
+                                        "delivery_id": f"feed-{k}-{i}-{step}"}}  # fmt: skip
+                    r = c.post(f"http://127.0.0.1:{d.callback_port}/callbacks/pharmacy", json=body)
+                    if r.status_code != 200:
+                        errors.append(f"callback {r.status_code}")
+
+    def submit(k: int) -> None:
+        with httpx.Client(timeout=30) as c:
+            for i in range(k, submits, 2):
+                d = daemons[i % 3]
+                rx = b.Rx(rx_number=f"{900000 + i:012d}")
+                claim = c.post(
+                    f"{d.url}/v1/claims",
+                    json={
+                        "request": b.request_bytes(rxs=(rx,)).decode("latin-1"),
+                        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
+                    },
+                ).json()
+                r = c.post(f"{daemons[(i + 1) % 3].url}/v1/claims/{claim['claim_id']}/pa")
+                if r.status_code != 201:
+                    errors.append(f"submit {r.status_code}: {r.text[:200]}")
+                else:
+                    submitted.append(r.json()["pa_id"])
+
+    seen: list[tuple[str, int]] = []
+
+    def read_once(c: httpx.Client, n: int, cursor: str) -> tuple[str, int]:
+        r = c.get(f"{daemons[n % 3].url}/v1/pa", params={"since": cursor, "limit": 50})
+        assert r.status_code == 200, r.text
+        page = r.json()
+        seen.extend((p["pa_id"], int(p["cursor"])) for p in page["pas"])
+        return page["cursor"], len(page["pas"])
+
+    try:
+        for d in daemons:
+            d.start()
+        threads = [threading.Thread(target=send_callbacks, args=(k,)) for k in range(senders)]
+        threads += [threading.Thread(target=submit, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        cursor, reads = "", 0
+        with httpx.Client(timeout=20) as c:
+            while any(t.is_alive() for t in threads):
+                cursor, _ = read_once(c, reads, cursor)
+                reads += 1
+            for t in threads:
+                t.join(60)
+            assert not errors, errors[:5]
+            assert len(submitted) == submits
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+
+                def sandboxes_done() -> bool:  # each submitted PA has had its callbacks
+                    row = conn.execute(
+                        "SELECT count(*) FROM pas WHERE workflow_status = 'PA Response'"
+                    ).fetchone()
+                    return row is not None and row[0] == submits
+
+                deadline = time.monotonic() + 60
+                while not sandboxes_done():  # still reading while the sandboxes call back
+                    assert time.monotonic() < deadline, "the sandboxes' callbacks did not come"
+                    cursor, _ = read_once(c, reads, cursor)
+                    reads += 1
+                got = 1
+                while got:  # the rest, up to now
+                    cursor, got = read_once(c, reads, cursor)
+                    reads += 1
+                latest = dict(conn.execute("SELECT id, change_seq FROM pas").fetchall())
+        assert len(latest) == senders * pas_each + submits
+        cursors = [pos for _, pos in seen]
+        assert cursors == sorted(cursors) and len(set(cursors)) == len(cursors), "seen twice"
+        seen_set = set(seen)
+        skipped = {pa for pa, pos in latest.items() if (pa, pos) not in seen_set}
+        assert not skipped, (
+            f"{len(skipped)} PAs' latest change never seen, e.g. {sorted(skipped)[:3]}"
+        )
+        print(f"\nfeed drill: {reads} reads, {len(seen)} changes seen, {len(latest)} PAs")
+    finally:
+        for d in daemons:
+            if d.proc is not None:
+                d.terminate()
