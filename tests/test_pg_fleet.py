@@ -405,3 +405,40 @@ def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
     msg = str(ei.value)
     assert msg.startswith("cannot open the database at postgresql://pa_bridge_test:***@127.0.0.1")
     assert "not-the-password" not in msg and "password authentication failed" in msg
+
+
+def test_healthz_on_postgresql_shows_the_database_and_the_fleets_queue(
+    make_daemon: Any, pg_url: str
+) -> None:
+    """Over HTTP: which daemon answered, on what, and the queue the fleet shares (an
+    outcome report queued on one daemon is in the depth both report)."""
+    import os
+    import socket
+
+    from tests.support import free_port
+
+    gone = f"http://127.0.0.1:{free_port()}"  # the service is down: the report stays queued
+    service = {
+        "claim_url": f"{gone}/cmmimport/", "outcomes_url": f"{gone}/outcomes.json",
+        "dashboard_url": f"{gone}/dashboard", "username": "u", "password": "p",
+        "api_key": "k", "timeout_seconds": 1, "probe_seconds": 0,
+    }  # fmt: skip
+    one, two = (
+        make_daemon(storage={"url": pg_url}, service=service, sandbox={"enabled": False})
+        for _ in range(2)
+    )
+    with httpx.Client(timeout=10) as c:
+        r = c.post(
+            f"{one.intake_server.url}/v1/claims",
+            json=_claim(b.request_bytes(), b.response_bytes([b.PAID])),
+        )
+        assert r.status_code == 200
+        answers = [c.get(f"{d.intake_server.url}/healthz") for d in (one, two)]
+    for r in answers:
+        assert r.status_code == 200
+        body = r.json()
+        assert body["database"] is True and body["database_error"] is None
+        assert body["database_engine"] == "postgresql"
+        assert body["daemon_id"] == f"{socket.gethostname()}:{os.getpid()}"
+        assert body["queue_depth"] == 1 and sum(body["queue"].values()) == 1
+        assert 0 <= body["queue_oldest_age_s"] < 60
