@@ -263,3 +263,53 @@ def test_the_password_goes_to_the_tools_in_the_environment_only() -> None:
     bare, env = pg_tools._login("postgresql://u:s%40cret@db.example:5433/pa?sslmode=require")
     assert bare == "postgresql://u@db.example:5433/pa?sslmode=require"
     assert env["PGPASSWORD"] == "s@cret"
+
+
+def test_a_deployment_in_a_schema_of_its_own_is_backed_up_and_restored_there(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """storage.url's search_path names the schema: pg_dump copies that one alone (the
+    database's other schemas are someone else's) and pg_restore puts it back there."""
+    store = PgStore(pg_url)
+    store.write(lambda db: meta.put(db, "drill.value", "at the backup"))
+    store.close()
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\nurl = "{pg_url}"\n')  # the password in the URL
+    dump = tmp_path / "schema.dump"
+    runner = CliRunner()
+    r = runner.invoke(main, ["backup", str(dump), "--config", str(cfg)])
+    schema = pg_url.rsplit("%3D", 1)[1]
+    assert r.exit_code == 0, r.output
+    assert f"schema {schema}" in r.output and pg_server.PASSWORD not in r.output
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = 'later' WHERE key = 'drill.value'")
+    r = runner.invoke(main, ["restore", str(dump), "--yes", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    assert rows["drill.value"] == "at the backup" and BACKUP_MARK in rows
+
+
+def test_a_backup_put_back_by_hand_with_pg_restore_carries_its_mark(
+    database: str, config: Path, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+
+    url = _with_password(database)
+    PgStore(url).close()
+    dump = tmp_path / "pa-bridge.dump"
+    r = CliRunner().invoke(main, ["backup", str(dump), "--config", str(config)])
+    assert r.exit_code == 0, r.output
+    taken_at = r.output.rsplit("restore mark: ", 1)[1].strip()
+    subprocess.run(
+        [str(pg_tools.find_tool("pg_restore")), "--clean", "--if-exists", "--single-transaction",
+         f"--dbname={database}", str(dump)],
+        check=True, env={**os.environ, "PGPASSWORD": pg_server.PASSWORD}, capture_output=True,
+    )  # fmt: skip
+    store = PgStore(url)
+    try:
+        note = store.write(lambda db: adopt_restored(db, 0.0))
+    finally:
+        store.close()
+    assert note is not None and note["backup_taken_at"] == taken_at
