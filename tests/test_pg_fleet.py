@@ -368,7 +368,8 @@ def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None
     )
     PgStore(pg_url).close()  # migrates
     after = check_postgres(pg_url)
-    assert [c.status for c in after] == ["ok", "ok", "ok"], after
+    assert [c.status for c in after] == ["ok", "ok", "ok", "ok"], after
+    assert after[-1].name == "backup tools" and "pg_dump 1" in after[-1].message
     assert "PostgreSQL 1" in after[0].message and "synthetic" not in after[0].message
 
     schema = pg_url.rsplit("%3D", 1)[1]
@@ -442,3 +443,17 @@ def test_healthz_on_postgresql_shows_the_database_and_the_fleets_queue(
         assert body["daemon_id"] == f"{socket.gethostname()}:{os.getpid()}"
         assert body["queue_depth"] == 1 and sum(body["queue"].values()) == 1
         assert 0 <= body["queue_oldest_age_s"] < 60
+
+
+def test_doctor_warns_when_pg_dump_is_missing(
+    pg_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pa_bridge import pg_tools
+    from pa_bridge.doctor import check_postgres
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(pg_tools, "DEBIAN_BINS", str(tmp_path / "none" / "*" / "bin"))
+    PgStore(pg_url).close()
+    tools = check_postgres(pg_url)[-1]
+    assert tools.name == "backup tools" and tools.status == "warn"
+    assert "pg_dump is not installed" in tools.message

@@ -34,6 +34,7 @@ __all__ = [
     "RestoreDumpResult",
     "dump_database",
     "find_tool",
+    "tool_version",
     "restore_dump",
 ]
 
@@ -66,6 +67,19 @@ def find_tool(name: str) -> Path:
         "PostgreSQL's client programs (Debian: apt-get install postgresql-client), at least "
         "the server's major version"
     )
+
+
+def tool_version(tool: Path) -> int:
+    """The major version of a PostgreSQL program (``pg_dump --version``), 0 if unknown."""
+    try:
+        r = subprocess.run(
+            [str(tool), "--version"], capture_output=True, text=True, timeout=30,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError:
+        return 0
+    m = re.search(r"\) (\d+)", r.stdout)
+    return int(m.group(1)) if m else 0
 
 
 def _login(url: str) -> tuple[str, dict[str, str]]:
