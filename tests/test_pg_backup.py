@@ -131,6 +131,8 @@ def test_backup_then_restore_is_adopted_by_the_next_daemon(
     assert health["queue"] == {"pending": 0, "failed": 0, "held": 1}
     assert "queue_held_after_restore" in health["degraded"]
     assert [p["pa_id"] for p in _feed(d2)["pas"]] == ["PABEFORE"]  # the backup's state
+    # the cursor from after the backup is not "beyond the newest change": the floor
+    assert _feed(d2, cursor)["pas"] == []
     _callback(d2, "PANEW", "new-1")
     # the cursor handed out before the restore still works and skips nothing after it
     assert [p["pa_id"] for p in _feed(d2, cursor)["pas"]] == ["PANEW"]
