@@ -457,3 +457,44 @@ def test_doctor_warns_when_pg_dump_is_missing(
     tools = check_postgres(pg_url)[-1]
     assert tools.name == "backup tools" and tools.status == "warn"
     assert "pg_dump is not installed" in tools.message
+
+
+def test_healthz_on_postgresql_answers_503_while_the_database_refuses_and_recovers(
+    make_daemon: Any, pg: Any
+) -> None:
+    """The daemon's login is refused and its sessions ended (the server restarted under
+    it, say): /healthz says unavailable and names it, without the password; once the
+    login works again the daemon reconnects by itself."""
+    import os
+
+    name = pg.new_database("hz")
+    role, secret = f"hz_role_{os.getpid()}", "health-role-password-7"
+    with pg.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{secret}'")
+        admin.execute(f'ALTER DATABASE "{name}" OWNER TO {role}')
+    url = pg.url(name).replace(pg.url(name).split("@")[0], f"postgresql://{role}:{secret}")
+    d = make_daemon(storage={"url": url})
+    try:
+        with httpx.Client(base_url=d.intake_server.url, timeout=10) as api:
+            assert api.get("/healthz").json()["status"] == "ok"
+            with pg.admin() as admin:
+                admin.execute(f"ALTER ROLE {role} NOLOGIN")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                    [role],
+                )
+            h = api.get("/healthz")
+            assert h.status_code == 503
+            body = h.json()
+            assert body["database"] is False and body["status"] == "unavailable"
+            assert "connection" in body["database_error"] and secret not in h.text
+            with pg.admin() as admin:
+                admin.execute(f"ALTER ROLE {role} LOGIN")
+            wait_until(
+                lambda: api.get("/healthz").status_code == 200, what="the database to recover"
+            )
+    finally:
+        d.stop()
+        pg.drop_database(name)
+        with pg.admin() as admin:
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
