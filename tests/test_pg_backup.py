@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from pa_bridge import pg_tools
 from pa_bridge.cli import main
+from pa_bridge.doctor import check_postgres
 from pa_bridge.restore import BACKUP_MARK, FEED_FLOOR, adopt_restored
 from pa_bridge.store import PgStore, meta
 from pa_bridge.store.pg_backup import BackupSession
@@ -126,7 +127,12 @@ def test_backup_then_restore_is_adopted_by_the_next_daemon(
     before = next(tmp_path.joinpath("backups").glob("pa-bridge-before-restore-*.dump"))
     assert stat.S_IMODE(before.stat().st_mode) == 0o600  # the replaced database, kept
 
+    checks = {c.name: c for c in check_postgres(_with_password(database))}
+    assert checks["database restore"].status == "warn"  # doctor sees a copy not yet served
+    assert "restored and not yet served" in checks["database restore"].message
+
     d2 = _daemon(make_daemon, database, secret)
+    assert "database restore" not in {c.name for c in check_postgres(_with_password(database))}
     health = httpx.get(f"{d2.intake_server.url}/healthz", timeout=10).json()
     assert health["queue"] == {"pending": 0, "failed": 0, "held": 1}
     assert "queue_held_after_restore" in health["degraded"]

@@ -170,7 +170,7 @@ def check_postgres(url: str) -> list[Check]:
 
     where = redact_url(url)
     try:
-        facts = files.pg_facts(url)
+        facts = files.pg_facts(url, BACKUP_MARK)
     except StoreError as e:
         return [fail("database", str(e), "check storage.url (host, port, database, user)"
                      " and its password (storage.password_file)")]  # fmt: skip
@@ -200,6 +200,10 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    if facts.restore_mark is not None:
+        out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
+                        " restored and not yet served", "the first daemon to start holds"
+                        " its queued items for review: `pa-bridge queue list --status held`"))  # fmt: skip
     out.append(check_backup_tools(facts.server_version // 10000))
     return out
 
