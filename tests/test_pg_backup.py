@@ -271,10 +271,13 @@ def test_the_password_goes_to_the_tools_in_the_environment_only() -> None:
     bare, env = pg_tools._login("postgresql://u:s%40cret@db.example:5433/pa?sslmode=require")
     assert bare == "postgresql://u@db.example:5433/pa?sslmode=require"
     assert env["PGPASSWORD"] == "s@cret"
+    bare, env = pg_tools._login("postgresql://u@db/pa?password=s%26cret&options=-csearch_path%3Dx")
+    assert bare == "postgresql://u@db/pa?options=-csearch_path%3Dx"
+    assert env["PGPASSWORD"] == "s&cret"
 
 
 def test_a_deployment_in_a_schema_of_its_own_is_backed_up_and_restored_there(
-    pg_url: str, tmp_path: Path
+    pg: pg_server.PgServer, pg_url: str, tmp_path: Path
 ) -> None:
     """storage.url's search_path names the schema: pg_dump copies that one alone (the
     database's other schemas are someone else's) and pg_restore puts it back there."""
@@ -296,6 +299,14 @@ def test_a_deployment_in_a_schema_of_its_own_is_backed_up_and_restored_there(
     with psycopg.connect(pg_url, autocommit=True) as conn:
         rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     assert rows["drill.value"] == "at the backup" and BACKUP_MARK in rows
+
+    other = pg.new_schema()  # another deployment's schema: not restored into
+    try:
+        cfg.write_text(f'[storage]\nurl = "{other}"\n')
+        r = runner.invoke(main, ["restore", str(dump), "--yes", "--config", str(cfg)])
+        assert r.exit_code == 1 and f"the backup holds schema {schema}" in r.output
+    finally:
+        pg.drop_schema(other)
 
 
 def test_a_backup_put_back_by_hand_with_pg_restore_carries_its_mark(

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from .store import StoreError, now_iso, redact_url
 from .store.pg_backup import BackupSession, pa_bridge_sessions, settle_restored
@@ -63,7 +63,7 @@ def find_tool(name: str) -> Path:
     if found:
         return Path(found[-1])
     raise PgToolError(
-        f"{name} is not installed (not on PATH nor in /usr/lib/postgresql/*/bin): install "
+        f"{name} is not installed (not on PATH nor in {DEBIAN_BINS}): install "
         "PostgreSQL's client programs (Debian: apt-get install postgresql-client), at least "
         "the server's major version"
     )
@@ -86,18 +86,19 @@ def _login(url: str) -> tuple[str, dict[str, str]]:
     """(the URL without its password, the environment that carries the password)."""
     parts = urlsplit(url)
     env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
-    if parts.password is None:
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    in_query = [v for k, v in query if k == "password"]
+    if parts.password is None and not in_query:
         return url, env
-    env["PGPASSWORD"] = unquote(parts.password)
+    env["PGPASSWORD"] = unquote(parts.password) if parts.password is not None else in_query[-1]
+    rest = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
     if parts.port:
         host = f"{host}:{parts.port}"
     user = parts.username or ""
-    bare = urlunsplit(
-        (parts.scheme, f"{user}@{host}" if user else host, parts.path, parts.query, "")
-    )
+    bare = urlunsplit((parts.scheme, f"{user}@{host}" if user else host, parts.path, rest, ""))
     return bare, env
 
 
@@ -263,7 +264,10 @@ def restore_dump(
         raise PgToolError(f"no backup file at {file_p}")
     tool = find_tool("pg_restore")
     facts = archive_facts(file_p)
-    tell(f"{file_p}: a pg_dump archive of schema {facts.schema}, {len(facts.tables)} tables")
+    tell(
+        f"{file_p}: a pg_dump archive of schema {facts.schema}, {len(facts.tables)} tables,"
+        f" made {facts.created or 'at an unknown time'}"
+    )
     try:
         session = BackupSession(url)
         try:
