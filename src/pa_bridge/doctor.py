@@ -170,7 +170,7 @@ def check_postgres(url: str) -> list[Check]:
 
     where = redact_url(url)
     try:
-        facts = files.pg_facts(url)
+        facts = files.pg_facts(url, BACKUP_MARK)
     except StoreError as e:
         return [fail("database", str(e), "check storage.url (host, port, database, user)"
                      " and its password (storage.password_file)")]  # fmt: skip
@@ -200,7 +200,31 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    if facts.restore_mark is not None:
+        out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
+                        " restored and not yet served", "the first daemon to start holds"
+                        " its queued items for review: `pa-bridge queue list --status held`"))  # fmt: skip
+    out.append(check_backup_tools(facts.server_version // 10000))
     return out
+
+
+def check_backup_tools(server_major: int) -> Check:
+    """``pa-bridge backup`` and ``restore`` on PostgreSQL run pg_dump and pg_restore,
+    which refuse a server newer than themselves."""
+    from .pg_tools import PgToolError, find_tool, tool_version
+
+    try:
+        tool = find_tool("pg_dump")
+        find_tool("pg_restore")
+    except PgToolError as e:
+        return warn("backup tools", f"`pa-bridge backup` cannot run: {e}",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    version = tool_version(tool)
+    if version < server_major:
+        return warn("backup tools", f"{tool} is version {version}, older than the server"
+                    f" ({server_major}): it refuses to dump it",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
 def check_database(s: Settings) -> list[Check]:
