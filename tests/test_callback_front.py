@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from pa_bridge.callback_front import IN_FLIGHT
+from pa_bridge.callbacks.framing import IN_FLIGHT
 from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 
@@ -144,16 +144,16 @@ def test_a_callback_address_in_use_stops_the_start_with_the_key_named(tmp_path: 
 def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed(
     tmp_path: Path,
 ) -> None:
-    from pa_bridge.callback_front import KIND_CALLBACK, Message
+    from pa_bridge.callbacks.framing import KIND_CALLBACK, Message
     from pa_bridge.metrics import Metrics
     from pa_bridge.store import Store
-    from pa_bridge.web.callbacks import CallbackReceiver
+    from pa_bridge.callbacks.ingest import CallbackReceiver, CallbackService
 
     with Store(tmp_path / "db.sqlite3") as store:
         # a damaged schema makes applying a callback fail with an error that is not
         # the database being unavailable; a dead letter does not touch that table
         store.write(lambda db: db.execute("DROP TABLE pa_history"))
-        receiver = CallbackReceiver(store, Metrics(), forward=False)
+        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
         replies = receiver.handle(
             [
                 Message(KIND_CALLBACK, "application/json", _callback("PF4", "d-1")),
@@ -187,7 +187,7 @@ def test_sigterm_to_every_process_stops_both_in_order(tmp_path: Path) -> None:
 def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path) -> None:
     import pytest
 
-    from pa_bridge.callback_front import CallbackFront, CallbackFrontError
+    from pa_bridge.callbacks.supervisor import CallbackFront, CallbackFrontError
     from pa_bridge.config import load_settings
 
     settings = load_settings(
@@ -205,14 +205,14 @@ def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path
 def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path: Path) -> None:
     """About 1,000 levels used to fail the JSON decoder with RecursionError: 500 for
     it forever, and for the good callbacks committed with it (issue 19)."""
-    from pa_bridge.callback_front import KIND_CALLBACK, Message
+    from pa_bridge.callbacks.framing import KIND_CALLBACK, Message
     from pa_bridge.metrics import Metrics
     from pa_bridge.store import Store
-    from pa_bridge.web.callbacks import CallbackReceiver
+    from pa_bridge.callbacks.ingest import CallbackReceiver, CallbackService
 
     deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     with Store(tmp_path / "db.sqlite3") as store:
-        receiver = CallbackReceiver(store, Metrics(), forward=False)
+        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
         replies = receiver.handle(
             [
                 Message(KIND_CALLBACK, "application/json", _callback("PN1", "n-1")),

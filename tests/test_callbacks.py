@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trustme
 
-from pa_bridge.callbacks import is_newer, parse_callback
+from pa_bridge.callbacks.parse import is_newer, parse_callback
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
 from tests.real_shapes import callback_body, delete_event
 from tests.support import NO_SERVICE, wait_until
@@ -86,7 +86,7 @@ def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
     with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
         httpx.post(f"{https_daemon.base_url}/callbacks/pharmacy", content=b"{}")
     # the listener's context refuses anything older than TLS 1.2 ...
-    from pa_bridge.web.callbacks import tls_context_for
+    from pa_bridge.callbacks.child import tls_context_for
 
     context = tls_context_for(https_daemon.daemon.settings)
     assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_2
@@ -432,7 +432,7 @@ def test_unauthenticated_attempts_are_logged_once_then_summed(
 def test_unauthorized_log_sums_a_spell_when_its_interval_ends(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from pa_bridge.web.callbacks import UnauthorizedLog
+    from pa_bridge.callbacks.ingest import UnauthorizedLog
 
     caplog.set_level("INFO", logger="pa_bridge")
     log = UnauthorizedLog(interval_s=0.3)
