@@ -37,13 +37,15 @@ from ..wsgi import (
 )
 from .framing import KIND_CALLBACK, KIND_TOO_LARGE, KIND_UNAUTHORIZED, AsyncFrontChannel
 
-__all__ = ["Channel", "FrontApp", "main", "tls_context_for"]
+__all__ = ["Channel", "FrontApp", "main", "start_listener", "tls_context_for"]
 
 
 class Channel(Protocol):
     """How the app reaches the daemon (:class:`AsyncFrontChannel` in the child)."""
 
     async def ask(self, kind: int, text: str, body: bytes) -> tuple[int, bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class FrontApp:
@@ -83,6 +85,9 @@ class FrontApp:
         return ok_user and ok_pass
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
         if await not_http(scope, receive, send):
             return
         path, method = scope["path"], scope["method"]
@@ -128,6 +133,18 @@ class FrontApp:
         status, payload = await self.channel.ask(KIND_CALLBACK, ctype, bytes(body.data))
         await send_answer(send, (status, _JSON, payload), close=close)
 
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        """The server's start and stop: at the stop (the requests in flight are
+        answered by then), close the connections to the daemon."""
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.channel.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
     @staticmethod
     async def _refuse(
         send: Any,
@@ -158,6 +175,19 @@ def tls_context_for(settings: Settings) -> ssl.SSLContext | None:
     return server_tls_context(cert, key)
 
 
+def start_listener(settings: Settings, channel: Channel, listen: str) -> WsgiServer:
+    """:class:`FrontApp` on ``channel``, served on ``listen`` (TLS when configured):
+    what the child serves; raises OSError or ValueError when it cannot listen."""
+    return WsgiServer.from_listen(
+        FrontApp(settings, channel),
+        listen,
+        name="callbacks",
+        asgi=True,
+        max_body_bytes=settings.callbacks.max_body_bytes,
+        ssl_context=tls_context_for(settings),
+    ).start()
+
+
 def _die_with_parent() -> None:
     """Ask Linux for SIGKILL when the daemon goes (a no-op elsewhere)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -180,16 +210,8 @@ def main() -> None:
     if os.getppid() != parent:  # the daemon went before the kernel could be asked
         os._exit(0)
     configure_logging(settings.logging.level)
-    app = FrontApp(settings, AsyncFrontChannel(directory, timeout_s=30.0))
     try:
-        server = WsgiServer.from_listen(
-            app,
-            listen,
-            name="callbacks",
-            asgi=True,
-            max_body_bytes=settings.callbacks.max_body_bytes,
-            ssl_context=tls_context_for(settings),
-        ).start()
+        server = start_listener(settings, AsyncFrontChannel(directory, timeout_s=30.0), listen)
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         print(f"error callbacks.listen {listen}: {reason}", flush=True)

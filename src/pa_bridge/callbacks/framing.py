@@ -237,3 +237,11 @@ class AsyncFrontChannel:
                 raise
             self._idle.append(conn)
             return status, payload
+
+    async def aclose(self) -> None:
+        """Close the connections kept for the next ask (at the listener's stop)."""
+        idle, self._idle = self._idle, []
+        for _, writer in idle:
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await writer.wait_closed()
