@@ -124,6 +124,7 @@ class Daemon:
         app = create_intake_app(
             self.bridge,
             tokens=s.intake_tokens(),
+            scoped_tokens=s.scoped_intake_tokens(),
             max_body_bytes=s.intake.max_body_bytes,
             health=self._health,
             allowed_hosts=s.intake.allowed_hosts,
@@ -153,7 +154,7 @@ class Daemon:
         return f"{server.scheme}://{host}:{port}/callbacks/pharmacy"
 
     def _start_sandbox(self, callback_url: str) -> None:
-        from .sandbox import SandboxConfig, SandboxServer
+        from .sandbox import SandboxConfig, SandboxPharmacy, SandboxServer
 
         s = self.settings
         host, port = parse_listen(s.sandbox.listen)
@@ -169,6 +170,13 @@ class Daemon:
             callback_username=s.callbacks.username,
             callback_password=s.secret(s.callbacks.password) or None,
             callback_verify=False,
+            # a chain tried on the sandbox: each store's own credentials, for its claims
+            pharmacies=tuple(
+                SandboxPharmacy(
+                    p.username or "", s.secret(p.password), s.secret(p.api_key), p.provider_id
+                )
+                for p in s.pharmacies
+            ),
         )
         self.sandbox = SandboxServer(cfg, host=host, port=port)
         self.sandbox.start()

@@ -303,6 +303,11 @@ class Pa(BaseModel):
         " from its callbacks, or submitted before pa-bridge kept it)",
     )
     product_id: str | None = Field(default=None, description="407-D7 (the NDC) of that claim")
+    provider_id: str | None = Field(
+        default=None,
+        description="the pharmacy: 201-B1 (service provider id) of that claim (null for a"
+        " PA known only from its callbacks)",
+    )
     urls: list[str] = Field(
         description="the PA's links: those the claim interface answered, then the token "
         "links its callbacks brought"
