@@ -1,5 +1,5 @@
 """`pa-bridge backup` and `pa-bridge restore` with `storage.url` (PostgreSQL, decision
-0022): Debian's pg_dump and pg_restore on the tests' real server, and the daemon that
+0023): Debian's pg_dump and pg_restore on the tests' real server, and the daemon that
 serves a restored database adopting it (decision 0009)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``pa-bridge backup`` and ``pa-bridge restore`` on PostgreSQL (``storage.url``, decision
-0022): Debian's ``pg_dump`` and ``pg_restore``, found on ``PATH`` or under
+0023): Debian's ``pg_dump`` and ``pg_restore``, found on ``PATH`` or under
 ``/usr/lib/postgresql/*/bin`` (the newest), run with the password in ``PGPASSWORD``
 (never on a command line, which every user of the machine can read in ``ps``).
 

@@ -1,4 +1,4 @@
-"""PostgreSQL's side of ``pa-bridge backup`` and ``pa-bridge restore`` (decision 0022):
+"""PostgreSQL's side of ``pa-bridge backup`` and ``pa-bridge restore`` (decision 0023):
 the backup's lock and mark, the snapshot pg_dump copies, and the checks around a
 restore. The commands themselves run Debian's pg_dump and pg_restore (``pg_tools``).
 
