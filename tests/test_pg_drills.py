@@ -1,5 +1,7 @@
 """Drills on PostgreSQL (issue 18): three `pa-bridge serve` processes on one database,
-one SIGKILLed part way."""
+one SIGKILLed part way (callbacks; reports and reversals), or all three writing while
+the PA feed is read (the feed). Each fails when the guarantee it checks is broken
+(docs/NOTES.md says how each was shown to)."""
 
 from __future__ import annotations
 

@@ -459,12 +459,13 @@ def test_doctor_warns_when_pg_dump_is_missing(
     assert "pg_dump is not installed" in tools.message
 
 
-def test_healthz_on_postgresql_answers_503_while_the_database_refuses_and_recovers(
+def test_healthz_and_callbacks_answer_503_while_postgresql_refuses_and_recover(
     make_daemon: Any, pg: Any
 ) -> None:
     """The daemon's login is refused and its sessions ended (the server restarted under
-    it, say): /healthz says unavailable and names it, without the password; once the
-    login works again the daemon reconnects by itself."""
+    it, say): /healthz says unavailable and names it, without the password, and a
+    callback is answered 503 (not committed, so not acknowledged); once the login works
+    again the daemon reconnects by itself and the callback's retry is stored."""
     import os
 
     name = pg.new_database("hz")
@@ -488,11 +489,18 @@ def test_healthz_on_postgresql_answers_503_while_the_database_refuses_and_recove
             body = h.json()
             assert body["database"] is False and body["status"] == "unavailable"
             assert "connection" in body["database_error"] and secret not in h.text
+            callback = {"request": {"id": "PGDOWN1", "workflow_status": "New"}}
+            hook = f"{d.callback_server.url}/callbacks/pharmacy"
+            r = httpx.post(hook, json=callback, timeout=20)  # not committed: not acknowledged
+            assert r.status_code == 503 and r.json()["error"]["code"] == "storage_unavailable"
+            assert secret not in r.text
             with pg.admin() as admin:
                 admin.execute(f"ALTER ROLE {role} LOGIN")
             wait_until(
                 lambda: api.get("/healthz").status_code == 200, what="the database to recover"
             )
+            r = httpx.post(hook, json=callback, timeout=20)  # the service's retry lands
+            assert r.status_code == 200 and r.json()["status"] == "stored"
     finally:
         d.stop()
         pg.drop_database(name)
