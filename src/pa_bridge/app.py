@@ -34,12 +34,15 @@ def build_services(
     *,
     metrics: Metrics,
     clock: Callable[[], float] = time.time,
+    outbox: Outbox | None = None,
 ) -> Services:
     """The composition root of the use cases: each gets what it needs, the queue gets
-    its deliverers; nothing below calls back up."""
+    its deliverers; nothing below calls back up. ``outbox``: the queue, when it had to
+    exist before the client (the daemon's callback receiver wakes it)."""
     metrics.watch_store(store, clock)
     stores = Pharmacies.from_settings(settings)
-    outbox = Outbox(store, None, settings.queue, clock=clock)
+    if outbox is None:
+        outbox = Outbox(store, None, settings.queue, clock=clock)
     pas = PaService(store, client, metrics, clock=clock, pharmacies=stores)
     deliveries = Deliveries(settings, store, client, pas, clock=clock, pharmacies=stores)
     deliveries.register(outbox)

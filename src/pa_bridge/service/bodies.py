@@ -20,7 +20,7 @@ from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks import WORKFLOW_RANK
+from ..callbacks.parse import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
 from ._parse import parse_transmission
 from .errors import BridgeError

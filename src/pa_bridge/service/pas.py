@@ -13,7 +13,7 @@ from typing import Any, cast
 import ncpdp
 
 from .. import policy
-from ..callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
+from ..callbacks.parse import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
 from ..metrics import Metrics
@@ -268,7 +268,7 @@ class PaService:
 
         The PA id comes from the link(s) (``/request/view/{id}``); an answer without an
         id but with a link gets a local id; an answer without a link (the empty format)
-        gets a ``pending-`` id that its first callback replaces (see callbacks.py),
+        gets a ``pending-`` id that its first callback replaces (see callbacks/ingest.py),
         unless a callback for it came first, in which case that PA is linked now.
         """
         now = now_iso(self.clock())
