@@ -485,3 +485,21 @@ def test_doctor_lists_each_pharmacy_and_whether_its_credentials_are_there(
     assert "password missing: cannot read" in line
     for secret in ("store-a-password-1", "store-a-api-key-1", "store-b-api-key-2"):
         assert secret not in out and secret not in r.stderr
+
+
+def test_a_chains_client_uses_the_first_stores_credentials_only_when_service_has_none() -> None:
+    """The client's own credentials (the health probe's) in a chain: [service]'s when
+    given, else the first store's; each claim's call passes its store's anyway."""
+    service = {
+        "claim_url": "https://claims.example.test/cmmimport/",
+        "outcomes_url": "https://claims.example.test/outcomes.json",
+    }
+    s = load_settings(service=service, sandbox={"enabled": False}, pharmacies=[_entry(B)])
+    with make_client(s) as client:
+        assert client.credentials.username == "store-b"
+        assert client.api_key == "store-b-api-key-2"
+    own = {**service, "username": "hq", "password": "hq-password-1", "api_key": "hq-key-1"}
+    s = load_settings(service=own, sandbox={"enabled": False}, pharmacies=[_entry(B)])
+    with make_client(s) as client:
+        assert client.credentials.username == "hq" and client.api_key == "hq-key-1"
+        assert "hq-password-1" not in repr(client.credentials)
