@@ -116,7 +116,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
 
     started: list[Daemon] = []
 
-    def make(**sections: dict[str, Any]) -> Daemon:
+    def make(**sections: Any) -> Daemon:
         base: dict[str, dict[str, Any]] = {
             "storage": {"path": str(tmp_path / f"d{len(started)}.sqlite3")},
             "intake": {"listen": "127.0.0.1:0"},
@@ -125,7 +125,10 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
             "queue": {"poll_seconds": 0.1, "backoff_base_seconds": 0.1, "backoff_max_seconds": 0.5},
         }
         for k, v in sections.items():
-            base.setdefault(k, {}).update(v)
+            if isinstance(v, list):  # an array of tables: [[pharmacies]]
+                base[k] = v  # type: ignore[assignment]
+            else:
+                base.setdefault(k, {}).update(v)
         d = Daemon(load_settings(**base))
         started.append(d)
         d.start()

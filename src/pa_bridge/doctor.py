@@ -123,7 +123,8 @@ def _secret_state(section: Any, key: str) -> tuple[bool, str]:
 
 def check_secrets(s: Settings) -> list[Check]:
     wanted: list[tuple[str, Any, str]] = []
-    if not s.sandbox_enabled:
+    chain_only = bool(s.pharmacies) and not s.service.username  # each store's own
+    if not s.sandbox_enabled and not chain_only:
         wanted += [("service", s.service, "password"), ("service", s.service, "api_key")]
     if s.callbacks.username is not None:
         wanted.append(("callbacks", s.callbacks, "password"))
@@ -142,9 +143,10 @@ def check_secrets(s: Settings) -> list[Check]:
                     f"set {sec}.{key}_file (systemd LoadCredential=) or {env}",
                 )
             )
-    if not s.sandbox_enabled and not s.service.username:
+    if not s.sandbox_enabled and not s.service.username and not chain_only:
         out.append(fail("secret service.username", "missing", "set service.username"))
-    if not wanted:
+    out += check_pharmacies(s)
+    if not wanted and not s.pharmacies:
         out.append(ok("secrets", "none needed (sandbox in-process, no callback credentials)"))
     n = len(s.intake.tokens)
     host, _ = parse_listen(s.intake.listen)
@@ -152,6 +154,36 @@ def check_secrets(s: Settings) -> list[Check]:
         out.append(ok("intake tokens", f"{n} present"))
     elif is_loopback(host):
         out.append(ok("intake tokens", f"none: the API answers on loopback only ({host})"))
+    return out
+
+
+def check_pharmacies(s: Settings) -> list[Check]:
+    """Each store of ``[[pharmacies]]``: its provider id and whether its credentials
+    are all there (never a secret, never a username's password)."""
+    out: list[Check] = []
+    seen: set[str] = set()
+    for p in s.pharmacies:
+        name = f"pharmacy {p.provider_id}" + (f" ({p.name})" if p.name else "")
+        states = {key: _secret_state(p, key) for key in ("password", "api_key")}
+        missing = [f"{k} {msg}" for k, (present, msg) in states.items() if not present]
+        if not p.username:
+            missing.insert(0, "username missing")
+        if p.provider_id in seen:
+            missing.append("provider id listed more than once")
+        seen.add(p.provider_id)
+        if missing:
+            out.append(
+                fail(
+                    name,
+                    "; ".join(missing),
+                    "give this store's username, password(_file) and api_key(_file)"
+                    " under its [[pharmacies]] entry",
+                )
+            )
+        else:
+            out.append(ok(name, "credentials present (username, password, api_key)"))
+    if s.intake.scoped_tokens:
+        out.append(ok("intake scoped tokens", f"{len(s.intake.scoped_tokens)} present"))
     return out
 
 
@@ -170,7 +202,7 @@ def check_postgres(url: str) -> list[Check]:
 
     where = redact_url(url)
     try:
-        facts = files.pg_facts(url)
+        facts = files.pg_facts(url, BACKUP_MARK)
     except StoreError as e:
         return [fail("database", str(e), "check storage.url (host, port, database, user)"
                      " and its password (storage.password_file)")]  # fmt: skip
@@ -200,7 +232,31 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    if facts.restore_mark is not None:
+        out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
+                        " restored and not yet served", "the first daemon to start holds"
+                        " its queued items for review: `pa-bridge queue list --status held`"))  # fmt: skip
+    out.append(check_backup_tools(facts.server_version // 10000))
     return out
+
+
+def check_backup_tools(server_major: int) -> Check:
+    """``pa-bridge backup`` and ``restore`` on PostgreSQL run pg_dump and pg_restore,
+    which refuse a server newer than themselves."""
+    from .pg_tools import PgToolError, find_tool, tool_version
+
+    try:
+        tool = find_tool("pg_dump")
+        find_tool("pg_restore")
+    except PgToolError as e:
+        return warn("backup tools", f"`pa-bridge backup` cannot run: {e}",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    version = tool_version(tool)
+    if version < server_major:
+        return warn("backup tools", f"{tool} is version {version}, older than the server"
+                    f" ({server_major}): it refuses to dump it",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
 def check_database(s: Settings) -> list[Check]:
@@ -604,6 +660,13 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
     out: list[Check] = []
     svc = s.service
     user, password, api_key = svc.username or "", s.secret(svc.password), s.secret(svc.api_key)
+    if not user and s.pharmacies:  # a chain: the first store's credentials prove the path
+        first = s.pharmacies[0]
+        user, password, api_key = (
+            first.username or "",
+            s.secret(first.password),
+            s.secret(first.api_key),
+        )
     if svc.claim_url and origin(svc.claim_url) in reached:
         claim_url = svc.claim_url
         form = {"username": user, "password": password, "api_key": api_key}

@@ -12,14 +12,16 @@ from typing import Any
 
 import ncpdp
 
-from ..client import PaServiceClient, ServiceError, outcome_variables
+from ..client import Credentials, PaServiceClient, ServiceError, outcome_variables
 from ..config import Settings
 from ..logs import log_event
 from ..outbox import DeliveryFailed, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
 from ..webhooks import WebhookSender
 from .decisions import prescriber_fax
+from .errors import BridgeError
 from .pas import PaService, pa_json
+from .pharmacies import Pharmacies
 
 __all__ = ["Deliveries"]
 
@@ -33,7 +35,9 @@ class Deliveries:
         pa_reads: PaService,
         *,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.settings = settings
         self.store = store
         self.client = client
@@ -50,6 +54,15 @@ class Deliveries:
     def close(self) -> None:
         self._webhooks.close()
 
+    def _credentials(self, req: ncpdp.Transmission) -> Credentials | None:
+        """The claim's pharmacy's credentials; a pharmacy taken out of ``[[pharmacies]]``
+        while its item waited fails the item for good (``queue list`` shows why; ``queue
+        retry`` once it is back)."""
+        try:
+            return self.pharmacies.credentials_for(req.as_request().service_provider_id)
+        except BridgeError as e:
+            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=False) from None
+
     def outcome_report(self, payload: dict[str, Any]) -> None:
         content = exchanges.claim_content(self.store.reader(), str(payload.get("claim_id")))
         if content is None or content["request_raw"] is None:
@@ -60,11 +73,12 @@ class Deliveries:
             metadata = json.loads(content["metadata_json"] or "{}")
         except ValueError:
             metadata = {}
+        creds = self._credentials(req)
         variables = outcome_variables(
             req,
             resp,
             int(payload.get("index", 0)),
-            api_key=self.client.api_key,
+            api_key=creds.api_key if creds is not None else self.client.api_key,
             prescriber_fax=prescriber_fax(metadata),
         )
         res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
@@ -76,7 +90,11 @@ class Deliveries:
         if raw is None:
             raise DeliveryFailed("the reversal's content is gone", retryable=False)
         try:
-            self.client.submit_claim(raw, None)
+            creds = self._credentials(ncpdp.parse(raw, strict=False))
+        except ncpdp.ParseError:
+            creds = None  # the client names what is wrong with it
+        try:
+            self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:
             raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
         keys = payload.get("claim_keys") or []

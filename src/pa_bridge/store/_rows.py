@@ -7,7 +7,7 @@ from typing import Any
 
 from ._db import Database
 
-__all__ = ["all_rows", "first_row", "marks", "rows_in"]
+__all__ = ["all_rows", "first_row", "marks", "of_pharmacies", "rows_in"]
 
 #: values bound in one IN list at most (SQLite allows far more; this keeps statements small)
 IN_BATCH = 500
@@ -39,3 +39,13 @@ def rows_in(
     for i in range(0, len(values), IN_BATCH):
         part = values[i : i + IN_BATCH]
         yield from all_rows(db, sql.format(marks=marks(len(part))), [*part, *after])
+
+
+def of_pharmacies(provider_ids: Sequence[str] | None, column: str = "provider_id") -> str:
+    """`` AND <column> IN (?,...)`` for a pharmacy filter (``None``: no filter; an
+    empty list matches nothing). ``column`` is ours, never the caller's input."""
+    if provider_ids is None:
+        return ""
+    if not provider_ids:
+        return " AND 1 = 0"
+    return f" AND {column} IN ({marks(len(provider_ids))})"

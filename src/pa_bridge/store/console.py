@@ -14,7 +14,7 @@ import json
 from typing import Any, TypedDict, cast
 
 from ._db import Database
-from ._rows import all_rows, first_row, rows_in
+from ._rows import all_rows, first_row, of_pharmacies, rows_in
 from .exchanges import WorklistClaim
 from .pas import PaRow
 
@@ -51,16 +51,16 @@ class ConsoleClaim(WorklistClaim):
     raw_purged_at: str | None
 
 
-def pas_changed_since(db: Database, since_iso: str, limit: int) -> list[PaRow]:
-    """PAs changed at or after ``since_iso``, most recently changed first."""
-    return cast(
-        list[PaRow],
-        all_rows(
-            db,
-            "SELECT * FROM pas WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT ?",
-            [since_iso, limit],
-        ),
+def pas_changed_since(
+    db: Database, since_iso: str, limit: int, provider_ids: list[str] | None = None
+) -> list[PaRow]:
+    """PAs changed at or after ``since_iso``, most recently changed first (only these
+    pharmacies' with ``provider_ids``)."""
+    sql = (
+        "SELECT * FROM pas WHERE updated_at >= ?"  # noqa: S608 - only placeholders
+        f"{of_pharmacies(provider_ids)} ORDER BY updated_at DESC LIMIT ?"
     )
+    return cast(list[PaRow], all_rows(db, sql, [since_iso, *(provider_ids or ()), limit]))
 
 
 def claim_requests(db: Database, claim_ids: list[str]) -> dict[str, bytes | None]:

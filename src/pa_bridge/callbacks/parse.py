@@ -1,4 +1,5 @@
-"""Pharmacy callbacks: store first, acknowledge after the commit, apply in order.
+"""What a pharmacy callback says, and which of two callbacks is newer: pure functions,
+no I/O (the daemon's side that stores them is :mod:`.ingest`).
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
 as the real service sends it (docs/real-service-evidence.md): values may be strings
@@ -24,29 +25,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from .logs import log_event
-from .store import Database, Kind, Store, now_iso, pa_history, pas
-from .store import callbacks as kept
-from .store.outbox import enqueue
-from .webhooks import change_payload
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 
 __all__ = [
+    "PENDING_PREFIX",
     "WORKFLOW_RANK",
+    "CallbackShapeError",
+    "ParsedCallback",
     "claim_match_fields",
     "fields_agree",
-    "merge_links",
-    "CallbackResult",
-    "CallbackService",
-    "parse_callback",
     "is_newer",
-    "CallbackShapeError",
+    "merge_details",
+    "merge_events",
+    "merge_links",
+    "parse_callback",
 ]
 
 #: Id prefix of a PA we submitted whose answer named none (the empty format), until
@@ -333,13 +329,8 @@ def parse_callback(body: bytes) -> ParsedCallback:
     )
 
 
-@dataclass(frozen=True)
-class CallbackResult:
-    outcome: str  # stored, duplicate, dead_letter
-    pa_id: str | None = None
-
-
-def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PA's events with the new ones not seen before (by type and time)."""
     old = json.loads(old_json) if old_json else []
     seen = {(e.get("type"), e.get("time")) for e in old}
     merged = list(old)
@@ -349,177 +340,3 @@ def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[
             seen.add(k)
             merged.append(e)
     return merged
-
-
-class CallbackService:
-    def __init__(self, store: Store, *, forward: bool, commit_timeout_s: float = 5.0) -> None:
-        self.store = store
-        self.forward = forward
-        self.commit_timeout_s = commit_timeout_s
-
-    def receive_many(
-        self, items: list[tuple[bytes, str | None]]
-    ) -> list[CallbackResult | BaseException]:
-        """Commit every callback (or dead letter) in ``items`` together, one commit for
-        the lot. Per item: its result, or the exception that kept it from being
-        committed (StoreUnavailable when the database cannot take it)."""
-        jobs: list[Callable[[Database], CallbackResult]] = []
-        parsed: list[ParsedCallback | str] = []
-        for body, content_type in items:
-            try:
-                cb = parse_callback(body)
-            except CallbackShapeError as e:
-                jobs.append(self._dead_letter_job(body, content_type, str(e)))
-                parsed.append(str(e))
-                continue
-            jobs.append(self._apply_job(cb, body))
-            parsed.append(cb)
-        outcomes = self.store.write_all(jobs, timeout=self.commit_timeout_s)
-        results: list[CallbackResult | BaseException] = []
-        for (ok, value), cb_or_reason, (body, _) in zip(outcomes, parsed, items, strict=True):
-            results.append(value)
-            if not ok:
-                continue
-            if isinstance(cb_or_reason, str):
-                log_event(
-                    "callback.dead_letter",
-                    level=logging.WARNING,
-                    reason=cb_or_reason,
-                    size=len(body),
-                )
-            else:
-                log_event(
-                    "callback.received",
-                    pa_id=value.pa_id,
-                    result=value.outcome,
-                    workflow_status=cb_or_reason.workflow_status,
-                )
-        return results
-
-    def _apply_job(self, cb: ParsedCallback, body: bytes) -> Callable[[Database], CallbackResult]:
-        return lambda db: self._apply(db, cb, body)
-
-    @staticmethod
-    def _dead_letter_job(
-        body: bytes, content_type: str | None, reason: str
-    ) -> Callable[[Database], CallbackResult]:
-        def job(db: Database) -> CallbackResult:
-            kept.add_dead_letter(db, now_iso(), reason, (content_type or "")[:200], body)
-            return CallbackResult("dead_letter")
-
-        return job
-
-    @staticmethod
-    def _claim_placeholder(db: Database, cb: ParsedCallback) -> str | None:
-        """The one PA we submitted whose answer named no PA (the empty format) and that
-        this callback's identifiers agree with; None when there is none or several."""
-        if not cb.match.get("bin"):
-            return None
-        found = []
-        for pid, links_json in pas.awaiting_placeholders(db, PENDING_PREFIX):
-            try:
-                awaiting = json.loads(links_json or "{}").get("awaiting") or {}
-            except (ValueError, AttributeError):
-                continue
-            if fields_agree(cb.match, awaiting):
-                found.append(pid)
-        return found[0] if len(found) == 1 else None
-
-    def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
-        now = now_iso()
-        # The feed position first: on PostgreSQL it is the lock every PA change takes,
-        # so taking it before the dedupe key (which waits for another daemon's insert
-        # of the same key) keeps one lock order across daemons, and no deadlock
-        # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
-        seq = self.store.next_seq(db)
-        if not kept.insert_once(db, cb.dedupe_key, now, cb.pa_id, body):
-            return CallbackResult("duplicate", cb.pa_id)
-        row = pas.callback_state(db, cb.pa_id)
-        note = None
-        if row is None:
-            placeholder = self._claim_placeholder(db, cb)
-            if placeholder is not None:  # the PA we submitted without an id: it is this one
-                pas.rename(db, placeholder, cb.pa_id)
-                row = pas.callback_state(db, cb.pa_id)
-                note = f"matched to the submit recorded as {placeholder}"
-        new_events = "[]"
-        if cb.events:
-            new_events = json.dumps(cb.events)
-            merged = _merge_events(row["events_json"] if row else None, cb.events)
-            events_json: str | None = json.dumps(merged)
-            deleted = int(any(e["type"] == "DELETE" for e in merged))
-            fax_failed = int(
-                any(e["type"] in ("REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE") for e in merged)
-            )
-        elif row is not None:
-            events_json, deleted, fax_failed = row["events_json"], row["deleted"], row["fax_failed"]
-        else:
-            events_json, deleted, fax_failed = "[]", 0, 0
-        links_json: str | None
-        urls_json: str | None
-        if cb.links or note or (row is None and cb.match):
-            links = merge_links(row["links_json"] if row else None, cb.links)
-            if row is None and cb.match:
-                links["match"] = cb.match  # for a submit whose answer comes after this
-            links.pop("awaiting", None)
-            urls = json.loads(row["urls_json"] or "[]") if row else []
-            for url in links.get("token_urls") or []:
-                if url not in urls:
-                    urls.append(url)
-            links_json, urls_json = json.dumps(links), json.dumps(urls)
-        else:  # nothing to merge (the hot path of a body without links)
-            links_json, urls_json = (row["links_json"], row["urls_json"]) if row else ("{}", "[]")
-        details_json = (
-            merge_details(row["details_json"] if row else None, cb.details) if cb.details else None
-        )
-        # the current status moves only for a newer callback (decision 0005)
-        status = (cb.workflow_status, cb.plan_outcome, cb.event_time)
-        if row is not None and not (
-            cb.workflow_status is not None
-            and is_newer(
-                (cb.event_time, cb.workflow_status, cb.plan_outcome),
-                (row["status_time"], row["workflow_status"], row["plan_outcome"]),
-            )
-        ):
-            status = (row["workflow_status"], row["plan_outcome"], row["status_time"])
-        state: pas.CallbackState = {
-            "workflow_status": status[0],
-            "plan_outcome": status[1],
-            "status_time": status[2],
-            "events_json": events_json,
-            "deleted": deleted,
-            "fax_failed": fax_failed,
-            "links_json": links_json,
-            "urls_json": urls_json,
-            "details_json": details_json,  # None: keep what the PA has
-        }
-        # a PA we did not start (or whose submit we have not stored): kept all the same
-        record = pas.insert_from_callback if row is None else pas.update_from_callback
-        record(db, cb.pa_id, state, now=now, seq=seq)
-        pa_history.add(
-            db,
-            cb.pa_id,
-            now,
-            "callback",
-            workflow_status=cb.workflow_status,
-            plan_outcome=cb.plan_outcome,
-            event_time=cb.event_time,
-            events_json=new_events,
-            note=note,
-        )
-        if self.forward:  # the change itself, not the PA at delivery (decision 0018)
-            change = {
-                "workflow_status": cb.workflow_status,
-                "plan_outcome": cb.plan_outcome,
-                "event_time": cb.event_time,
-                "events": cb.events,
-            }
-            after = {
-                "workflow_status": status[0],
-                "plan_outcome": status[1],
-                "deleted": deleted,
-                "fax_failed": fax_failed,
-                "events_json": events_json,
-            }
-            enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
-        return CallbackResult("stored", cb.pa_id)
