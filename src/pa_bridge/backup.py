@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .restore import BACKUP_MARK
 from .store import DatabaseError, now_iso
-from .store.files import Snapshot
+from .store.files import Snapshot, destination_problem
 
 __all__ = ["BackupError", "BackupResult", "backup_database"]
 
@@ -54,12 +54,9 @@ def backup_database(
 ) -> BackupResult:
     """Copy ``src`` to ``dest``; raise :class:`BackupError` with a clear message."""
     src_p, dest_p = Path(src), Path(dest)
-    if dest_p.is_dir():
-        raise BackupError(f"{dest_p} is a directory; give a file name")
-    if dest_p.exists() and not force:
-        raise BackupError(f"{dest_p} exists; choose another name or pass --force")
-    if not dest_p.parent.is_dir():
-        raise BackupError(f"no directory {dest_p.parent}")
+    why = destination_problem(dest_p, force=force)
+    if why is not None:
+        raise BackupError(why)
     with contextlib.suppress(OSError):
         if dest_p.resolve() == src_p.resolve():
             raise BackupError("the backup file must not be the database itself")

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from .store import StoreError, now_iso, redact_url
+from .store.files import destination_problem
 from .store.pg_backup import BackupSession, pa_bridge_sessions, settle_restored
 
 __all__ = [
@@ -166,12 +167,9 @@ def archive_facts(file: Path) -> ArchiveFacts:
 
 
 def _check_dest(dest: Path, force: bool) -> None:
-    if dest.is_dir():
-        raise PgToolError(f"{dest} is a directory; give a file name")
-    if dest.exists() and not force:
-        raise PgToolError(f"{dest} exists; choose another name or pass --force")
-    if not dest.parent.is_dir():
-        raise PgToolError(f"no directory {dest.parent}")
+    why = destination_problem(dest, force=force)
+    if why is not None:
+        raise PgToolError(why)
 
 
 @dataclass(frozen=True)

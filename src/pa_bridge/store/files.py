@@ -31,6 +31,7 @@ __all__ = [
     "FileFacts",
     "connect_existing",
     "copy_facts",
+    "destination_problem",
     "inspect_file",
     "mark_file",
     "open_database",
@@ -42,6 +43,19 @@ __all__ = [
 ]
 
 _Progress = Callable[[int, int], None]
+
+
+def destination_problem(dest: Path, *, force: bool) -> str | None:
+    """Why a backup cannot be written to ``dest`` (a directory, a file that exists and
+    no ``force``, a directory that does not exist), or None: the same words for the
+    SQLite copy and the PostgreSQL dump."""
+    if dest.is_dir():
+        return f"{dest} is a directory; give a file name"
+    if dest.exists() and not force:
+        return f"{dest} exists; choose another name or pass --force"
+    if not dest.parent.is_dir():
+        return f"no directory {dest.parent}"
+    return None
 
 
 def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
