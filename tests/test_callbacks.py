@@ -30,8 +30,13 @@ from pa_bridge.callbacks.framing import (
     FrameServer,
     Message,
 )
-from pa_bridge.callbacks.ingest import CallbackReceiver, CallbackService, UnauthorizedLog
-from pa_bridge.callbacks.parse import is_newer, parse_callback
+from pa_bridge.callbacks.ingest import (
+    CallbackReceiver,
+    CallbackService,
+    UnauthorizedLog,
+    is_newer,
+    parse_callback,
+)
 from pa_bridge.client import PaServiceClient
 from pa_bridge.config import Settings, load_settings
 from pa_bridge.metrics import Metrics
