@@ -20,7 +20,7 @@ from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks.parse import WORKFLOW_RANK
+from ..callbacks.ingest import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
 from ._parse import parse_transmission
 from .errors import BridgeError

@@ -13,7 +13,7 @@ from typing import Any, cast
 import ncpdp
 
 from .. import policy
-from ..callbacks.parse import PENDING_PREFIX, claim_match_fields, fields_agree
+from ..callbacks.ingest import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
 from ..metrics import Metrics
