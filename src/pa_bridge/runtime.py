@@ -91,7 +91,11 @@ class Daemon:
         # queue's deliverers are registered with the services, which need the client.
         metrics = Metrics()
         outbox = Outbox(self.store, None, s.queue, clock=self.clock)
-        service = CallbackService(self.store, forward=bool(s.callbacks.forward_url))
+        service = CallbackService(
+            self.store,
+            forward=bool(s.callbacks.forward_url),
+            pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
+        )
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()

@@ -24,6 +24,11 @@ The ordering rule (decision 0005, also in the README): a callback moves a PA's
 Every callback is still kept, once, in the PA's history in arrival order (with its
 event time). The PA's links (``html_url``, ``tokens[].html_url``, ``pdf_url``) are kept
 from every callback, so a PA first heard of in a callback can be opened.
+
+A PA without a store gets one from the body's ``pharmacy`` block when it names a store
+of ``[[pharmacies]]`` (its ``ncpdpid``, else its ``npi``), and a PA without a product id
+gets ``prescription.ndc`` when that is an 11-digit NDC; neither is ever overwritten
+(a submit's claim says it first, decision 0022).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -156,6 +161,10 @@ class ParsedCallback:
     match: dict[str, str] = field(default_factory=dict)
     #: what the console shows beyond the status (see ``_details``), no PHI
     details: dict[str, Any] = field(default_factory=dict)
+    #: the pharmacy block's ``ncpdpid`` and ``npi`` (store ids, not a person's), in order
+    pharmacy_ids: tuple[str, ...] = ()
+    #: ``prescription.ndc`` when it is an 11-digit NDC (hyphens dropped), else None
+    ndc: str | None = None
 
 
 def _text(value: Any) -> str | None:
@@ -263,6 +272,31 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _pharmacy_ids(req: dict[str, Any]) -> tuple[str, ...]:
+    """The pharmacy block's NCPDP id, then its NPI: the candidates for its store."""
+    block = req.get("pharmacy")
+    if not isinstance(block, dict):
+        return ()
+    found: list[str] = []
+    for key in ("ncpdpid", "npi"):
+        value = block.get(key)
+        v = None if isinstance(value, bool) else _text(value)
+        if v and v not in found:
+            found.append(v)
+    return tuple(found)
+
+
+def _ndc11(req: dict[str, Any]) -> str | None:
+    """``prescription.ndc`` as the claim's 407-D7 would have it: 11 digits (an NDC
+    written 5-4-2 with hyphens is the same code). ``drug_id`` is not read: the real
+    service sends a 6-digit drug id there (real-service-evidence.md)."""
+    rx = req.get("prescription")
+    if not isinstance(rx, dict) or isinstance(rx.get("ndc"), bool):
+        return None
+    ndc = (_text(rx.get("ndc")) or "").replace("-", "")
+    return ndc if len(ndc) == 11 and ndc.isdigit() and ndc.isascii() else None
+
+
 def claim_match_fields(
     bin_: str | None, pcn: str | None, group_id: str | None, provider: str | None,
     ndc: str | None, rx_number: str | None,
@@ -354,6 +388,8 @@ def parse_callback(body: bytes) -> ParsedCallback:
         _links(req),
         _callback_match(req),
         _details(req),
+        _pharmacy_ids(req),
+        _ndc11(req),
     )
 
 
@@ -379,12 +415,30 @@ class CallbackResult:
 
 class CallbackService:
     """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
-    letters, and the webhook's queue item in the same transaction when forwarding."""
+    letters, and the webhook's queue item in the same transaction when forwarding.
 
-    def __init__(self, store: Store, *, forward: bool, commit_timeout_s: float = 5.0) -> None:
+    ``pharmacies``: the provider ids of ``[[pharmacies]]`` (the composition root passes
+    them; none for a single store). A PA without a store takes the one its callback's
+    pharmacy block names, when it is one of these."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        forward: bool,
+        commit_timeout_s: float = 5.0,
+        pharmacies: Iterable[str] = (),
+    ) -> None:
         self.store = store
         self.forward = forward
         self.commit_timeout_s = commit_timeout_s
+        self.pharmacies = frozenset(p.strip() for p in pharmacies)
+
+    def store_of(self, cb: ParsedCallback) -> str | None:
+        """The configured store the callback's pharmacy block names (NCPDP id first),
+        or None: no ``[[pharmacies]]`` (a single store: nothing filters by store), no
+        block, or a store this deployment does not list."""
+        return next((p for p in cb.pharmacy_ids if p in self.pharmacies), None)
 
     def receive_many(
         self, items: list[tuple[bytes, str | None]]
@@ -524,7 +578,10 @@ class CallbackService:
         }
         # a PA we did not start (or whose submit we have not stored): kept all the same
         record = pas.insert_from_callback if row is None else pas.update_from_callback
-        record(db, cb.pa_id, state, now=now, seq=seq)
+        # the store and the NDC only where the PA has none (never over a submit's)
+        record(
+            db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
+        )
         pa_history.add(
             db,
             cb.pa_id,
