@@ -24,11 +24,31 @@ from pa_bridge.store import PgStore, Store, now_iso, pas
 from tests import builders as b
 from tests.real_shapes import callback_body
 from tests.support import NO_SERVICE
-from tests.test_pharmacies import TOKEN_A, TOKEN_ALL, A, B, C, Chain, _claim, _entry
-from tests.test_pharmacies import chain_sandbox as chain_sandbox  # the fixture
+from tests.test_pharmacies import CREDS, TOKEN_A, TOKEN_ALL, A, B, C, Chain, _claim
 
 TOKEN_B = "token-for-store-b-only-0003"
 NPI_A = "1999999992"  # a synthetic NPI a store may be listed by instead
+N = "1999999984"  # a store listed by its NPI (synthetic)
+STORES = {**CREDS, N: ("store-n", "store-n-password-4", "store-n-api-key-4")}
+
+
+def _entry(pid: str) -> dict[str, str]:
+    user, pw, key = STORES[pid]
+    return {"provider_id": pid, "username": user, "password": pw, "api_key": key}
+
+
+@pytest.fixture
+def chain_sandbox() -> Iterator[Any]:
+    from pa_bridge.sandbox import SandboxConfig, SandboxPharmacy, SandboxServer
+
+    stores = tuple(SandboxPharmacy(*STORES[p], provider_id=p) for p in (A, B, C, N))
+    server = SandboxServer(SandboxConfig(step_seconds=0.05, pharmacies=stores)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 CLAIM_NDC = b.Rx().product_id  # the builders' claim's 407-D7
 
 
@@ -269,6 +289,53 @@ def test_a_submit_tying_a_callback_only_pa_takes_its_claims_store(make_cb_chain:
     link(claims[B], B)  # a second claim the service answered with the same PA
     got = chain.pa("CBS001").get_json()
     assert (got["claim_id"], got["provider_id"]) == (claims[A], A)
+
+
+def test_a_callback_naming_both_ids_matches_a_claim_sent_with_its_npi(
+    make_cb_chain: Any,
+) -> None:
+    """The real body's pharmacy has ``npi`` and ``ncpdpid``; a claim's 201-B1 is one of
+    them. Callback first then the submit, and the submit first then the callback: one
+    PA each time, the store's."""
+    chain = make_cb_chain(stores=(A, N), claim_format="empty")
+    both = {"ncpdpid": "7777777", "npi": N}  # the NCPDP id is not what the claims send
+
+    def claim(rx: b.Rx) -> str:
+        req = b.request_bytes(provider_id=N, provider_qualifier="01", rxs=(rx,))
+        body = {
+            "request": req.decode("latin-1"),
+            "response": b.response_bytes([b.REJECT_MR]).decode("latin-1"),
+        }
+        return str(chain.post("/v1/claims", body, TOKEN_ALL).get_json()["claim_id"])
+
+    def prescription(rx: b.Rx) -> dict[str, str]:
+        return {"ndc": rx.product_id, "prescription_reference": rx.rx_number}
+
+    first = b.Rx(rx_number="000006000001")
+    chain.callback("CBN101", pharmacy=both, prescription=prescription(first))
+    assert chain.pa("CBN101").get_json()["provider_id"] == N
+    pa = chain.post(f"/v1/claims/{claim(first)}/pa", None, TOKEN_ALL).get_json()
+    assert (pa["pa_id"], pa["provider_id"], pa["matched"]) == ("CBN101", N, True)
+
+    later = b.Rx(rx_number="000006000002")
+    started = chain.post(f"/v1/claims/{claim(later)}/pa", None, TOKEN_ALL).get_json()
+    assert started["pa_id"].startswith("pending-") and started["provider_id"] == N
+    chain.callback("CBN102", pharmacy=both, prescription=prescription(later))
+    got = chain.pa("CBN102").get_json()
+    assert (got["claim_id"], got["provider_id"]) == (started["claim_id"], N)
+    assert chain.pa(started["pa_id"]).status_code == 404  # renamed, not doubled
+
+
+def test_the_pharmacy_agrees_on_either_of_a_callbacks_ids() -> None:
+    from pa_bridge.callbacks.ingest import fields_agree
+
+    claim = {"bin": "610014", "provider": N, "ndc": CLAIM_NDC}
+    assert fields_agree({"bin": "610014", "provider": "7777777", "provider_alt": N}, claim)
+    assert fields_agree(claim, {"bin": "610014", "provider": N})
+    assert not fields_agree({"bin": "610014", "provider": A, "provider_alt": NPI_A}, claim)
+    assert not fields_agree({"bin": "610014", "provider": N, "ndc": "12345678901"}, claim)
+    assert fields_agree({"bin": "610014"}, claim)  # a callback without a pharmacy id
+    assert not fields_agree({"bin": "610015", "provider": N}, claim)
 
 
 # ---- the composition root -----------------------------------------------------------

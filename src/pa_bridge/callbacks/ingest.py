@@ -252,14 +252,16 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
         value = req.get(name)
         return value if isinstance(value, dict) else {}
 
-    payer, pharmacy, rx = block("payer"), block("pharmacy"), block("prescription")
+    payer, rx = block("payer"), block("prescription")
     for key in ("bin", "pcn", "group_id"):
         v = _text(payer.get(key))
         if v:
             out[key] = v.upper()
-    provider = _text(pharmacy.get("ncpdpid")) or _text(pharmacy.get("npi"))
-    if provider:
-        out["provider"] = provider
+    ids = _pharmacy_ids(req)
+    if ids:  # the claim's 201-B1 may be either: its NCPDP id or its NPI
+        out["provider"] = ids[0]
+    if len(ids) > 1:
+        out["provider_alt"] = ids[1]
     ndc = _text(rx.get("ndc"))
     if not ndc:
         drug = _text(rx.get("drug_id")) or ""
@@ -314,10 +316,17 @@ def claim_match_fields(
 
 
 def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Both name the same BIN, and every other identifier both have is equal."""
+    """Both name the same BIN, and every other identifier both have is equal; the
+    pharmacy agrees when one of a side's ids (a callback may name its NCPDP id and its
+    NPI, ``provider_alt``) is one of the other's."""
     if not a.get("bin") or a.get("bin") != b.get("bin"):
         return False
-    return all(a[k] == b[k] for k in a.keys() & b.keys())
+    if "provider" in a and "provider" in b:
+        mine = {a["provider"], a.get("provider_alt")} - {None}
+        if not mine & {b["provider"], b.get("provider_alt")}:
+            return False
+    skip = {"provider", "provider_alt"}
+    return all(a[k] == b[k] for k in (a.keys() & b.keys()) - skip)
 
 
 def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
