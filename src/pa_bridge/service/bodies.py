@@ -302,11 +302,16 @@ class Pa(BaseModel):
         description="402-D2 of the claim the PA was submitted for (null for a PA known only"
         " from its callbacks, or submitted before pa-bridge kept it)",
     )
-    product_id: str | None = Field(default=None, description="407-D7 (the NDC) of that claim")
+    product_id: str | None = Field(
+        default=None,
+        description="407-D7 (the NDC) of that claim; for a PA known only from its callbacks,"
+        " the callback's 11-digit prescription.ndc, else null",
+    )
     provider_id: str | None = Field(
         default=None,
-        description="the pharmacy: 201-B1 (service provider id) of that claim (null for a"
-        " PA known only from its callbacks)",
+        description="the pharmacy: 201-B1 (service provider id) of that claim; for a PA"
+        " known only from its callbacks, the [[pharmacies]] store its callback's pharmacy"
+        " block names (ncpdpid or npi), else null",
     )
     urls: list[str] = Field(
         description="the PA's links: those the claim interface answered, then the token "
