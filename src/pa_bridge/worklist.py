@@ -184,6 +184,7 @@ def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, A
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    bridge.store.flush()  # the answers' records may be deferred (decision 0022)
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS)
     if not rows:
@@ -356,6 +357,7 @@ def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str,
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
     full = bridge.pas.get_pa(pa_id).model_dump()  # 404 when unknown
+    bridge.store.flush()  # the claim's answer may be deferred (decision 0022)
     row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
     pa = _pa_summary(row, t, hours)

@@ -216,7 +216,8 @@ class ClaimIntake:
         def record_answer(db: Database) -> None:
             exchanges.record_answer(db, claim_id, saved, answer.message_source)
 
-        self.store.submit(record_answer)  # not awaited: the answer never waits on it
+        # rides in the next commit (decision 0022): the exchange is durable already
+        self.store.defer(record_answer)
         log_event(
             "claim.accepted",
             claim_id=claim_id,
@@ -242,6 +243,7 @@ class ClaimIntake:
         waits for it (up to the outcomes budget and a margin)."""
         deadline = time.monotonic() + self.settings.outcomes.budget_ms / 1000.0 + 2.0
         while True:
+            self.store.flush()
             saved = exchanges.answer_json(self.store.reader(), claim_id)
             if saved is not None:
                 return idempotency.ReplayedClaimAnswer.model_validate(json.loads(saved))

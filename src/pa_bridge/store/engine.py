@@ -152,6 +152,10 @@ class _Job:
                 self.future.set_exception(value)
 
 
+def _nothing(db: Database) -> None:
+    """The job :meth:`Store.flush` commits the deferred jobs with."""
+
+
 def probe_round_trip(
     store: Any,
     driver_error: type[Exception],
@@ -184,8 +188,10 @@ class Store:
         max_batch: int = 256,
         busy_timeout_ms: int = 5000,
         checkpoint_seconds: float = 1.0,
+        defer_seconds: float = 1.0,
     ) -> None:
         self.path = Path(path)
+        self.defer_seconds = defer_seconds
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
             create_private(self.path)
@@ -221,6 +227,11 @@ class Store:
         self._seq: int | None = None
         self._claim_locks: dict[str, threading.Lock] = {}
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: deferred jobs (:meth:`defer`), and how many are not committed yet
+        self._later: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._later_pending = 0
+        #: deferred jobs that failed or whose batch could not commit (lost)
+        self.deferred_lost = 0
         self._local = threading.local()
         self._readers: list[Any] = []
         self._readers_lock = threading.Lock()
@@ -233,6 +244,9 @@ class Store:
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
 
+    #: the longest a deferred job (:meth:`defer`) waits for a commit when nothing else
+    #: is written
+    defer_seconds: float = 1.0
     #: which engine (the table modules ask through the handle, see ``_db.is_postgres``)
     dialect = "sqlite"
     #: what the driver raises
@@ -259,6 +273,32 @@ class Store:
         self._jobs.put(job)
         self._wake.set()
         return job.future
+
+    def defer(self, fn: Callable[[Database], Any]) -> None:
+        """Queue ``fn`` for the next commit without waking anyone (decision 0022): it
+        rides in the next batch any caller commits, or the writer thread commits it
+        after at most ``defer_seconds``. Only for writes a power cut may lose (the
+        answer's record of the last second), never for what a caller was promised is
+        stored. A reader that must see it calls :meth:`flush` first."""
+        if self._closed:
+            self.deferred_lost += 1
+            return
+        job = _Job(fn, with_future=False)
+        with self._state_lock:
+            self._later_pending += 1
+        self._later.put(job)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Commit the deferred jobs not committed yet (nothing when there are none), so
+        a read that follows sees them; waits for a batch already committing them. False
+        when they could not be committed: the reader then sees what is stored."""
+        if not self._later_pending or self._closed:
+            return True
+        try:
+            self.write(_nothing, timeout=timeout)
+        except StoreError:
+            return False
+        return True
 
     def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
         """Run ``fn`` in a write transaction and return once it is committed."""
@@ -332,18 +372,34 @@ class Store:
         conn, db = self._wconn, self._wdb
         while True:
             batch: list[_Job] = []
-            while len(batch) < self._max_batch:
+            later = 0
+            while later < self._max_batch:
+                try:
+                    batch.append(self._later.get_nowait())
+                except queue.Empty:
+                    break
+                later += 1
+            while len(batch) - later < self._max_batch:
                 try:
                     batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
             if not batch:
                 return
-            self._run_batch(conn, db, batch)
+            try:
+                self._run_batch(conn, db, batch)
+            finally:
+                if later:
+                    lost = sum(1 for job in batch[:later] if not job.ok)
+                    with self._state_lock:
+                        self._later_pending -= later
+                        self.deferred_lost += lost
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            # idle, it still wakes every defer_seconds to commit deferred jobs
+            if not self._wake.wait(self.defer_seconds) and not self._later_pending:
+                continue
             self._wake.clear()
             with self._wlock:
                 self._drain()
