@@ -72,6 +72,25 @@ def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
     )
 
 
+def test_a_paid_claims_report_is_handed_over_as_its_stored_exchange_reads(app: AppClient) -> None:
+    """Intake hands the queued report's variables to the deliverer in memory (no
+    re-read, no re-parse); they are exactly what the stored exchange gives after a
+    restart, and the hand-off is used once."""
+    req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
+    body = _claim(req, b.response_bytes([b.PAID, b.PAID]), metadata={"prescriber_fax": "5551234567"})
+    claim_id = app.post("/v1/claims", json=body).json()["claim_id"]
+    deliveries = app.services.deliveries
+    for index in (0, 1):
+        payload = {"claim_id": claim_id, "index": index}
+        handed = deliveries.report_variables(payload)
+        stored = deliveries.report_variables(payload)  # the hand-off is gone: the row
+        assert handed == stored
+        assert handed["prescription_reference_number"] == ("000001234567", "000001234568")[index]
+        assert handed["prescriber_fax"] == "5551234567"
+    assert app.services.outbox.drain_once() == 2
+    assert [i["status"] for i in app.services.outbox.list()] == ["delivered", "delivered"]
+
+
 def test_several_transactions_are_answered_each(app: AppClient) -> None:
     req = b.request_bytes(
         rxs=(b.Rx(), b.Rx(rx_number="000001234568"), b.Rx(rx_number="000001234569"))

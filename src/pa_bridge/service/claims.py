@@ -3,6 +3,7 @@ the outcomes interface for the transactions that need it, answer within the budg
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -25,8 +26,14 @@ from .exchange_rules import missing_for_decision
 __all__ = ["ClaimIntake"]
 
 
+#: intake's hand-off of a queued outcome report: (claim id, transaction index, how to
+#: build its variables from what intake parsed)
+ReportReady = Callable[[str, int, Callable[[], dict[str, str]]], None]
+
+
 class ClaimIntake:
-    """``POST /v1/claims``. ``wake_queue`` is told when outcome reports were queued."""
+    """``POST /v1/claims``. ``wake_queue`` is told when outcome reports were queued;
+    ``report_ready`` is handed each of them first (:meth:`Deliveries.report_ready`)."""
 
     def __init__(
         self,
@@ -36,6 +43,7 @@ class ClaimIntake:
         metrics: Metrics,
         *,
         wake_queue: Callable[[], None],
+        report_ready: ReportReady | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -43,6 +51,7 @@ class ClaimIntake:
         self.client = client
         self.metrics = metrics
         self.wake_queue = wake_queue
+        self.report_ready = report_ready
         self.clock = clock
 
     def intake(
@@ -196,6 +205,23 @@ class ClaimIntake:
                 str(stored_error),
             ) from None
         if reports_queued:
+            if self.report_ready is not None:
+                fax = prescriber_fax(metadata)
+                for d in decisions:
+                    if not d.outcomes_first and d.index < len(req.groups):
+                        self.report_ready(
+                            claim_id,
+                            d.index,
+                            functools.partial(
+                                outcome_variables,
+                                req,
+                                resp,
+                                d.index,
+                                api_key=self.client.api_key,
+                                views=(rv, sv),
+                                prescriber_fax=fax,
+                            ),
+                        )
             self.wake_queue()
 
         answer = ClaimAnswer(
