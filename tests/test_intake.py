@@ -77,7 +77,9 @@ def test_a_paid_claims_report_is_handed_over_as_its_stored_exchange_reads(app: A
     re-read, no re-parse); they are exactly what the stored exchange gives after a
     restart, and the hand-off is used once."""
     req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
-    body = _claim(req, b.response_bytes([b.PAID, b.PAID]), metadata={"prescriber_fax": "5551234567"})
+    body = _claim(
+        req, b.response_bytes([b.PAID, b.PAID]), metadata={"prescriber_fax": "5551234567"}
+    )
     claim_id = app.post("/v1/claims", json=body).json()["claim_id"]
     deliveries = app.services.deliveries
     for index in (0, 1):

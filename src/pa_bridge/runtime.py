@@ -105,7 +105,7 @@ class Daemon:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
-        self.bridge.outbox.start(self.scheduler)
+        self.bridge.outbox.start()
         self._extra_jobs(self.scheduler)
         if s.service.probe_seconds > 0:
             self.scheduler.add_job(
@@ -208,6 +208,8 @@ class Daemon:
         thread = getattr(sched, "_thread", None)
         if sched is None or not sched.running or (thread is not None and not thread.is_alive()):
             return False
+        if self.bridge is None or not self.bridge.outbox.running:
+            return False
         if self.store is None or not self.store.writer_alive:
             return False
         try:
@@ -230,6 +232,8 @@ class Daemon:
         readiness (503 when one is false); ``degraded`` lists what works but needs
         store IT (answered 200, status ``degraded``)."""
         sched = self.scheduler is not None and self.scheduler.running
+        # the queue's delivery thread counts as part of the scheduling
+        sched = sched and self.bridge is not None and self.bridge.outbox.running
         problem = self.store.problem() if self.store is not None else "not started"
         if problem != self._db_problem:
             if problem is not None:

@@ -67,4 +67,5 @@ class Services:
         }
 
     def close(self) -> None:
+        self.outbox.stop()
         self.deliveries.close()

@@ -133,10 +133,11 @@ class _Job:
     cancelled (its caller gave up waiting before any writer took it), never both, under
     the store's ``_state_lock``: a caller told "not stored" can rely on it."""
 
-    __slots__ = ("done", "fn", "future", "ok", "state", "value")
+    __slots__ = ("done", "fn", "future", "ok", "state", "then", "value")
 
     def __init__(self, fn: Callable[[Database], Any], *, with_future: bool) -> None:
         self.fn = fn
+        self.then: Callable[[bool], None] | None = None
         self.future: Future[Any] | None = Future() if with_future else None
         self.done = False
         self.ok = False
@@ -274,16 +275,22 @@ class Store:
         self._wake.set()
         return job.future
 
-    def defer(self, fn: Callable[[Database], Any]) -> None:
+    def defer(
+        self, fn: Callable[[Database], Any], then: Callable[[bool], None] | None = None
+    ) -> None:
         """Queue ``fn`` for the next commit without waking anyone (decision 0022): it
         rides in the next batch any caller commits, or the writer thread commits it
         after at most ``defer_seconds``. Only for writes a power cut may lose (the
         answer's record of the last second), never for what a caller was promised is
-        stored. A reader that must see it calls :meth:`flush` first."""
+        stored. A reader that must see it calls :meth:`flush` first. ``then`` is told
+        whether it was committed, once its batch is over (on the committing thread)."""
         if self._closed:
             self.deferred_lost += 1
+            if then is not None:
+                then(False)
             return
         job = _Job(fn, with_future=False)
+        job.then = then
         with self._state_lock:
             self._later_pending += 1
         self._later.put(job)
@@ -394,6 +401,10 @@ class Store:
                     with self._state_lock:
                         self._later_pending -= later
                         self.deferred_lost += lost
+                    for job in batch[:later]:
+                        if job.then is not None:
+                            with contextlib.suppress(Exception):  # never stop the writer
+                                job.then(job.ok)
 
     def _run(self) -> None:
         while True:
