@@ -18,7 +18,7 @@ from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, n
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
-from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer, dump
+from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer
 from .decisions import claim_key, count_problem, decide, prescriber_fax
 from .errors import BridgeError
 from .exchange_rules import missing_for_decision
@@ -237,7 +237,7 @@ class ClaimIntake:
         self.metrics.claims.labels(decision).inc()
         if calls and answer.elapsed_ms > self.settings.outcomes.budget_ms:
             self.metrics.budget_misses.inc()
-        saved = json.dumps(dump(answer))
+        saved = answer.json_text()
 
         def record_answer(db: Database) -> None:
             exchanges.record_answer(db, claim_id, saved, answer.message_source)
