@@ -361,3 +361,22 @@ def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> No
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     assert app.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201
+
+
+def test_the_answers_deferred_record_is_seen_at_once_by_its_readers(app: AppClient) -> None:
+    """The answer's record rides in the next commit (decision 0022); GET of the claim
+    and an Idempotency-Key replay flush it first, so they see it at once."""
+    app.store.defer_seconds = 3600.0  # only a flush or another commit writes it
+    body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    key = {"Idempotency-Key": "5e0b8a52-3c1d-4a7e-9f26-6d1c0b9e4f13"}
+    first = app.post("/v1/claims", json=body, headers=key).json()
+    stored = app.store.query("SELECT answer_json FROM exchanges WHERE id = ?", [first["claim_id"]])
+    assert stored == [{"answer_json": None}]  # deferred: not committed by itself
+    again = app.post("/v1/claims", json=body, headers=key)  # flushes, then reads
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first
+    second = app.post("/v1/claims", json=body).json()
+    stored = app.store.query("SELECT answer_json FROM exchanges WHERE id = ?", [second["claim_id"]])
+    assert stored == [{"answer_json": None}]
+    got = app.get(f"/v1/claims/{second['claim_id']}").json()  # flushes, then reads
+    assert got["answer"]["message"] == second["message"]
