@@ -231,3 +231,20 @@ def test_close_commits_deferred_writes(store_url: str) -> None:
         assert "at close" in _audit_actions(s2)
     finally:
         s2.close()
+
+
+def test_deferred_writes_never_make_a_commit_of_their_own_while_writes_come(store: Store) -> None:
+    """A deferred job queued while a batch commits waits for the next batch of real
+    jobs: it does not make the write() caller commit a second time."""
+    store.defer_seconds = 3600.0
+
+    def job_that_defers(db: object) -> None:
+        _defer_audit(store, "deferred")  # arrives while this batch is committing
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'real')")  # type: ignore[attr-defined]
+
+    before = store.commits
+    store.write(job_that_defers)
+    assert store.commits == before + 1
+    assert "deferred" not in _audit_actions(store)
+    _insert(store, 1)
+    assert store.commits == before + 2 and "deferred" in _audit_actions(store)

@@ -373,24 +373,28 @@ class Store:
             self._wlock.release()
             self._wake.set()  # jobs submitted meanwhile
 
-    def _drain(self) -> None:
-        """Run everything queued, in batches; call holding the write lock."""
+    def _drain(self, *, deferred_alone: bool = False) -> None:
+        """Run everything queued, in batches; call holding the write lock. Deferred jobs
+        ride in a batch of other jobs; only with ``deferred_alone`` (the idle writer,
+        close) are they committed by themselves."""
         self._ensure_writer()
         conn, db = self._wconn, self._wdb
         while True:
             batch: list[_Job] = []
-            later = 0
-            while later < self._max_batch:
-                try:
-                    batch.append(self._later.get_nowait())
-                except queue.Empty:
-                    break
-                later += 1
-            while len(batch) - later < self._max_batch:
+            while len(batch) < self._max_batch:
                 try:
                     batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
+            if not batch and not (deferred_alone and self._later_pending):
+                return
+            later = 0
+            while later < self._max_batch:
+                try:
+                    batch.insert(later, self._later.get_nowait())
+                except queue.Empty:
+                    break
+                later += 1
             if not batch:
                 return
             try:
@@ -413,7 +417,7 @@ class Store:
                 continue
             self._wake.clear()
             with self._wlock:
-                self._drain()
+                self._drain(deferred_alone=True)
                 if self._closed:
                     self._close_writer()
                     return
