@@ -222,7 +222,6 @@ class ClaimIntake:
                                 prescriber_fax=fax,
                             ),
                         )
-            self.wake_queue()
 
         answer = ClaimAnswer(
             claim_id=claim_id,
@@ -254,6 +253,8 @@ class ClaimIntake:
             elapsed_ms=answer.elapsed_ms,
             outcomes_ms=answer.outcomes_elapsed_ms,
         )
+        if reports_queued:  # last: the delivery thread then does not compete with this one
+            self.wake_queue()
         return answer
 
     # ---- Idempotency-Key (decision 0017) ------------------------------------------
