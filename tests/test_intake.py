@@ -364,7 +364,7 @@ def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> No
 
 
 def test_the_answers_deferred_record_is_seen_at_once_by_its_readers(app: AppClient) -> None:
-    """The answer's record rides in the next commit (decision 0022); GET of the claim
+    """The answer's record rides in the next commit (decision 0025); GET of the claim
     and an Idempotency-Key replay flush it first, so they see it at once."""
     app.store.defer_seconds = 3600.0  # only a flush or another commit writes it
     body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))

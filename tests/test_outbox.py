@@ -113,7 +113,7 @@ def test_a_delivered_reports_record_rides_in_the_next_commit_and_is_not_sent_aga
     sqlite_store: Store,
 ) -> None:
     """SQLite (one daemon per file): an outcome report's delivery is recorded with the
-    next commit (decision 0022); meanwhile the daemon knows it is delivered."""
+    next commit (decision 0025); meanwhile the daemon knows it is delivered."""
     store = sqlite_store
     store.defer_seconds = 3600.0  # only another commit or a flush writes it down
     clock = Clock()

@@ -167,7 +167,7 @@ def test_a_write_reported_as_not_stored_is_never_committed_later(tmp_path: Path)
     assert "late" not in ids, "a write answered as not stored was committed"
 
 
-# ---- deferred writes (decision 0022) -----------------------------------------------------
+# ---- deferred writes (decision 0025) -----------------------------------------------------
 
 
 def _open(where: str) -> Store:

@@ -6,7 +6,7 @@ transaction) that accepts the work. A delivery thread of its own runs
 (an Event: no scheduler hop); what must survive a restart is the table.
 
 On SQLite (one daemon per file) the record of a delivered outcome report rides in the
-next commit (``Store.defer``, decision 0022); until it is committed this daemon knows
+next commit (``Store.defer``, decision 0025); until it is committed this daemon knows
 the item is delivered and does not send it again. A crash in that second sends the
 report again after the restart (the service answers it again).
 
@@ -89,7 +89,7 @@ def _still_due(item: items.QueueRow, now: float, horizon: float) -> bool:
 
 def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
-    store.flush()  # deliveries' records may be deferred (decision 0022)
+    store.flush()  # deliveries' records may be deferred (decision 0025)
     return items.summary(store.reader())
 
 
@@ -325,7 +325,7 @@ class Outbox:
 
     # ---- store IT ------------------------------------------------------------
     def list(self, status: str | None = None, limit: int = 200) -> list[items.QueueItem]:
-        self.store.flush()  # deliveries' records may be deferred (decision 0022)
+        self.store.flush()  # deliveries' records may be deferred (decision 0025)
         return list_items(self.store.reader(), status, limit)
 
     def retry(self, item_id: int) -> bool:

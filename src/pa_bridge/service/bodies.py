@@ -29,7 +29,7 @@ from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks import WORKFLOW_RANK
+from ..callbacks.ingest import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
 from ._parse import parse_transmission
 from .errors import BridgeError
@@ -320,6 +320,11 @@ class Pa(BaseModel):
         " from its callbacks, or submitted before pa-bridge kept it)",
     )
     product_id: str | None = Field(default=None, description="407-D7 (the NDC) of that claim")
+    provider_id: str | None = Field(
+        default=None,
+        description="the pharmacy: 201-B1 (service provider id) of that claim (null for a"
+        " PA known only from its callbacks)",
+    )
     urls: list[str] = Field(
         description="the PA's links: those the claim interface answered, then the token "
         "links its callbacks brought"
@@ -406,6 +411,9 @@ class Claim(BaseModel):
     received_at: str
     transaction_code: str | None
     transaction_count: int = Field(ge=1)
+    provider_id: str | None = Field(
+        default=None, description="the pharmacy: 201-B1 (service provider id) of the claim"
+    )
     answer: Annotated[
         dict[str, Any] | None,
         WithJsonSchema(

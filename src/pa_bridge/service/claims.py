@@ -22,6 +22,7 @@ from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer
 from .decisions import claim_key, count_problem, decide, prescriber_fax
 from .errors import BridgeError
 from .exchange_rules import missing_for_decision
+from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["ClaimIntake"]
 
@@ -45,7 +46,9 @@ class ClaimIntake:
         wake_queue: Callable[[], None],
         report_ready: ReportReady | None = None,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.settings = settings
         self.store = store
         self.client = client
@@ -59,11 +62,14 @@ class ClaimIntake:
         body: ClaimExchange | Mapping[str, Any],
         actor: str,
         idempotency_key: str | None = None,
+        scope: Scope = None,
     ) -> ClaimAnswer:
         """The answer for a claim exchange (a JSON body is checked here, so that the
         time spent reading it counts in ``elapsed_ms`` and against the budget). With
         ``idempotency_key``, a key used before answers that claim's answer again (an
-        :class:`idempotency.ReplayedClaimAnswer`), decision 0017."""
+        :class:`idempotency.ReplayedClaimAnswer`), decision 0017. A chain's claim from
+        a pharmacy it does not list, or one ``scope`` does not include, is refused
+        before anything is stored or sent (decision 0022)."""
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
         if not isinstance(body, ClaimExchange):
@@ -79,6 +85,9 @@ class ClaimIntake:
                 "the claim exchange lacks what a decision needs: " + "; ".join(missing),
                 {"missing": missing},
             )
+        creds = self.pharmacies.credentials_for(rv.service_provider_id)  # 422 if unknown
+        check_scope(scope, rv.service_provider_id)
+        api_key = creds.api_key if creds is not None else self.client.api_key
         fp = ""
         if idempotency_key is not None:
             fp = idempotency.fingerprint(
@@ -143,7 +152,7 @@ class ClaimIntake:
                 req,
                 resp,
                 d.index,
-                api_key=self.client.api_key,
+                api_key=api_key,
                 views=(rv, sv),
                 prescriber_fax=prescriber_fax(metadata),
             )
@@ -217,7 +226,7 @@ class ClaimIntake:
                                 req,
                                 resp,
                                 d.index,
-                                api_key=self.client.api_key,
+                                api_key=api_key,
                                 views=(rv, sv),
                                 prescriber_fax=fax,
                             ),
@@ -241,7 +250,7 @@ class ClaimIntake:
         def record_answer(db: Database) -> None:
             exchanges.record_answer(db, claim_id, saved, answer.message_source)
 
-        # rides in the next commit (decision 0022): the exchange is durable already
+        # rides in the next commit (decision 0025): the exchange is durable already
         self.store.defer(record_answer)
         log_event(
             "claim.accepted",

@@ -13,14 +13,16 @@ from typing import Any
 
 import ncpdp
 
-from ..client import PaServiceClient, ServiceError, outcome_variables
+from ..client import Credentials, PaServiceClient, ServiceError, outcome_variables
 from ..config import Settings
 from ..logs import log_event
 from ..outbox import DeliveryFailed, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
 from ..webhooks import WebhookSender
 from .decisions import prescriber_fax
+from .errors import BridgeError
 from .pas import PaService, pa_json
+from .pharmacies import Pharmacies
 
 __all__ = ["READY_MAX", "Deliveries"]
 
@@ -40,7 +42,9 @@ class Deliveries:
         pa_reads: PaService,
         *,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.settings = settings
         self.store = store
         self.client = client
@@ -58,6 +62,15 @@ class Deliveries:
 
     def close(self) -> None:
         self._webhooks.close()
+
+    def _credentials(self, req: ncpdp.Transmission) -> Credentials | None:
+        """The claim's pharmacy's credentials; a pharmacy taken out of ``[[pharmacies]]``
+        while its item waited fails the item for good (``queue list`` shows why; ``queue
+        retry`` once it is back)."""
+        try:
+            return self.pharmacies.credentials_for(req.as_request().service_provider_id)
+        except BridgeError as e:
+            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=False) from None
 
     def report_ready(self, claim_id: str, index: int, variables: Callable[[], Variables]) -> None:
         """Intake's hand-off: how to build the outcome report of transaction ``index`` of
@@ -86,11 +99,12 @@ class Deliveries:
             metadata = json.loads(content["metadata_json"] or "{}")
         except ValueError:
             metadata = {}
+        creds = self._credentials(req)
         return outcome_variables(
             req,
             resp,
             index,
-            api_key=self.client.api_key,
+            api_key=creds.api_key if creds is not None else self.client.api_key,
             prescriber_fax=prescriber_fax(metadata),
         )
 
@@ -105,7 +119,11 @@ class Deliveries:
         if raw is None:
             raise DeliveryFailed("the reversal's content is gone", retryable=False)
         try:
-            self.client.submit_claim(raw, None)
+            creds = self._credentials(ncpdp.parse(raw, strict=False))
+        except ncpdp.ParseError:
+            creds = None  # the client names what is wrong with it
+        try:
+            self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:
             raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
         keys = payload.get("claim_keys") or []

@@ -278,7 +278,7 @@ class Store:
     def defer(
         self, fn: Callable[[Database], Any], then: Callable[[bool], None] | None = None
     ) -> None:
-        """Queue ``fn`` for the next commit without waking anyone (decision 0022): it
+        """Queue ``fn`` for the next commit without waking anyone (decision 0025): it
         rides in the next batch any caller commits, or the writer thread commits it
         after at most ``defer_seconds``. Only for writes a power cut may lose (the
         answer's record of the last second), never for what a caller was promised is

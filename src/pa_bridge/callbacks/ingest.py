@@ -1,4 +1,10 @@
-"""Pharmacy callbacks: store first, acknowledge after the commit, apply in order.
+"""The daemon's side of the callback listener: read what the child hands over, commit
+many callbacks per commit, then say what to answer to each.
+
+200 only after the callback is committed; 503 when it cannot be, so the service
+retries; authenticated bodies that are not the expected JSON are dead-lettered and
+acknowledged. The child's notices of a 401 or a 413 are counted (and the 401s logged
+without flooding the journal); nothing is stored for them.
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
 as the real service sends it (docs/real-service-evidence.md): values may be strings
@@ -25,30 +31,48 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from .logs import log_event
-from .store import Database, Kind, Store, now_iso, pa_history, pas
-from .store import callbacks as kept
-from .store.outbox import enqueue
-from .webhooks import change_payload
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
+from ..logs import log_event
+from ..metrics import Metrics
+from ..store import Database, Kind, Store, StoreUnavailable, now_iso, pa_history, pas
+from ..store import callbacks as kept
+from ..store.outbox import enqueue
+from ..webhooks import change_payload
+from .framing import (
+    KIND_CALLBACK,
+    KIND_TOO_LARGE,
+    KIND_UNAUTHORIZED,
+    Message,
+    internal_error_reply,
+    unavailable_reply,
+)
 
 __all__ = [
+    "PENDING_PREFIX",
     "WORKFLOW_RANK",
-    "claim_match_fields",
-    "fields_agree",
-    "merge_links",
+    "CallbackReceiver",
     "CallbackResult",
     "CallbackService",
-    "parse_callback",
-    "is_newer",
     "CallbackShapeError",
+    "ParsedCallback",
+    "UnauthorizedLog",
+    "claim_match_fields",
+    "fields_agree",
+    "is_newer",
+    "merge_details",
+    "merge_events",
+    "merge_links",
+    "parse_callback",
 ]
 
+
+# ---- what a body says, and the ordering rule (pure) ----------------------------------
 #: Id prefix of a PA we submitted whose answer named none (the empty format), until
 #: its first callback brings the service's id.
 PENDING_PREFIX = "pending-"
@@ -333,13 +357,8 @@ def parse_callback(body: bytes) -> ParsedCallback:
     )
 
 
-@dataclass(frozen=True)
-class CallbackResult:
-    outcome: str  # stored, duplicate, dead_letter
-    pa_id: str | None = None
-
-
-def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PA's events with the new ones not seen before (by type and time)."""
     old = json.loads(old_json) if old_json else []
     seen = {(e.get("type"), e.get("time")) for e in old}
     merged = list(old)
@@ -351,7 +370,17 @@ def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[
     return merged
 
 
+# ---- the commit ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class CallbackResult:
+    outcome: str  # stored, duplicate, dead_letter
+    pa_id: str | None = None
+
+
 class CallbackService:
+    """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
+    letters, and the webhook's queue item in the same transaction when forwarding."""
+
     def __init__(self, store: Store, *, forward: bool, commit_timeout_s: float = 5.0) -> None:
         self.store = store
         self.forward = forward
@@ -445,7 +474,7 @@ class CallbackService:
         new_events = "[]"
         if cb.events:
             new_events = json.dumps(cb.events)
-            merged = _merge_events(row["events_json"] if row else None, cb.events)
+            merged = merge_events(row["events_json"] if row else None, cb.events)
             events_json: str | None = json.dumps(merged)
             deleted = int(any(e["type"] == "DELETE" for e in merged))
             fax_failed = int(
@@ -523,3 +552,110 @@ class CallbackService:
             }
             enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
         return CallbackResult("stored", cb.pa_id)
+
+
+# ---- the answers -------------------------------------------------------------------
+class UnauthorizedLog:
+    """Unauthenticated callback attempts, logged without flooding the journal (issue 19):
+    the first of a spell is logged (``callback.unauthorized``, with its address); the
+    others in the next ``interval_s`` are summed into one line when it ends
+    (``callback.unauthorized_repeated``: ``count``, up to ten ``remotes``). The metric
+    ``pa_bridge_callbacks_total{result="unauthorized"}`` counts every attempt."""
+
+    MAX_REMOTES = 10
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._count = 0
+        self._remotes: set[str] = set()
+
+    def attempt(self, remote: str) -> None:
+        with self._lock:
+            if self._timer is not None:  # within a spell: summed
+                self._count += 1
+                if len(self._remotes) < self.MAX_REMOTES:
+                    self._remotes.add(remote)
+                return
+            self._timer = threading.Timer(self.interval_s, self.flush)
+            self._timer.name = "callbacks-unauthorized-log"
+            self._timer.daemon = True
+            self._timer.start()
+        log_event("callback.unauthorized", level=logging.WARNING, remote=remote)
+
+    def flush(self) -> None:
+        """End the spell: log its sum, if any (at the interval's end, and at stop)."""
+        with self._lock:
+            timer, count, remotes = self._timer, self._count, sorted(self._remotes)
+            self._timer, self._count, self._remotes = None, 0, set()
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if count:
+            log_event(
+                "callback.unauthorized_repeated",
+                level=logging.WARNING,
+                count=count,
+                remotes=remotes,
+                seconds=self.interval_s,
+            )
+
+
+class CallbackReceiver:
+    """Says what to answer to each message of a batch the child handed over, after
+    committing its callbacks together (:meth:`handle`, the :class:`FrameServer`'s
+    handler). ``on_stored`` is called after a commit that stored a callback when the
+    service forwards them (the queue's wake-up)."""
+
+    def __init__(
+        self,
+        service: CallbackService,
+        metrics: Metrics,
+        *,
+        on_stored: Callable[[], None] | None = None,
+        unauthorized_log: UnauthorizedLog | None = None,
+    ) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.on_stored = on_stored
+        self.unauthorized_log = unauthorized_log or UnauthorizedLog()
+        self._counters: dict[str, Any] = {}
+
+    def _count(self, outcome: str) -> None:
+        counter = self._counters.get(outcome)
+        if counter is None:
+            counter = self._counters[outcome] = self.metrics.callbacks.labels(outcome)
+        counter.inc()
+
+    def handle(self, batch: list[Message]) -> list[tuple[int, bytes]]:
+        replies: list[tuple[int, bytes] | None] = [None] * len(batch)
+        items: list[tuple[bytes, str | None]] = []
+        where: list[int] = []
+        for i, msg in enumerate(batch):
+            if msg.kind == KIND_CALLBACK:
+                items.append((msg.body, msg.text or None))
+                where.append(i)
+                continue
+            if msg.kind == KIND_UNAUTHORIZED:
+                self._count("unauthorized")
+                self.unauthorized_log.attempt(msg.text)
+            elif msg.kind == KIND_TOO_LARGE:
+                self._count("too_large")
+            replies[i] = (204, b"")
+        stored = False
+        for i, result in zip(where, self.service.receive_many(items) if items else [], strict=True):
+            if isinstance(result, StoreUnavailable):
+                self._count("unavailable")
+                log_event("callback.not_committed", level=logging.ERROR, error=str(result))
+                replies[i] = unavailable_reply()
+            elif isinstance(result, BaseException):  # a bug: this callback alone gets a 500
+                log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
+                replies[i] = internal_error_reply()
+            else:
+                self._count(result.outcome)
+                stored = stored or result.outcome == "stored"
+                answer = {"status": result.outcome, "pa_id": result.pa_id}
+                replies[i] = (200, json.dumps(answer).encode())
+        if stored and self.service.forward and self.on_stored is not None:
+            self.on_stored()
+        return [r if r is not None else internal_error_reply() for r in replies]
