@@ -13,9 +13,18 @@ same code and message as before (a body field that is not what it should be is
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    WithJsonSchema,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 import ncpdp
@@ -273,6 +282,14 @@ class ClaimAnswer(_Transaction, _ClaimId):
         default=None, description="deviations from the standard the parser tolerated"
     )
     elapsed_ms: float = Field(ge=0)
+    _text: str | None = PrivateAttr(default=None)
+
+    def json_text(self) -> str:
+        """The answer as compact JSON, made once: the body the API sends (as Flask's
+        ``jsonify`` would) and the record the store keeps."""
+        if self._text is None:
+            self._text = json.dumps(dump(self), separators=(",", ":"))
+        return self._text
 
 
 # ---- PAs --------------------------------------------------------------------------------
