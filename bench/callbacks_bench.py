@@ -103,7 +103,7 @@ WAIT_APP = floor_app(
 PARSE_WAIT_APP = WAIT_APP.replace(
     "request.get_data()\n", "parse_callback(request.get_data())\n"
 ).replace(
-    "import queue, sys", "from pa_bridge.callbacks.parse import parse_callback\nimport queue, sys"
+    "import queue, sys", "from pa_bridge.callbacks.ingest import parse_callback\nimport queue, sys"
 )
 
 # The floor of the other design, a writer process that owns SQLite: the bare endpoint

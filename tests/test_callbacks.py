@@ -6,6 +6,7 @@ socket, and the ingest on a temporary store of each engine. The child process it
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import ssl
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import trustme
+from flask.testing import FlaskClient
 
 from pa_bridge.app import create_app, make_client
 from pa_bridge.callbacks.child import start_listener, tls_context_for
@@ -28,8 +30,14 @@ from pa_bridge.callbacks.framing import (
     FrameServer,
     Message,
 )
-from pa_bridge.callbacks.ingest import CallbackReceiver, CallbackService, UnauthorizedLog
-from pa_bridge.callbacks.parse import is_newer, parse_callback
+from pa_bridge.callbacks.ingest import (
+    CallbackReceiver,
+    CallbackService,
+    UnauthorizedLog,
+    is_newer,
+    parse_callback,
+)
+from pa_bridge.client import PaServiceClient
 from pa_bridge.config import Settings, load_settings
 from pa_bridge.metrics import Metrics
 from pa_bridge.service import Services
@@ -71,12 +79,9 @@ class Listener:
     def __init__(self, settings: Settings, store: Store, verify: ssl.SSLContext) -> None:
         self.settings, self.store = settings, store
         self.metrics = Metrics()
-        self._client = make_client(settings)
-        app = create_app(settings, store=store, client=self._client, metrics=self.metrics)
-        self.api = app.test_client()
-        self.services: Services = app.extensions["pa_bridge"]
-        service = CallbackService(store, forward=bool(settings.callbacks.forward_url))
-        self.receiver = CallbackReceiver(service, self.metrics, on_stored=self.services.outbox.wake)
+        self._made: list[tuple[PaServiceClient, Services]] = []
+        service = CallbackService(store, forward=False)  # forwarding: the daemon's test
+        self.receiver = CallbackReceiver(service, self.metrics)
         self.frames = FrameServer(self.receiver.handle).start()
         assert self.frames.directory is not None
         channel = AsyncFrontChannel(self.frames.directory, timeout_s=30.0)
@@ -84,6 +89,20 @@ class Listener:
         self.verify = verify
         self.http = httpx.Client(base_url=self.server.url, verify=verify, timeout=10)
         self.post, self.get, self.base_url = self.http.post, self.http.get, self.http.base_url
+
+    @functools.cached_property
+    def api(self) -> FlaskClient:
+        """The intake app on the same store and metrics (built when a test reads PAs:
+        its clients cost more than the rest of the set-up)."""
+        client = make_client(self.settings)
+        app = create_app(self.settings, store=self.store, client=client, metrics=self.metrics)
+        self._made.append((client, app.extensions["pa_bridge"]))
+        return app.test_client()
+
+    @property
+    def services(self) -> Services:
+        self.api  # noqa: B018 - built on first use
+        return self._made[0][1]
 
     def stop(self) -> None:
         """What the daemon's stop does for the listener: the server (its requests in
@@ -95,8 +114,9 @@ class Listener:
 
     def close(self) -> None:
         self.stop()
-        self.services.close()
-        self._client.close()
+        for client, services in self._made:
+            services.close()
+            client.close()
 
 
 def _listener(ca: trustme.CA, tmp_path: Path, store: Store, **callbacks: Any) -> Iterator[Listener]:

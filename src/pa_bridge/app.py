@@ -57,6 +57,7 @@ def build_services(
             client,
             metrics,
             wake_queue=outbox.wake,
+            report_ready=deliveries.report_ready,
             clock=clock,
             pharmacies=stores,
         ),

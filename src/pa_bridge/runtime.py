@@ -4,6 +4,7 @@ hands over. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -91,7 +92,11 @@ class Daemon:
         # queue's deliverers are registered with the services, which need the client.
         metrics = Metrics()
         outbox = Outbox(self.store, None, s.queue, clock=self.clock)
-        service = CallbackService(self.store, forward=bool(s.callbacks.forward_url))
+        service = CallbackService(
+            self.store,
+            forward=bool(s.callbacks.forward_url),
+            pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
+        )
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
@@ -108,7 +113,7 @@ class Daemon:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
-        self.bridge.outbox.start(self.scheduler)
+        self.bridge.outbox.start()
         self._extra_jobs(self.scheduler)
         if s.service.probe_seconds > 0:
             self.scheduler.add_job(
@@ -219,6 +224,8 @@ class Daemon:
         thread = getattr(sched, "_thread", None)
         if sched is None or not sched.running or (thread is not None and not thread.is_alive()):
             return False
+        if self.bridge is None or not self.bridge.outbox.running:
+            return False
         if self.store is None or not self.store.writer_alive:
             return False
         try:
@@ -241,6 +248,8 @@ class Daemon:
         readiness (503 when one is false); ``degraded`` lists what works but needs
         store IT (answered 200, status ``degraded``)."""
         sched = self.scheduler is not None and self.scheduler.running
+        # the queue's delivery thread counts as part of the scheduling
+        sched = sched and self.bridge is not None and self.bridge.outbox.running
         problem = self.store.problem() if self.store is not None else "not started"
         if problem != self._db_problem:
             if problem is not None:
@@ -375,5 +384,9 @@ class Daemon:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         self.start()
+        # What start-up made (modules, the app, settings) lives as long as the process:
+        # out of the collector's sight, each collection a claim triggers is shorter.
+        gc.collect()
+        gc.freeze()
         while not self._stopped.wait(0.5):
             pass

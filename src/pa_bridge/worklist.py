@@ -188,6 +188,7 @@ def claims_today(
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    bridge.store.flush()  # the answers' records may be deferred (decision 0025)
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
     if not rows:
@@ -383,6 +384,7 @@ def pa_page(
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
     full = bridge.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
+    bridge.store.flush()  # the claim's answer may be deferred (decision 0025)
     row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
     pa = _pa_summary(row, t, hours)

@@ -11,10 +11,10 @@ One module per part, from the network inwards:
   and the daemon's (``FrameServer``, one thread that reads every frame waiting).
 * :mod:`.supervisor`: ``CallbackFront``, which starts the child, restarts it when it
   dies and stops it, in the daemon.
-* :mod:`.parse`: what a callback body says and the ordering rule (pure functions).
-* :mod:`.ingest`: the daemon's side: ``CallbackService`` commits callbacks (dedupe,
-  history, ordering, links, dead letters) and ``CallbackReceiver`` says what to answer
-  to each message of a batch, after the commit.
+* :mod:`.ingest`: the daemon's side: what a body says and the ordering rule (pure
+  functions), ``CallbackService``, which commits callbacks (dedupe, history, ordering,
+  links, dead letters), and ``CallbackReceiver``, which says what to answer to each
+  message of a batch, after the commit.
 
 The composition root (``runtime.py``) builds the receiver on the service and hands
 its ``handle`` to the supervisor. Nothing here imports upward, and the package's

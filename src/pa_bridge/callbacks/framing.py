@@ -127,6 +127,7 @@ class FrameServer:
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._wake: tuple[socket.socket, socket.socket] | None = None
 
     def start(self) -> FrameServer:
         self.directory = tempfile.mkdtemp(prefix="pa-bridge-")  # 0700: only our user connects
@@ -134,6 +135,7 @@ class FrameServer:
         listener.bind(os.path.join(self.directory, SOCKET_NAME))
         listener.listen(128)
         self._listener = listener
+        self._wake = socket.socketpair()  # stop() wakes the thread's select at once
         self._thread = threading.Thread(target=self._serve, name="callbacks-commit", daemon=True)
         self._thread.start()
         return self
@@ -146,26 +148,38 @@ class FrameServer:
         """Stop accepting; the thread ends once every connection is closed (stop the
         child first: its connections close when it exits)."""
         self._stopping.set()
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                self._wake[1].send(b"x")
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if self._wake is not None and not self.alive:
+            for end in self._wake:
+                end.close()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def _serve(self) -> None:
-        assert self._listener is not None
-        listener = self._listener
+        assert self._listener is not None and self._wake is not None
+        listener, wake = self._listener, self._wake[0]
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ)
+        sel.register(wake, selectors.EVENT_READ)
         try:
-            while not self._stopping.is_set() or len(sel.get_map()) > 1:
+            # until stopped and the child's connections are closed (listener, wake left)
+            while not self._stopping.is_set() or len(sel.get_map()) > 2:
                 batch: list[Message] = []
                 conns: list[socket.socket] = []
                 for key, _ in sel.select(timeout=0.2):
                     sock = key.fileobj
                     assert isinstance(sock, socket.socket)
+                    if sock is wake:  # stop() was called: stopping is set
+                        with contextlib.suppress(OSError):
+                            wake.recv(64)
+                        continue
                     if sock is listener:
                         with contextlib.suppress(OSError):
                             conn, _ = listener.accept()
@@ -196,8 +210,9 @@ class FrameServer:
                         sock.close()
         finally:
             for key in list(sel.get_map().values()):
-                with contextlib.suppress(OSError):
-                    key.fileobj.close()  # type: ignore[union-attr]
+                if key.fileobj is not wake:
+                    with contextlib.suppress(OSError):
+                        key.fileobj.close()  # type: ignore[union-attr]
             sel.close()
 
 

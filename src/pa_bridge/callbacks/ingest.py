@@ -1,21 +1,48 @@
-"""The daemon's side of the callback listener: commit what the child hands over, many
-callbacks per commit, then say what to answer to each.
+"""The daemon's side of the callback listener: read what the child hands over, commit
+many callbacks per commit, then say what to answer to each.
 
 200 only after the callback is committed; 503 when it cannot be, so the service
 retries; authenticated bodies that are not the expected JSON are dead-lettered and
 acknowledged. The child's notices of a 401 or a 413 are counted (and the 401s logged
 without flooding the journal); nothing is stored for them.
+
+The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
+as the real service sends it (docs/real-service-evidence.md): values may be strings
+where the type is a number or boolean, ``plan_outcome`` may be null, ``events`` is
+``[]`` on a plain status change, there is no ``updated_at`` and no delivery id, and
+fields we do not know are tolerated.
+
+The ordering rule (decision 0005, also in the README): a callback moves a PA's
+*current* status only when it is newer. Newer means, in this order:
+
+1. a later place in the workflow: the workflow status (New < PA Request < PA Response
+   < ..., see ``WORKFLOW_RANK``), then the outcome (null < Pending < a determination);
+2. on the same place, a later event time (the latest parseable ``events[].time``, or
+   an ``updated_at`` if a body ever carries one), when both sides have one;
+3. otherwise arrival: the callback that arrives later wins.
+
+Every callback is still kept, once, in the PA's history in arrival order (with its
+event time). The PA's links (``html_url``, ``tokens[].html_url``, ``pdf_url``) are kept
+from every callback, so a PA first heard of in a callback can be opened.
+
+A PA without a store gets one from the body's ``pharmacy`` block when it names a store
+of ``[[pharmacies]]`` (its ``ncpdpid``, else its ``npi``), and a PA without a product id
+gets ``prescription.ndc`` when that is an 11-digit NDC; neither is ever overwritten
+(a submit's claim says it first, decision 0022).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..logs import log_event
 from ..metrics import Metrics
 from ..store import Database, Kind, Store, StoreUnavailable, now_iso, pa_history, pas
@@ -30,21 +57,365 @@ from .framing import (
     internal_error_reply,
     unavailable_reply,
 )
-from .parse import (
-    PENDING_PREFIX,
-    CallbackShapeError,
-    ParsedCallback,
-    fields_agree,
-    is_newer,
-    merge_details,
-    merge_events,
-    merge_links,
-    parse_callback,
-)
 
-__all__ = ["CallbackReceiver", "CallbackResult", "CallbackService", "UnauthorizedLog"]
+__all__ = [
+    "PENDING_PREFIX",
+    "WORKFLOW_RANK",
+    "CallbackReceiver",
+    "CallbackResult",
+    "CallbackService",
+    "CallbackShapeError",
+    "ParsedCallback",
+    "UnauthorizedLog",
+    "claim_match_fields",
+    "fields_agree",
+    "is_newer",
+    "merge_details",
+    "merge_events",
+    "merge_links",
+    "parse_callback",
+]
 
 
+# ---- what a body says, and the ordering rule (pure) ----------------------------------
+#: Id prefix of a PA we submitted whose answer named none (the empty format), until
+#: its first callback brings the service's id.
+PENDING_PREFIX = "pending-"
+
+#: Place of each workflow status in its workflow (ePA and classic share New/Archived).
+WORKFLOW_RANK: dict[str, int] = {
+    "New": 0,
+    "Shared": 1,
+    "Shared \\ Accessed Online": 2,
+    "PA Request": 2,
+    "Question Request": 2,
+    "Sent to Plan": 3,
+    "Question Response": 3,
+    "PA Response": 4,
+    "Appealed": 5,
+    "Appeal Request": 5,
+    "Appeal Response": 6,
+    "Cancel Request Sent": 7,
+    "Provider Cancel": 8,
+    "Expired": 8,
+    "Failure": 8,
+    "Archived": 9,
+}
+_OUTCOME_RANK = {None: 0, "": 0, "Pending": 1, "Unsent": 1, "N/A": 2}
+
+
+def _outcome_rank(outcome: str | None) -> int:
+    return _OUTCOME_RANK.get(outcome, 2)
+
+
+def _time_key(value: str | None) -> datetime | None:
+    """An event time as an aware datetime, or None when it is not ISO 8601 (the
+    evidence's DELETE event carries the literal string "time")."""
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def is_newer(
+    new: tuple[str | None, str | None, str | None],
+    current: tuple[str | None, str | None, str | None],
+) -> bool:
+    """(event_time, workflow_status, plan_outcome) of a callback that arrives now vs the
+    PA's current: workflow order, then event times, then arrival (see the module doc).
+    A status we do not know has no place in the workflow: it is ordered by time and
+    arrival only."""
+    nt, ns, no = new
+    ct, cs, co = current
+    if cs is None:
+        return True
+    nr, cr = WORKFLOW_RANK.get(ns or ""), WORKFLOW_RANK.get(cs or "")
+    if nr is not None and cr is not None and nr != cr:
+        return nr > cr
+    if nr is not None and cr is not None and _outcome_rank(no) != _outcome_rank(co):
+        return _outcome_rank(no) > _outcome_rank(co)
+    ntk, ctk = _time_key(nt), _time_key(ct)
+    if ntk is not None and ctk is not None and ntk != ctk:
+        return ntk > ctk
+    return True  # arrival: the later one
+
+
+class CallbackShapeError(ValueError):
+    """Authenticated body that is not the expected JSON: goes to the dead letters."""
+
+
+@dataclass(frozen=True)
+class ParsedCallback:
+    pa_id: str
+    workflow_status: str | None
+    plan_outcome: str | None
+    event_time: str | None
+    events: list[dict[str, Any]]
+    dedupe_key: str
+    #: html_url, pdf_url, token_urls (list): the PA's links, no PHI
+    links: dict[str, Any] = field(default_factory=dict)
+    #: payer, pharmacy and drug identifiers to match a PA submitted without an id
+    match: dict[str, str] = field(default_factory=dict)
+    #: what the console shows beyond the status (see ``_details``), no PHI
+    details: dict[str, Any] = field(default_factory=dict)
+    #: the pharmacy block's ``ncpdpid`` and ``npi`` (store ids, not a person's), in order
+    pharmacy_ids: tuple[str, ...] = ()
+    #: ``prescription.ndc`` when it is an 11-digit NDC (hyphens dropped), else None
+    ndc: str | None = None
+
+
+def _text(value: Any) -> str | None:
+    """A scalar as the service's string (numbers and booleans may come either way)."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value).strip()
+    return text or None
+
+
+def _url(value: Any) -> str | None:
+    text = _text(value)
+    return text if text and text.lower().startswith(("http://", "https://")) else None
+
+
+def _links(req: dict[str, Any]) -> dict[str, Any]:
+    links: dict[str, Any] = {}
+    for key in ("html_url", "pdf_url"):
+        url = _url(req.get(key))
+        if url:
+            links[key] = url
+    tokens = req.get("tokens")
+    token_urls = []
+    if isinstance(tokens, list):
+        for t in tokens:
+            if isinstance(t, dict):
+                url = _url(t.get("html_url"))
+                if url:
+                    token_urls.append(url)
+    if token_urls:
+        links["token_urls"] = token_urls
+    return links
+
+
+def _details(req: dict[str, Any]) -> dict[str, Any]:
+    """The approval period, the drug's name and strength, and ePA or classic: what the
+    console shows beyond the status. Never the patient, prescriber or pharmacy."""
+    out: dict[str, Any] = {}
+    period = req.get("authorization_period")
+    if isinstance(period, dict):
+        for key in ("effective_date", "expiration_date"):
+            v = _text(period.get(key))
+            if v:
+                out[key] = v[:40]
+    rx = req.get("prescription")
+    if isinstance(rx, dict):
+        for key, name in (("name", "drug_name"), ("strength", "drug_strength")):
+            v = _text(rx.get(key))
+            if v:
+                out[name] = v[:200]
+    epa = _text(req.get("is_epa"))
+    if epa in ("true", "false"):
+        out["is_epa"] = epa == "true"
+    return out
+
+
+def _stored_object(text: str | None) -> dict[str, Any]:
+    """A JSON object stored in a column, or ``{}`` for nothing or anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
+    """The PA's details with the newest callback's values over the older ones."""
+    merged = _stored_object(old_json)
+    merged.update(new)
+    return json.dumps(merged)
+
+
+def _digits_key(value: str | None) -> str:
+    return (value or "").strip().lstrip("0")
+
+
+def _callback_match(req: dict[str, Any]) -> dict[str, str]:
+    """What a callback says about the claim behind it (no PHI): BIN, PCN, group,
+    pharmacy id, NDC, Rx number, when it carries them."""
+    out: dict[str, str] = {}
+
+    def block(name: str) -> dict[str, Any]:
+        value = req.get(name)
+        return value if isinstance(value, dict) else {}
+
+    payer, rx = block("payer"), block("prescription")
+    for key in ("bin", "pcn", "group_id"):
+        v = _text(payer.get(key))
+        if v:
+            out[key] = v.upper()
+    ids = _pharmacy_ids(req)
+    if ids:  # the claim's 201-B1 may be either: its NCPDP id or its NPI
+        out["provider"] = ids[0]
+    if len(ids) > 1:
+        out["provider_alt"] = ids[1]
+    ndc = _text(rx.get("ndc"))
+    if not ndc:
+        drug = _text(rx.get("drug_id")) or ""
+        ndc = drug if len(drug) == 11 and drug.isdigit() else None  # else a 6-digit ddid
+    if ndc:
+        out["ndc"] = ndc
+    ref = _text(rx.get("prescription_reference"))
+    if ref:
+        out["rx"] = _digits_key(ref)
+    return out
+
+
+def _pharmacy_ids(req: dict[str, Any]) -> tuple[str, ...]:
+    """The pharmacy block's NCPDP id, then its NPI: the candidates for its store."""
+    block = req.get("pharmacy")
+    if not isinstance(block, dict):
+        return ()
+    found: list[str] = []
+    for key in ("ncpdpid", "npi"):
+        value = block.get(key)
+        v = None if isinstance(value, bool) else _text(value)
+        if v and v not in found:
+            found.append(v)
+    return tuple(found)
+
+
+def _ndc11(req: dict[str, Any]) -> str | None:
+    """``prescription.ndc`` as the claim's 407-D7 would have it: 11 digits (an NDC
+    written 5-4-2 with hyphens is the same code). ``drug_id`` is not read: the real
+    service sends a 6-digit drug id there (real-service-evidence.md)."""
+    rx = req.get("prescription")
+    if not isinstance(rx, dict) or isinstance(rx.get("ndc"), bool):
+        return None
+    ndc = (_text(rx.get("ndc")) or "").replace("-", "")
+    return ndc if len(ndc) == 11 and ndc.isdigit() and ndc.isascii() else None
+
+
+def claim_match_fields(
+    bin_: str | None, pcn: str | None, group_id: str | None, provider: str | None,
+    ndc: str | None, rx_number: str | None,
+) -> dict[str, str]:  # fmt: skip
+    """The same identifiers from our side (the claim as sent, overrides applied)."""
+    out = {
+        "bin": (bin_ or "").strip().upper(),
+        "pcn": (pcn or "").strip().upper(),
+        "group_id": (group_id or "").strip().upper(),
+        "provider": (provider or "").strip(),
+        "ndc": (ndc or "").strip(),
+        "rx": _digits_key(rx_number),
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Both name the same BIN, and every other identifier both have is equal; the
+    pharmacy agrees when one of a side's ids (a callback may name its NCPDP id and its
+    NPI, ``provider_alt``) is one of the other's."""
+    if not a.get("bin") or a.get("bin") != b.get("bin"):
+        return False
+    if "provider" in a and "provider" in b:
+        mine = {a["provider"], a.get("provider_alt")} - {None}
+        if not mine & {b["provider"], b.get("provider_alt")}:
+            return False
+    skip = {"provider", "provider_alt"}
+    return all(a[k] == b[k] for k in (a.keys() & b.keys()) - skip)
+
+
+def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The PA's links: the newest html_url and pdf_url, every token link seen."""
+    merged = _stored_object(old_json)
+    for key in ("html_url", "pdf_url"):
+        if new.get(key):
+            merged[key] = new[key]
+    tokens = list(merged.get("token_urls") or [])
+    for url in new.get("token_urls") or []:
+        if url not in tokens:
+            tokens.append(url)
+    if tokens:
+        merged["token_urls"] = tokens
+    return merged
+
+
+def parse_callback(body: bytes) -> ParsedCallback:
+    try:
+        doc = loads_bounded(body)
+    except TooDeep:
+        # a callback is a few levels deep; a thousand would fail the decoder and with
+        # it the whole commit batch: kept as a dead letter instead (issue 19)
+        raise CallbackShapeError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise CallbackShapeError("not JSON") from None
+    if not isinstance(doc, dict):
+        raise CallbackShapeError("not a JSON object")
+    req = doc.get("request", doc)
+    if not isinstance(req, dict):
+        raise CallbackShapeError("'request' is not an object")
+    pa_id = _text(req.get("id"))
+    if pa_id is None or isinstance(req.get("id"), bool):
+        raise CallbackShapeError("no PA id")
+    for key in ("workflow_status", "plan_outcome"):
+        if isinstance(req.get(key), dict | list):
+            raise CallbackShapeError(f"{key} is not a string")
+    status = _text(req.get("workflow_status"))
+    outcome = _text(req.get("plan_outcome"))
+    if outcome is not None and outcome.lower() == "null":
+        outcome = None
+    raw_events = req.get("events") or []
+    if not isinstance(raw_events, list):
+        raise CallbackShapeError("events is not a list")
+    events = []
+    for e in raw_events:
+        if isinstance(e, dict) and _text(e.get("type")):
+            # keep type and time only: remote_user may name a person
+            events.append({"type": _text(e.get("type")), "time": _text(e.get("time"))})
+    timed = [(tk, e["time"]) for e in events if (tk := _time_key(e["time"])) is not None]
+    updated = _text(req.get("updated_at"))
+    if _time_key(updated) is None:
+        updated = None
+    event_time = updated or (max(timed)[1] if timed else None)
+    delivery = doc.get("delivery_id") or req.get("delivery_id")
+    if isinstance(delivery, str | int) and not isinstance(delivery, bool) and str(delivery):
+        key = f"delivery:{delivery}"
+    else:
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return ParsedCallback(
+        pa_id,
+        status,
+        outcome,
+        event_time,
+        events,
+        key,
+        _links(req),
+        _callback_match(req),
+        _details(req),
+        _pharmacy_ids(req),
+        _ndc11(req),
+    )
+
+
+def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PA's events with the new ones not seen before (by type and time)."""
+    old = json.loads(old_json) if old_json else []
+    seen = {(e.get("type"), e.get("time")) for e in old}
+    merged = list(old)
+    for e in new:
+        k = (e.get("type"), e.get("time"))
+        if k not in seen:
+            seen.add(k)
+            merged.append(e)
+    return merged
+
+
+# ---- the commit ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class CallbackResult:
     outcome: str  # stored, duplicate, dead_letter
@@ -53,12 +424,30 @@ class CallbackResult:
 
 class CallbackService:
     """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
-    letters, and the webhook's queue item in the same transaction when forwarding."""
+    letters, and the webhook's queue item in the same transaction when forwarding.
 
-    def __init__(self, store: Store, *, forward: bool, commit_timeout_s: float = 5.0) -> None:
+    ``pharmacies``: the provider ids of ``[[pharmacies]]`` (the composition root passes
+    them; none for a single store). A PA without a store takes the one its callback's
+    pharmacy block names, when it is one of these."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        forward: bool,
+        commit_timeout_s: float = 5.0,
+        pharmacies: Iterable[str] = (),
+    ) -> None:
         self.store = store
         self.forward = forward
         self.commit_timeout_s = commit_timeout_s
+        self.pharmacies = frozenset(p.strip() for p in pharmacies)
+
+    def store_of(self, cb: ParsedCallback) -> str | None:
+        """The configured store the callback's pharmacy block names (NCPDP id first),
+        or None: no ``[[pharmacies]]`` (a single store: nothing filters by store), no
+        block, or a store this deployment does not list."""
+        return next((p for p in cb.pharmacy_ids if p in self.pharmacies), None)
 
     def receive_many(
         self, items: list[tuple[bytes, str | None]]
@@ -198,7 +587,10 @@ class CallbackService:
         }
         # a PA we did not start (or whose submit we have not stored): kept all the same
         record = pas.insert_from_callback if row is None else pas.update_from_callback
-        record(db, cb.pa_id, state, now=now, seq=seq)
+        # the store and the NDC only where the PA has none (never over a submit's)
+        record(
+            db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
+        )
         pa_history.add(
             db,
             cb.pa_id,
@@ -228,6 +620,7 @@ class CallbackService:
         return CallbackResult("stored", cb.pa_id)
 
 
+# ---- the answers -------------------------------------------------------------------
 class UnauthorizedLog:
     """Unauthenticated callback attempts, logged without flooding the journal (issue 19):
     the first of a spell is logged (``callback.unauthorized``, with its address); the

@@ -71,4 +71,5 @@ class Services:
         }
 
     def close(self) -> None:
+        self.outbox.stop()
         self.deliveries.close()

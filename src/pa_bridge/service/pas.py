@@ -13,7 +13,7 @@ from typing import Any, cast
 import ncpdp
 
 from .. import policy
-from ..callbacks.parse import PENDING_PREFIX, claim_match_fields, fields_agree
+from ..callbacks.ingest import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
 from ..metrics import Metrics
@@ -454,6 +454,7 @@ class PaService:
 
     def get_claim(self, claim_id: str, scope: Scope = None) -> Claim:
         """``GET /v1/claims/{claim_id}``: what was answered, and the claim's PA(s)."""
+        self.store.flush()  # the answer's record may be deferred (decision 0025)
         ex = self._exchange(claim_id, scope)
         found = self._claim_pas(ex)
         by_index = {i: row["id"] for i, row in found}

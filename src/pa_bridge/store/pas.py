@@ -273,14 +273,19 @@ def insert_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None
 
 
 def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
-    """Tie a PA known already (a callback came first, or a duplicate) to the claim."""
+    """Tie a PA known already (a callback came first, or a duplicate) to the claim.
+
+    The store is the first claim's: a PA not tied to a claim yet takes this claim's
+    201-B1 over the one its callback named (the claim's credentials are the truth);
+    one tied already keeps its own."""
     db.conn.execute(
         "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
         " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
-        " provider_id = coalesce(provider_id, ?), matched = 1, updated_at = ?, change_seq = ?"
+        " provider_id = CASE WHEN claim_id IS NULL THEN coalesce(?, provider_id)"
+        " ELSE coalesce(provider_id, ?) END, matched = 1, updated_at = ?, change_seq = ?"
         " WHERE id = ?",
         [pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
-         pa["links_json"], pa["provider_id"], now, seq, pa["pa_id"]],
+         pa["links_json"], pa["provider_id"], pa["provider_id"], now, seq, pa["pa_id"]],
     )  # fmt: skip
 
 
@@ -319,28 +324,48 @@ def rename(db: Database, old: str, new: str) -> None:
 
 
 def insert_from_callback(
-    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
+    db: Database,
+    pa_id: str,
+    state: CallbackState,
+    *,
+    now: str,
+    seq: int,
+    provider_id: str | None = None,
+    product_id: str | None = None,
 ) -> None:
-    """A PA we did not start (or whose submit we have not stored yet)."""
+    """A PA we did not start (or whose submit we have not stored yet), with the store
+    and the NDC its callback names, if any."""
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json,"
+        " provider_id, product_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (pa_id, state["urls_json"], state["workflow_status"], state["plan_outcome"],
          state["status_time"], state["deleted"], now, now, seq, state["events_json"],
-         state["fax_failed"], state["links_json"], state["details_json"] or "{}"),
+         state["fax_failed"], state["links_json"], state["details_json"] or "{}",
+         provider_id, product_id),
     )  # fmt: skip
 
 
 def update_from_callback(
-    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
+    db: Database,
+    pa_id: str,
+    state: CallbackState,
+    *,
+    now: str,
+    seq: int,
+    provider_id: str | None = None,
+    product_id: str | None = None,
 ) -> None:
-    """``state["details_json"]`` None: keep what the PA has."""
+    """``state["details_json"]`` None: keep what the PA has. ``provider_id`` and
+    ``product_id`` fill the PA's only where it has none (a submit's are never
+    overwritten)."""
     db.conn.execute(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-        " urls_json = ?, details_json = coalesce(?, details_json) WHERE id = ?",
+        " urls_json = ?, details_json = coalesce(?, details_json),"
+        " provider_id = coalesce(provider_id, ?), product_id = coalesce(product_id, ?) WHERE id = ?",
         (state["workflow_status"], state["plan_outcome"], state["status_time"],
          state["events_json"], state["deleted"], state["fax_failed"], now, seq,
-         state["links_json"], state["urls_json"], state["details_json"], pa_id),
+         state["links_json"], state["urls_json"], state["details_json"], provider_id,
+         product_id, pa_id),
     )  # fmt: skip

@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..service import BridgeError, Services, idempotency
-from ..service.bodies import dump
+from ..service.bodies import ClaimAnswer, dump
 from ..service.pharmacies import Scope
 from . import console, openapi
 from .errors import error_response, install_error_handlers
@@ -145,7 +145,10 @@ def _idempotency_key() -> str | None:
 
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
-    resp = jsonify(dump(model))
+    if isinstance(model, ClaimAnswer):  # its JSON is made once, for the store too
+        resp = Response(model.json_text() + "\n", mimetype="application/json")
+    else:
+        resp = jsonify(dump(model))
     if isinstance(model, idempotency.Replayed):
         resp.headers["Idempotent-Replayed"] = "true"
     return resp, status
