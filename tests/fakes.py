@@ -239,15 +239,6 @@ def json_reply(status: int, data: Any, **kw: Any) -> Reply:
     return Reply(status=status, body=json.dumps(data).encode(), **kw)
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound then released)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
 class CallbackReceiver:
     """Records callbacks at ``/callbacks``. ``fail_first``: answer 500 that many times
     first. ``username``/``password``: demand those HTTP Basic credentials (401 else)."""

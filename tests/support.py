@@ -4,6 +4,7 @@ real subprocess, and a small recording fake of the PA service."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -37,10 +38,23 @@ NO_SERVICE = {
 }
 
 
+#: ports handed out by free_port(): below Linux's ephemeral range (32768-60999), so an
+#: outgoing connection's local port (the kernel draws those from that range) never takes
+#: a port between the test choosing it and the daemon binding it
+_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, for a process a test starts next."""
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {_PORTS}")
 
 
 def pa_bridge_process(

@@ -65,7 +65,8 @@ from .builders import (
     request_bytes,
     response,
 )
-from .fakes import FakeHttpServer, Reply, free_port, json_reply, wait_until
+from .fakes import FakeHttpServer, Reply, json_reply, wait_until
+from .support import free_port
 
 SECRETS = (SANDBOX_PASSWORD, SANDBOX_API_KEY)
 PHI = (PATIENT_FIRST, PATIENT_LAST, PATIENT_DOB, CARDHOLDER_ID)

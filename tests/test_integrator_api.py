@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests import builders as b
-from tests.fakes import FakeHttpServer, RecordedRequest, Reply, free_port
-from tests.support import wait_until
+from tests.fakes import FakeHttpServer, RecordedRequest, Reply
+from tests.support import free_port, wait_until
 
 PORTAL = "https://portal.example.test"
 

@@ -25,6 +25,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -138,10 +139,14 @@ class PgStore(Store):
         """On PostgreSQL a deferred write is committed at once, in the background, as
         before decision 0025: every daemon of the fleet reads what any of them wrote,
         so a claim's answer must not wait a second to be seen by the daemon that
-        answers the dispensing system's next request."""
+        answers the dispensing system's next request. :meth:`flush` waits for it."""
         future = self.submit(fn)
+        with self._state_lock:
+            self._in_background.add(future)
 
         def settled(f: Future[Any]) -> None:
+            with self._state_lock:
+                self._in_background.discard(f)
             ok = f.exception() is None
             if not ok:
                 self.deferred_lost += 1
@@ -149,6 +154,16 @@ class PgStore(Store):
                 then(ok)
 
         future.add_done_callback(settled)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait for the deferred writes still committing (this daemon's; another
+        daemon's reader sees them once they are committed, a few milliseconds on)."""
+        with self._state_lock:
+            waiting = list(self._in_background)
+        if not waiting:
+            return True
+        done, _ = futures_wait(waiting, timeout=timeout)
+        return len(done) == len(waiting) and all(f.exception() is None for f in done)
 
     def __init__(
         self,
@@ -163,6 +178,8 @@ class PgStore(Store):
         self.location = redact_url(url)
         self.path = Path(self.location)  # the SQLite-file tools refuse it: no such file
         self._connect_timeout = max(1, int(connect_timeout_s))
+        #: deferred writes committing in the background (flush() waits for them)
+        self._in_background: set[Future[Any]] = set()
         self._lock_timeout_ms = lock_timeout_ms
         try:
             self._wconn = self._connect()
