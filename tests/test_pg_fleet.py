@@ -32,19 +32,20 @@ def fleet(pg_url: str) -> Iterator[list[PgStore]]:
             s.close()
 
 
+_NEW_STATE: pas.CallbackState = {
+    "workflow_status": "New", "plan_outcome": None, "status_time": None,
+    "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+    "urls_json": "[]", "details_json": None,
+}  # fmt: skip
+
+
 def _pa_change(store: PgStore, pa_id: str, hold: threading.Event | None = None) -> int:
     """Insert a PA (a feed change) in a write job; ``hold`` keeps the transaction open
     after the position is taken, as a slow batch on a busy daemon does."""
 
     def job(db: Database) -> int:
         seq = store.next_seq(db)
-        now = now_iso()
-        state: pas.CallbackState = {
-            "workflow_status": "New", "plan_outcome": None, "status_time": None,
-            "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
-            "urls_json": "[]", "details_json": None,
-        }  # fmt: skip
-        pas.insert_from_callback(db, pa_id, state, now=now, seq=seq)
+        pas.insert_from_callback(db, pa_id, _NEW_STATE, now=now_iso(), seq=seq)
         if hold is not None:
             assert hold.wait(10)
         return seq
@@ -103,6 +104,33 @@ def test_feed_positions_follow_commit_order_across_daemons(fleet: list[PgStore])
         seen += [r["id"] for r in rows]
         cursor = rows[-1]["change_seq"] if rows else cursor
     assert seen == ["pa-a", "pa-b"]
+
+
+def test_positions_counted_within_a_batch_are_written_back_for_the_next_daemon(
+    fleet: list[PgStore],
+) -> None:
+    """A batch takes the counter row once and counts its further positions itself; the
+    row must end at the batch's last one. With the floor far ahead of the clock (as
+    after a restore) the clock cannot hide a row left at the batch's first position."""
+    one, two, _ = fleet
+    floor = int(time.time() * 1_000_000) + 3_600_000_000
+    one.write(lambda db: meta.put(db, "feed.seq_floor", str(floor)))
+
+    def change(pa_id: str) -> Any:
+        def job(db: Database) -> int:
+            seq = one.next_seq(db)
+            pas.insert_from_callback(db, pa_id, _NEW_STATE, now=now_iso(), seq=seq)
+            return seq
+
+        return job
+
+    results = one.write_all([change(f"pa-{i}") for i in range(5)])
+    seqs = [value for ok, value in results if ok]
+    assert len(seqs) == 5 and seqs == sorted(set(seqs)) and seqs[0] >= floor
+    later = _pa_change(two, "pa-later")
+    assert later > seqs[-1]
+    rows = pas.since(two.reader(), 0, 100)
+    assert [r["id"] for r in rows] == [*(f"pa-{i}" for i in range(5)), "pa-later"]
 
 
 def test_feed_read_in_a_loop_while_three_daemons_write_sees_every_change_once(

@@ -5,6 +5,7 @@ import sqlite3
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,50 @@ def test_a_failing_job_rolls_back_only_itself(store: Store) -> None:
     good.result(5)
     actions = {r["action"] for r in store.query("SELECT action FROM audit")}
     assert actions == {"kept"}
+
+
+def test_a_failing_statement_whose_result_nobody_reads_fails_only_its_own_job(
+    store: Store,
+) -> None:
+    """On PostgreSQL the batch's statements are pipelined: an error arrives after the
+    job that caused it has returned. It must still fail that job alone."""
+
+    def bad(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'half')")
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+        return "bad returned"
+
+    def good(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
+        return "good"
+
+    (g1, b_, g2) = store.write_all([good, bad, good])
+    assert g1 == (True, "good") and g2 == (True, "good")
+    assert b_[0] is False and isinstance(b_[1], Exception)
+    actions = sorted(r["action"] for r in store.query("SELECT action FROM audit"))
+    assert actions == ["kept", "kept"]
+
+
+def test_a_job_that_swallows_a_failed_statement_never_loses_the_batch(store: Store) -> None:
+    """A failed statement aborts a PostgreSQL transaction, and COMMIT then rolls it back
+    without an error: every job reported as stored must be stored all the same."""
+
+    def swallowing(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'swallower')")
+        try:
+            db.execute("SELECT * FROM no_such_table").fetchall()
+        except Exception:  # noqa: BLE001 - the point of the test
+            pass
+        return "swallowed"
+
+    def good(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
+        return "good"
+
+    results = store.write_all([good, swallowing])  # the swallower last in the batch
+    stored = {r["action"] for r in store.query("SELECT action FROM audit")}
+    assert results[0] == (True, "good") and "kept" in stored
+    assert (results[1][0] is True) == ("swallower" in stored)
 
 
 def test_writes_survive_reopen(tmp_path: Path) -> None:

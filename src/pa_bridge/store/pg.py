@@ -48,6 +48,25 @@ def _pg_sql(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+class _Cursor(psycopg.Cursor[Any]):
+    """A cursor whose ``rowcount`` and ``description`` are right in pipeline mode too.
+
+    In pipeline mode (the write path's fast attempt) a statement's result arrives only
+    when something asks for it; psycopg's fetch methods wait for it, its ``rowcount``
+    and ``description`` do not. These two wait for it as well, so table functions need
+    not know whether the statements they send are pipelined."""
+
+    @property
+    def rowcount(self) -> int:
+        self._fetch_pipeline()
+        return super().rowcount
+
+    @property
+    def description(self) -> list[psycopg.Column] | None:
+        self._fetch_pipeline()
+        return super().description
+
+
 class _PgConn:
     """``execute(sql, params)`` with ``?`` placeholders on a psycopg connection."""
 
@@ -97,6 +116,7 @@ def connect(
     return psycopg.connect(
         url,
         autocommit=True,
+        cursor_factory=_Cursor,
         connect_timeout=max(1, int(timeout_s)),
         options=options,
         application_name="pa-bridge",
@@ -121,6 +141,7 @@ def redact_url(url: str) -> str:
 _FAILING = ("08", "53", "57", "58", "25006")
 #: a batch that hit one of these lost to another daemon's transaction: run it again
 _RETRY = ("40001", "40P01")
+_IN_ERROR = psycopg.pq.TransactionStatus.INERROR
 
 
 class PgStore(Store):
@@ -144,6 +165,11 @@ class PgStore(Store):
         self.path = Path(self.location)  # the SQLite-file tools refuse it: no such file
         self._connect_timeout = max(1, int(connect_timeout_s))
         self._lock_timeout_ms = lock_timeout_ms
+        #: in the fast attempt: this transaction holds the feed's counter row, and the
+        #: last position it handed out / wrote to the row (see next_seq)
+        self._fast = False
+        self._held_seq: int | None = None
+        self._written_seq: int | None = None
         try:
             self._wconn = self._connect()
             schema.apply(self._wconn)
@@ -198,6 +224,42 @@ class PgStore(Store):
         self.last_error = (str(err), time.monotonic())
         return err
 
+    def _attempt(
+        self, conn: Any, db: Any, batch: list[_Job], *, savepoints: bool
+    ) -> list[tuple[_Job, bool, Any]] | None:
+        """The fast attempt (no savepoints) runs in psycopg's pipeline mode: a statement
+        whose result no job reads is sent without waiting for its answer, so a batch
+        costs a round trip per statement whose result is read, not per statement. A
+        failure then shows at a later statement or at the pipeline's end rather than
+        where it happened; the fast attempt only needs to know that something failed
+        (the batch is rolled back and run again with a savepoint per job, outside the
+        pipeline, which names the failing job)."""
+        self._held_seq = self._written_seq = None
+        if savepoints:
+            return super()._attempt(conn, db, batch, savepoints=True)
+        self._fast = True
+        try:
+            with conn.pipeline():
+                results = super()._attempt(conn, db, batch, savepoints=False)
+                if results is not None and all(ok for _, ok, _ in results):
+                    self._write_held_seq(db)
+        except psycopg.Error as e:
+            return [(batch[0], False, self._as_unavailable(e))] if batch else None
+        finally:
+            self._fast = False
+            self._held_seq = None
+        if results is not None and conn.info.transaction_status == _IN_ERROR:
+            # a statement failed and a job swallowed the error: COMMIT would roll back
+            # without a word, so the batch goes the savepoint way, which finds the job
+            err = StoreUnavailable("a statement of the batch failed")
+            return [(batch[0], False, err)] if batch else None
+        return results
+
+    def _write_held_seq(self, db: Any) -> None:
+        if self._held_seq is not None and self._held_seq != self._written_seq:
+            db.conn.execute("UPDATE feed_clock SET seq = ?", [self._held_seq])
+            self._written_seq = self._held_seq
+
     def next_seq(self, db: Any) -> int:
         """The next position of the PA feed; call only inside a write job.
 
@@ -205,13 +267,24 @@ class PgStore(Store):
         daemon's change waits here and gets a later position only once this one is
         visible: positions are in commit order and a reader holding a cursor never
         skips a change that commits later (decision 0021). Like SQLite's, a time in
-        microseconds that never goes back, above a restore's floor (decision 0009)."""
+        microseconds that never goes back, above a restore's floor (decision 0009).
+
+        In the fast attempt, once this transaction holds the row, nobody else can move
+        it: the next positions are counted here and the row is written once, at the
+        end of the batch (one round trip for the batch, not one per change)."""
+        now_us = int(time.time() * 1_000_000)
+        if self._held_seq is not None:
+            self._held_seq = max(self._held_seq + 1, now_us)
+            return self._held_seq
         row = db.conn.execute(
             "UPDATE feed_clock SET seq = greatest(seq + 1, ?, coalesce((SELECT CAST(value AS"
             " BIGINT) FROM meta WHERE key = 'feed.seq_floor'), 0)) RETURNING seq",
-            [int(time.time() * 1_000_000)],
+            [now_us],
         ).fetchone()
-        return int(row[0])
+        seq = int(row[0])
+        if self._fast:
+            self._held_seq = self._written_seq = seq
+        return seq
 
     # ---- reading -------------------------------------------------------------------------
     def reader(self) -> PgDatabase:
