@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -94,10 +95,8 @@ def test_a_job_that_swallows_a_failed_statement_never_loses_the_batch(store: Sto
 
     def swallowing(db: Any) -> str:
         db.execute("INSERT INTO audit (at, action) VALUES ('x', 'swallower')")
-        try:
+        with contextlib.suppress(Exception):  # the point of the test
             db.execute("SELECT * FROM no_such_table").fetchall()
-        except Exception:  # noqa: BLE001 - the point of the test
-            pass
         return "swallowed"
 
     def good(db: Any) -> str:
@@ -209,3 +208,37 @@ def test_a_write_reported_as_not_stored_is_never_committed_later(tmp_path: Path)
         ids = {r["object_id"] for r in s.query("SELECT object_id FROM audit")}
     assert "1" in ids
     assert "late" not in ids, "a write answered as not stored was committed"
+
+
+def test_keep_and_read_keeps_a_callback_once_and_reads_the_pa_it_merges_with(
+    store: Store,
+) -> None:
+    """One statement on PostgreSQL, two on SQLite: the same answers."""
+    from pa_bridge.store import callbacks, pas
+
+    state: pas.CallbackState = {
+        "workflow_status": "PA Request", "plan_outcome": None, "status_time": "2026-01-01",
+        "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+        "urls_json": "[]", "details_json": "{}",
+    }  # fmt: skip
+
+    def keep(key: str) -> Any:
+        def job(db: Any) -> tuple[bool, Any]:
+            store.next_seq(db)
+            return callbacks.keep_and_read(db, key, now_iso(), "PA1", b"{}")
+
+        return job
+
+    def add_pa(db: Any) -> None:
+        pas.insert_from_callback(db, "PA1", state, now=now_iso(), seq=store.next_seq(db))
+
+    assert store.write(keep("k1")) == (True, None)  # no such PA yet
+    store.write(add_pa)
+    assert store.write(keep("k2")) == (True, state)
+    assert store.write(keep("k1")) == (False, state)  # a duplicate: not kept again
+    assert [
+        r["dedupe_key"] for r in store.query("SELECT dedupe_key FROM callbacks ORDER BY 1")
+    ] == [
+        "k1",
+        "k2",
+    ]

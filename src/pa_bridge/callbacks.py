@@ -432,9 +432,9 @@ class CallbackService:
         # of the same key) keeps one lock order across daemons, and no deadlock
         # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
         seq = self.store.next_seq(db)
-        if not kept.insert_once(db, cb.dedupe_key, now, cb.pa_id, body):
+        stored, row = kept.keep_and_read(db, cb.dedupe_key, now, cb.pa_id, body)
+        if not stored:
             return CallbackResult("duplicate", cb.pa_id)
-        row = pas.callback_state(db, cb.pa_id)
         note = None
         if row is None:
             placeholder = self._claim_placeholder(db, cb)
