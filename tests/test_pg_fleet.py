@@ -433,3 +433,62 @@ def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
     msg = str(ei.value)
     assert msg.startswith("cannot open the database at postgresql://pa_bridge_test:***@127.0.0.1")
     assert "not-the-password" not in msg and "password authentication failed" in msg
+
+
+def test_a_daemons_connections_stay_within_its_cap_under_many_readers(pg: Any, pg_url: str) -> None:
+    """40 threads reading, taking claim and queue-item locks and snapshots at once on a
+    store capped at 4 connections: never more than 4 open (the writer and 3 pooled),
+    the readers wait for one instead, and every one of them gets its answer."""
+    name = f"cap-{time.monotonic_ns()}"
+    store = PgStore(f"{pg_url}&application_name={name}", max_connections=4)
+    seen: list[int] = []
+    waited: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(pg.url(), autocommit=True) as admin:
+            while not done.is_set():
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
+                ).fetchone()
+                seen.append(int(row[0]) if row else 0)
+                waited.append(store.connections["requests_waiting"])
+
+    def work(k: int) -> None:
+        try:
+            for i in range(6):
+                slow = "SELECT pg_sleep(0.01) AS s"
+                if k % 4 == 0:
+                    with store.claim_lock(f"claim-{k % 3}"):
+                        store.query(slow)  # on the connection holding the lock
+                elif k % 4 == 1:
+                    with store.item_lock(k * 100 + i) as got:
+                        assert got
+                        store.query(slow)
+                elif k % 4 == 2:
+                    with store.snapshot() as db:
+                        assert db.execute("SELECT 1").fetchone()[0] == 1
+                        store.query(slow)
+                else:
+                    store.query(slow)
+                    store.write(lambda db, v=str(i): meta.put(db, f"cap.{k}", v))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(40)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        done.set()
+        sampler.join(10)
+        store.close()
+    assert errors == []
+    assert max(seen) <= 4
+    assert max(seen) >= 3 and max(waited) > 0  # the cap was reached and readers queued
+    assert store.connections["pool_max"] == 3

@@ -81,11 +81,13 @@ def test_both_engines_have_the_same_tables_columns_and_steps(
     """The parallel migrations (decision 0019) cannot drift: same steps by name, same
     tables, same columns in the same order."""
     from pa_bridge.store import PgStore, pg_migrations
+    from pa_bridge.store.pg import connect
 
     pg = PgStore(pg_url)
     try:
         assert pg_migrations.known() == migrations.known()
-        assert pg_migrations.applied(pg.reader().conn.raw) == migrations.known()
+        with connect(pg_url) as conn:
+            assert pg_migrations.applied(conn) == migrations.known()
         assert pg.schema_current()
         lite_tables = {
             r["name"]

@@ -169,6 +169,9 @@ class StorageSettings(_Section):
     url_file: Path | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
+    #: PostgreSQL: the connections one daemon opens at most, its writer included (the
+    #: rest are pooled for reads, advisory locks and snapshots)
+    max_connections: int = Field(default=10, ge=2, le=1000)
 
     def database_url(self) -> str | None:
         """The PostgreSQL URL with its password, or None for SQLite."""

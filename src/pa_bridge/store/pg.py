@@ -29,12 +29,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from . import meta
 from . import pg_migrations as schema
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
-__all__ = ["PgDatabase", "PgStore", "connect", "redact_url"]
+__all__ = ["PgDatabase", "PgReader", "PgStore", "connect", "redact_url"]
 
 #: advisory lock classes (two-int form); queue items use the one-bigint form, a
 #: separate key space
@@ -104,23 +105,85 @@ class PgDatabase:
         return self._conn.execute(sql, parameters)
 
 
+def _connect_kwargs(
+    url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
+) -> dict[str, Any]:
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    options = f"{given.get('options') or ''} {settings}".strip()
+    if readonly:
+        options += " -c default_transaction_read_only=on"
+    return {
+        "autocommit": True,
+        "cursor_factory": _Cursor,
+        "connect_timeout": max(1, int(timeout_s)),
+        "options": options,
+        "application_name": given.get("application_name") or "pa-bridge",
+    }
+
+
 def connect(
     url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
 ) -> psycopg.Connection[Any]:
     """An autocommit connection; ``settings`` (``-c name=value ...``) after the URL's
-    own ``options`` (a search_path, say), which are kept."""
-    given = psycopg.conninfo.conninfo_to_dict(url).get("options") or ""
-    options = f"{given} {settings}".strip()
-    if readonly:
-        options += " -c default_transaction_read_only=on"
-    return psycopg.connect(
-        url,
-        autocommit=True,
-        cursor_factory=_Cursor,
-        connect_timeout=max(1, int(timeout_s)),
-        options=options,
-        application_name="pa-bridge",
-    )
+    own ``options`` (a search_path, say), which are kept, as is its
+    ``application_name`` (else ``pa-bridge``)."""
+    kwargs = _connect_kwargs(url, readonly=readonly, timeout_s=timeout_s, settings=settings)
+    return psycopg.connect(url, **kwargs)
+
+
+class _Rows:
+    """A read's answer, fetched in full before its connection went back to the pool."""
+
+    __slots__ = ("_rows", "description", "rowcount")
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.description = cur.description
+        self.rowcount = cur.rowcount
+        self._rows = iter(cur.fetchall() if cur.description is not None else ())
+
+    def fetchone(self) -> Any:
+        return next(self._rows, None)
+
+    def fetchall(self) -> list[Any]:
+        return list(self._rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._rows
+
+
+class _PooledConn:
+    """A reader's ``execute``: on the connection this thread holds for a lock or a
+    snapshot, if any, else on one borrowed from the pool for the one statement
+    (readers are autocommit: each statement sees the latest commits anyway)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        held: psycopg.Connection[Any] | None = getattr(self._store._local, "held", None)
+        if held is not None:
+            return held.execute(_pg_sql(sql), list(parameters or ()))
+        with self._store._pool.connection() as raw:
+            return _Rows(raw.execute(_pg_sql(sql), list(parameters or ())))
+
+
+class PgReader:
+    """What :meth:`PgStore.reader` gives (see ``_db.Database``)."""
+
+    dialect = "postgresql"
+    __slots__ = ("_conn",)
+
+    def __init__(self, store: PgStore) -> None:
+        self._conn = _PooledConn(store)
+
+    @property
+    def conn(self) -> _PooledConn:
+        return self._conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._conn.execute(sql, parameters)
 
 
 def redact_url(url: str) -> str:
@@ -158,7 +221,11 @@ class PgStore(Store):
         max_batch: int = 256,
         connect_timeout_s: float = 10.0,
         lock_timeout_ms: int = 30_000,
+        max_connections: int = 10,
+        pool_timeout_s: float = 30.0,
     ) -> None:
+        if max_connections < 2:
+            raise StoreError("a daemon needs at least 2 connections (a writer and a reader)")
         self.url = url
         #: what messages and logs name (never the password)
         self.location = redact_url(url)
@@ -178,7 +245,25 @@ class PgStore(Store):
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
         self.checkpoints = 0
+        #: every connection but the writer: readers borrow one per statement, a lock
+        #: or a snapshot holds one until it ends (decision 0022)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            kwargs=_connect_kwargs(
+                url,
+                readonly=True,
+                timeout_s=self._connect_timeout,
+                settings=f"-c lock_timeout={self._lock_timeout_ms}",
+            ),
+            min_size=1,
+            max_size=max_connections - 1,
+            timeout=pool_timeout_s,
+            num_workers=1,
+            name="pa-bridge-readers",
+            open=True,
+        )
         self._start_writer(max_batch)
+        self._reader = PgReader(self)
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
         return connect(
@@ -287,36 +372,44 @@ class PgStore(Store):
         return seq
 
     # ---- reading -------------------------------------------------------------------------
-    def reader(self) -> PgDatabase:
-        """This thread's read-only connection (autocommit: each statement sees the
-        latest commits, as SQLite's readers do)."""
-        db: PgDatabase | None = getattr(self._local, "db", None)
-        if db is not None and (db.conn.raw.closed or db.conn.raw.broken):
-            db = None
-        if db is None:
-            conn = self._connect(readonly=True)
-            with self._readers_lock:
-                self._readers.append(conn)
-            db = PgDatabase(conn)
-            self._local.db = db
-        return db
+    def reader(self) -> PgReader:
+        """Reads, each statement on a connection borrowed from the pool (or on the one
+        this thread holds for a lock or a snapshot)."""
+        return self._reader
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[PgDatabase]:
-        db = self.reader()
-        db.conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            yield db
-        finally:
-            db.conn.raw.execute("COMMIT")
+    def _held(self) -> Iterator[psycopg.Connection[Any]]:
+        """One pooled connection for this thread until the block ends: a session
+        advisory lock stays on the connection that took it. Nested blocks share it,
+        so a thread holds at most one and the pool cannot deadlock on itself."""
+        held: psycopg.Connection[Any] | None = getattr(self._local, "held", None)
+        if held is not None:
+            yield held
+            return
+        with self._pool.connection() as raw:
+            self._local.held = raw
+            try:
+                yield raw
+            finally:
+                self._local.held = None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PgReader]:
+        with self._held() as raw:
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield self._reader
+            finally:
+                raw.execute("COMMIT")
 
     def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        cur = self.reader().conn.execute(sql, params)
+        cur = self._reader.conn.execute(sql, params)
         cols = [c[0] for c in cur.description] if cur.description else []
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def schema_current(self) -> bool:
-        return not schema.pending(self.reader().conn.raw)
+        with self._held() as raw:
+            return not schema.pending(raw)
 
     def problem(self, timeout: float = 2.0) -> str | None:
         if self._closed:
@@ -325,63 +418,75 @@ class PgStore(Store):
             return "the database writer thread has stopped"
         return probe_round_trip(self, psycopg.Error, _why, timeout)
 
+    @property
+    def connections(self) -> dict[str, int]:
+        """Open connections: the pool's (``pool_size``, of at most ``pool_max``) and
+        its borrowers waiting now (``waiting``); the writer is one more."""
+        stats = self._pool.get_stats()
+        return {k: int(stats.get(k, 0)) for k in ("pool_size", "pool_max", "requests_waiting")}
+
+    def close(self, timeout: float = 10.0) -> None:
+        super().close(timeout)
+        with contextlib.suppress(psycopg.Error):
+            self._pool.close(timeout)
+
     # ---- coordination between daemons ------------------------------------------------------
     @contextlib.contextmanager
     def claim_lock(self, key: str) -> Iterator[None]:
         """An advisory lock on the claim key, held by this thread's connection: a
         second daemon submitting the same claim waits, then finds the PA stored."""
-        raw = self.reader().conn.raw
         args = [_CLAIM_CLASS, key]
-        try:
-            raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
-        except psycopg.Error as e:
-            raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
-        try:
-            yield
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+        with self._held() as raw:
+            try:
+                raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
+            try:
+                yield
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
 
     @contextlib.contextmanager
     def item_lock(self, item_id: int) -> Iterator[bool]:
         """Try to take queue item ``item_id`` (an advisory lock, released by the
         database if this daemon dies): False when another daemon is delivering it."""
-        raw = self.reader().conn.raw
-        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
-        try:
-            yield got
-        finally:
-            if got:
-                with contextlib.suppress(psycopg.Error):
-                    raw.execute("SELECT pg_advisory_unlock(%s)", [item_id])
+        with self._held() as raw:
+            got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
+            try:
+                yield got
+            finally:
+                if got:
+                    with contextlib.suppress(psycopg.Error):
+                        raw.execute("SELECT pg_advisory_unlock(%s)", [item_id])
 
     @contextlib.contextmanager
     def fleet_once(self, name: str, every_s: float) -> Iterator[bool]:
         """True on one daemon, at most once per half ``every_s``: an advisory lock
         while it runs, and when it last ran in ``meta`` (``fleet.<name>``)."""
-        raw = self.reader().conn.raw
         args = [_FLEET_CLASS, name]
-        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
-        if not got:
-            yield False
-            return
-        try:
-            key = f"fleet.{name}"
-            last = meta.get(self.reader(), key)
-            now = time.time()
-            if last is not None and now - float(last) < every_s / 2:
+        with self._held() as raw:
+            got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
+            if not got:
                 yield False
                 return
-            self.write(lambda db: meta.put(db, key, repr(now)))
-            yield True
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+            try:
+                key = f"fleet.{name}"
+                last = meta.get(self._reader, key)
+                now = time.time()
+                if last is not None and now - float(last) < every_s / 2:
+                    yield False
+                    return
+                self.write(lambda db: meta.put(db, key, repr(now)))
+                yield True
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
 
     def vacuum_analyze(self) -> None:
-        """VACUUM (ANALYZE) the database, on a connection of its own (it cannot run in
-        a transaction and does not block writes)."""
-        with self._connect() as conn:
+        """VACUUM (ANALYZE) the database, on a pooled connection (it cannot run in a
+        transaction and does not block writes)."""
+        with self._held() as conn:
             conn.execute("VACUUM (ANALYZE)")
 
 
