@@ -17,6 +17,10 @@ daemons cannot show scaling here: read the CPU per callback, and docs/operations
 arithmetic for a chain's peak. Its load comes from other work too: the figures of
 one round swing; the ratio is the median of the per-round ratios.
 
+The daemons reach the server over its Unix socket, as a daemon on the database's own
+host would (``--tcp``: over loopback TCP, as a daemon on another host would, with
+none of a real network's latency).
+
 Target: one daemon on PostgreSQL within 0.8x of SQLite's callback throughput.
 """
 
@@ -132,7 +136,7 @@ def main() -> None:
         pg_server.running_server(durable=True) as server,
     ):
         server_pid = int((server.data / "postmaster.pid").read_text().split()[0])
-        url = server.url(server.new_database("bench"))
+        url = server.url(server.new_database("bench"), unix="--tcp" not in sys.argv)
         pg_env = {"PA_BRIDGE_STORAGE__URL": url}
         config = sb.service_config()
         with Daemon(config=config) as lite, Daemon(config=config, env=pg_env) as pg1:
@@ -173,6 +177,7 @@ def main() -> None:
                 for d in daemons_n:
                     d.__exit__(None, None, None)
     print(f"after the run: {machine_facts()}")
+    print(f"PostgreSQL over {'loopback TCP' if '--tcp' in sys.argv else 'its Unix socket'}")
     base = _median(lite_rounds, "rate")
     print(
         f"\ncallbacks: {SENDERS} senders x {PER_SENDER} a round; medians of {ROUNDS} alternating"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trustme
 
@@ -194,11 +195,19 @@ def test_oversized_body_is_413(https_daemon: Any) -> None:
 
 
 def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any) -> None:
-    if https_daemon.daemon.store.dialect != "sqlite":
-        pytest.skip("holds the SQLite file's lock; PostgreSQL: test_pg_fleet")
-    path = https_daemon.daemon.store.path
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+    """Another process holds the database past ``storage.busy_timeout_ms`` (200 ms
+    here): SQLite's write lock, or on PostgreSQL the tables a callback writes, locked
+    by another session. The callback is answered 503 (the service retries), nothing
+    is half stored, and the retry lands once the lock is gone."""
+    store = https_daemon.daemon.store
+    other: Any
+    if store.dialect == "sqlite":
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+    else:
+        other = psycopg.connect(store.url, autocommit=True)
+        other.execute("BEGIN")
+        other.execute("LOCK TABLE feed_clock, callbacks, pas IN EXCLUSIVE MODE")
     try:
         r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
         assert r.status_code == 503
@@ -206,8 +215,11 @@ def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any)
     finally:
         other.execute("ROLLBACK")
         other.close()
+    assert _count(https_daemon, "callbacks") == 0
     r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
     assert r.status_code == 200 and r.json()["status"] == "stored"  # the retry lands
+    assert _count(https_daemon, "callbacks") == 1
+    assert _pa(https_daemon, "LOCK01")["workflow_status"] == "New"
 
 
 def test_ordering_rule() -> None:

@@ -15,9 +15,10 @@ import pytest
 
 from pa_bridge.config import QueueSettings
 from pa_bridge.outbox import Outbox
-from pa_bridge.store import Database, PgStore, callbacks, meta, now_iso, pas
+from pa_bridge.store import Database, PgStore, StoreUnavailable, callbacks, meta, now_iso, pas
 from pa_bridge.store import outbox as queue_items
 from tests import builders as b
+from tests import pg_server
 from tests.support import wait_until
 
 
@@ -492,3 +493,55 @@ def test_a_daemons_connections_stay_within_its_cap_under_many_readers(pg: Any, p
     assert max(seen) <= 4
     assert max(seen) >= 3 and max(waited) > 0  # the cap was reached and readers queued
     assert store.connections["pool_max"] == 3
+
+
+def test_a_lock_held_past_the_timeout_fails_the_batch_as_unavailable(pg_url: str) -> None:
+    """Another session holds a table the batch writes (an admin's LOCK, a stuck
+    migration): each job is told "not stored" (a 503 to its caller), nothing of the
+    batch is kept, and the next batch commits once the lock is gone."""
+    store = PgStore(pg_url, lock_timeout_ms=200)
+    other = psycopg.connect(pg_url, autocommit=True)
+    try:
+        other.execute("BEGIN")
+        other.execute("LOCK TABLE audit IN EXCLUSIVE MODE")
+
+        def job(i: int) -> Any:
+            return lambda db: db.execute(
+                "INSERT INTO audit (at, action, object_id) VALUES (?, 'locked', ?)",
+                [now_iso(), str(i)],
+            )
+
+        results = store.write_all([job(i) for i in range(8)])
+        assert all(not ok and isinstance(v, StoreUnavailable) for ok, v in results)
+        assert "lock" in str(results[0][1])
+        other.execute("ROLLBACK")
+        store.write(job(99))
+        assert [r["object_id"] for r in store.query("SELECT object_id FROM audit")] == ["99"]
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_daemon_on_the_database_host_can_use_the_unix_socket(pg: Any, pg_url: str) -> None:
+    """libpq's socket URL (``postgresql://user@/db?host=/dir``), the password given
+    apart as with ``password_file``: writes, reads, locks and the redacted name."""
+    from pa_bridge.config import StorageSettings
+
+    schema = pg_url.rsplit("%3D", 1)[1]
+    socket_url = pg.url("pa_bridge_tests", password=False, unix=True)
+    settings = StorageSettings(
+        url=f"{socket_url}&options=-csearch_path%3D{schema}", password=pg_server.PASSWORD
+    )
+    url = settings.database_url()
+    assert url is not None and "@/pa_bridge_tests?host=" in url
+    store = PgStore(url)
+    try:
+        assert pg_server.PASSWORD not in store.location
+        store.write(lambda db: meta.put(db, "over", "socket"))
+        assert meta.get(store.reader(), "over") == "socket"
+        with store.claim_lock("k"), store.item_lock(7) as got:
+            assert got
+        row = store.query("SELECT inet_server_addr() IS NULL AS unix")
+        assert row == [{"unix": True}]  # not over TCP
+    finally:
+        store.close()

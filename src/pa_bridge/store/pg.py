@@ -200,8 +200,9 @@ def redact_url(url: str) -> str:
 
 #: SQLSTATE classes that mean the database (or the way to it) is failing, not the job:
 #: 08 connection, 53 resources (disk full), 57 operator intervention (shutdown),
-#: 58 system error, 25006 read-only transaction
-_FAILING = ("08", "53", "57", "58", "25006")
+#: 58 system error, 25006 read-only transaction, 55P03 a lock another session holds
+#: past the lock timeout (SQLite's "database is locked")
+_FAILING = ("08", "53", "57", "58", "25006", "55P03")
 #: a batch that hit one of these lost to another daemon's transaction: run it again
 _RETRY = ("40001", "40P01")
 _IN_ERROR = psycopg.pq.TransactionStatus.INERROR
@@ -220,7 +221,8 @@ class PgStore(Store):
         *,
         max_batch: int = 256,
         connect_timeout_s: float = 10.0,
-        lock_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = 5_000,
+        claim_wait_ms: int = 30_000,
         max_connections: int = 10,
         pool_timeout_s: float = 30.0,
     ) -> None:
@@ -231,6 +233,8 @@ class PgStore(Store):
         self.location = redact_url(url)
         self.path = Path(self.location)  # the SQLite-file tools refuse it: no such file
         self._connect_timeout = max(1, int(connect_timeout_s))
+        #: how long a write waits for a row or table another session holds before its
+        #: batch fails as unavailable (``storage.busy_timeout_ms``, as SQLite's)
         self._lock_timeout_ms = lock_timeout_ms
         #: in the fast attempt: this transaction holds the feed's counter row, and the
         #: last position it handed out / wrote to the row (see next_seq)
@@ -253,7 +257,8 @@ class PgStore(Store):
                 url,
                 readonly=True,
                 timeout_s=self._connect_timeout,
-                settings=f"-c lock_timeout={self._lock_timeout_ms}",
+                # a second click waits for the first one's service call (claim_lock)
+                settings=f"-c lock_timeout={int(claim_wait_ms)}",
             ),
             min_size=1,
             max_size=max_connections - 1,
@@ -329,10 +334,20 @@ class PgStore(Store):
                 if results is not None and all(ok for _, ok, _ in results):
                     self._write_held_seq(db)
         except psycopg.Error as e:
-            return [(batch[0], False, self._as_unavailable(e))] if batch else None
+            results = [(batch[0], False, self._as_unavailable(e))] if batch else None
         finally:
             self._fast = False
             self._held_seq = None
+        failed = [v for _, ok, v in results or () if not ok]
+        if failed and isinstance(failed[0], StoreUnavailable):
+            # the database is failing (gone, full, a lock held past the timeout): the
+            # savepoint run would meet it once per job; the batch fails now, as a
+            # batch whose BEGIN fails does
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+            for job in batch:
+                job.finish(False, failed[0])
+            return None
         if results is not None and conn.info.transaction_status == _IN_ERROR:
             # a statement failed and a job swallowed the error: COMMIT would roll back
             # without a word, so the batch goes the savepoint way, which finds the job
