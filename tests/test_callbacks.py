@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import trustme
 
-from pa_bridge.callbacks import is_newer, parse_callback
+from pa_bridge.callbacks import CallbackService, is_newer, parse_callback
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
 from tests.real_shapes import callback_body, delete_event
 from tests.support import NO_SERVICE, wait_until
@@ -481,3 +481,51 @@ def test_the_listener_answers_other_paths_and_methods_in_the_error_shape(
         assert r.status_code == 401, header
         assert r.headers["www-authenticate"].startswith("Basic")
     assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+
+
+# ---- a commit batch of callbacks (one job, one statement keeps them all) --------------
+def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any) -> None:
+    service = CallbackService(store, forward=False)
+    ev1 = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
+    ev2 = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
+    results = service.receive_many(
+        [
+            (_body("TWICE1", "New", events=ev1), None),
+            (_body("OTHER1", "New"), None),
+            (_body("TWICE1", "PA Request", events=ev2), None),
+            (_body("OTHER1", "New"), None),  # the same body again: a duplicate
+            (b"not json", None),
+        ]
+    )
+    assert [getattr(r, "outcome", r) for r in results] == [
+        "stored", "stored", "stored", "duplicate", "dead_letter",
+    ]  # fmt: skip
+    row = store.query("SELECT * FROM pas WHERE id = 'TWICE1'")[0]
+    assert row["workflow_status"] == "PA Request"
+    assert [e["type"] for e in json.loads(row["events_json"])] == ["REQUEST_FAX_FAILED", "DELETE"]
+    assert row["fax_failed"] == 1 and row["deleted"] == 1
+    history = store.query(
+        "SELECT workflow_status FROM pa_history WHERE pa_id = 'TWICE1' ORDER BY id"
+    )
+    assert [h["workflow_status"] for h in history] == ["New", "PA Request"]
+    seqs = store.query("SELECT id, change_seq FROM pas ORDER BY change_seq")
+    assert [r["id"] for r in seqs] == ["OTHER1", "TWICE1"]  # the later change, the later position
+    assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 3
+
+
+def test_a_callback_that_fails_in_a_batch_fails_alone(store: Any) -> None:
+    """One PA's stored events are unreadable (a bug's effect): its callback fails, the
+    others of the same commit batch are stored all the same."""
+    service = CallbackService(store, forward=False)
+    assert service.receive_many([(_body("BROKEN", "New"), None)])[0].outcome == "stored"
+    store.write(lambda db: db.execute("UPDATE pas SET events_json = '{' WHERE id = 'BROKEN'"))
+    ev = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
+    results = service.receive_many(
+        [(_body("FINE01", "New"), None), (_body("BROKEN", "PA Request", events=ev), None),
+         (_body("FINE02", "New"), None)]
+    )  # fmt: skip
+    assert results[0].outcome == "stored" and results[2].outcome == "stored"
+    assert isinstance(results[1], ValueError)
+    ids = {r["id"] for r in store.query("SELECT id FROM pas")}
+    assert ids == {"BROKEN", "FINE01", "FINE02"}
+    assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 3

@@ -302,7 +302,9 @@ class PgStore(Store):
         )
 
     def _as_unavailable(self, e: BaseException) -> BaseException:
-        if not isinstance(e, psycopg.Error):
+        if not isinstance(e, psycopg.Error) or isinstance(e, psycopg.errors.PipelineAborted):
+            # PipelineAborted: a statement skipped because an earlier one in the
+            # pipeline failed; that one's error, not this, says what went wrong
             return e
         state = e.sqlstate or ""
         if not (isinstance(e, psycopg.OperationalError) and not state) and not state.startswith(
