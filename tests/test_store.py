@@ -103,10 +103,18 @@ def test_a_job_that_swallows_a_failed_statement_never_loses_the_batch(store: Sto
         db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
         return "good"
 
-    results = store.write_all([good, swallowing])  # the swallower last in the batch
-    stored = {r["action"] for r in store.query("SELECT action FROM audit")}
-    assert results[0] == (True, "good") and "kept" in stored
-    assert (results[1][0] is True) == ("swallower" in stored)
+    def swallowing_many(db: Any) -> str:  # psycopg syncs a pipeline for executemany
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'many')")
+        with contextlib.suppress(Exception):
+            db.conn.executemany("INSERT INTO no_such_table VALUES (?)", [[1], [2]])
+        return "swallowed"
+
+    for last, mark in ((swallowing, "swallower"), (swallowing_many, "many")):
+        results = store.write_all([good, last])  # the swallower last in the batch
+        stored = [r["action"] for r in store.query("SELECT action FROM audit")]
+        assert results[0] == (True, "good") and "kept" in stored
+        assert (results[1][0] is True) == (mark in stored)
+        store.write(lambda db: db.execute("DELETE FROM audit"))
 
 
 def test_writes_survive_reopen(tmp_path: Path) -> None:

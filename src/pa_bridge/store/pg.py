@@ -241,6 +241,8 @@ class PgStore(Store):
         self._fast = False
         self._held_seq: int | None = None
         self._written_seq: int | None = None
+        #: the fast attempt sent COMMIT in its pipeline and it succeeded
+        self._committed = False
         try:
             self._wconn = self._connect()
             schema.apply(self._wconn)
@@ -327,19 +329,30 @@ class PgStore(Store):
         (the batch is rolled back and run again with a savepoint per job, outside the
         pipeline, which names the failing job)."""
         self._held_seq = self._written_seq = None
+        self._committed = False
         if savepoints:
             return super()._attempt(conn, db, batch, savepoints=True)
         self._fast = True
+        commit = None
         try:
             with conn.pipeline():
                 results = super()._attempt(conn, db, batch, savepoints=False)
                 if results is not None and all(ok for _, ok, _ in results):
                     self._write_held_seq(db)
+                    # the COMMIT goes with the last statements: one round trip for both
+                    # (if one of them failed, the pipeline skips it: nothing commits)
+                    commit = conn.execute("COMMIT")
         except psycopg.Error as e:
             results = [(batch[0], False, self._as_unavailable(e))] if batch else None
         finally:
             self._fast = False
             self._held_seq = None
+        if commit is not None and results is not None and all(ok for _, ok, _ in results):
+            # PostgreSQL answers COMMIT in a failed transaction with ROLLBACK, no error:
+            # a job that swallowed a failed statement. Then the savepoint way finds it.
+            self._committed = commit.statusmessage == "COMMIT"
+            if not self._committed:
+                return [(batch[0], False, _RolledBack("the transaction was rolled back"))]
         failed = [v for _, ok, v in results or () if not ok]
         if failed and isinstance(failed[0], StoreUnavailable):
             # the database is failing (gone, full, a lock held past the timeout): the
@@ -356,6 +369,12 @@ class PgStore(Store):
             err = StoreUnavailable("a statement of the batch failed")
             return [(batch[0], False, err)] if batch else None
         return results
+
+    def _commit(self, conn: Any) -> None:
+        if self._committed:
+            self._committed = False
+            return
+        conn.execute("COMMIT")
 
     def _write_held_seq(self, db: Any) -> None:
         if self._held_seq is not None and self._held_seq != self._written_seq:
@@ -505,6 +524,11 @@ class PgStore(Store):
         transaction and does not block writes)."""
         with self._held() as conn:
             conn.execute("VACUUM (ANALYZE)")
+
+
+class _RolledBack(Exception):
+    """A fast attempt whose COMMIT rolled back (a statement had failed): run it again
+    with savepoints."""
 
 
 def _one(cur: psycopg.Cursor[Any]) -> bool:
