@@ -18,7 +18,9 @@ OUTSIDE_STORE = [
 SQL = re.compile(
     r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""
 )
-DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg)\b", re.MULTILINE)
+DRIVER = re.compile(
+    r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg|psycopg_pool)\b", re.MULTILINE
+)
 
 
 def test_no_sql_text_outside_the_store() -> None:
