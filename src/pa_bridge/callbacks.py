@@ -419,9 +419,8 @@ class CallbackService:
         (ok, value), rest = first[0], iter(first[1:])
         if ok:
             results = iter(value)
-        elif isinstance(value, StoreUnavailable):
+        elif isinstance(value, StoreUnavailable):  # none of them is stored: 503 each
             results = iter([value] * len(many))
-            ok = False
         else:  # a bug in one callback: each on its own, so only that one fails
             alone = [job for job, cb in zip(jobs, parsed, strict=True) if not isinstance(cb, str)]
             results = iter(self.store.write_all(alone, timeout=self.commit_timeout_s))
