@@ -403,7 +403,7 @@ class CallbackService:
         items: list[tuple[bytes, str | None]],
     ) -> list[tuple[bool, Any]]:
         """Commit the jobs: the callbacks among them as one job (one statement keeps
-        them all, decision 0022), or, if that job fails for a reason of its own (a bad
+        them all, decision 0026), or, if that job fails for a reason of its own (a bad
         callback), each on its own, so the others are stored all the same."""
         many = [
             (cb, body)

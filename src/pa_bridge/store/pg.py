@@ -252,7 +252,7 @@ class PgStore(Store):
         self._checkpointer = None
         self.checkpoints = 0
         #: every connection but the writer: readers borrow one per statement, a lock
-        #: or a snapshot holds one until it ends (decision 0022)
+        #: or a snapshot holds one until it ends (decision 0026)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
             kwargs=_connect_kwargs(
