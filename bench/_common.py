@@ -108,6 +108,20 @@ def wait_healthy(port: int, timeout: float = 20.0) -> None:
             time.sleep(0.1)
 
 
+def answers_200(url: str, timeout: float = 30.0) -> bool:
+    """Whether ``GET url`` answered 200 within ``timeout`` (asked every 0.1 s): a
+    process that has just been started is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def run_clients(
     n_clients: int, per_client: int, call: Callable[[httpx.Client, int], Any]
 ) -> tuple[list[float], float]:
@@ -195,15 +209,9 @@ class Daemon:
             cmd += ["--config", str(self.dir / "pa-bridge.toml")]
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(cmd, cwd=self.dir, env=self.env, stdout=fh, stderr=fh)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"daemon did not start: {self.log.read_text()[-2000:]}")
+        if not answers_200(f"{self.url}/healthz"):
+            raise RuntimeError(f"daemon did not start: {self.log.read_text()[-2000:]}")
+        return self
 
     def sandbox_url(self) -> str:
         for line in self.log.read_text().splitlines():
@@ -238,15 +246,9 @@ class Sandbox:
         if self.callback_url:
             cmd += ["--callback-url", self.callback_url]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/_ping", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("sandbox did not start")
+        if not answers_200(f"{self.url}/_ping"):
+            raise RuntimeError("sandbox did not start")
+        return self
 
     def service_config(self) -> str:
         from pa_bridge.sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME

@@ -47,7 +47,7 @@ from bench._common import (
     run_clients,
     wait_healthy,
 )
-from pa_bridge.callback_front import IN_FLIGHT as THREADS  # the ceiling's threads
+from pa_bridge.callbacks.framing import IN_FLIGHT as THREADS  # the ceiling's threads
 
 SENDERS = 16
 ROUNDS = 5
@@ -102,7 +102,9 @@ WAIT_APP = floor_app(
 # dedupe key), plus waiting for the batching thread. Still no SQL and no fsync.
 PARSE_WAIT_APP = WAIT_APP.replace(
     "request.get_data()\n", "parse_callback(request.get_data())\n"
-).replace("import queue, sys", "from pa_bridge.callbacks import parse_callback\nimport queue, sys")
+).replace(
+    "import queue, sys", "from pa_bridge.callbacks.ingest import parse_callback\nimport queue, sys"
+)
 
 # The floor of the other design, a writer process that owns SQLite: the bare endpoint
 # hands each body to another process over a Unix socket (one per request thread) and

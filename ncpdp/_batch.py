@@ -437,17 +437,24 @@ def iter_batch(
     yield trailer
 
 
+def _length_ok(
+    what: str, body: str, want: int, offset: int, strict: bool, notes: list[str]
+) -> bool:
+    """Whether a record has its fixed length; if not, a problem (raised when strict)."""
+    if len(body) == want:
+        return True
+    _problem(
+        strict,
+        notes,
+        f"{what} must be {want} characters between STX and ETX, got {len(body)}",
+        offset + 1,
+    )
+    return False
+
+
 def _header(body: str, leading: str, offset: int, strict: bool, notes: list[str]) -> BatchHeader:
     h = BatchHeader(body, leading=leading, offset=offset)
-    if len(body) != _HEADER_LEN:
-        _problem(
-            strict,
-            notes,
-            f"batch header record must be {_HEADER_LEN} characters between STX and ETX, "
-            f"got {len(body)}",
-            offset + 1,
-        )
-    else:
+    if _length_ok("batch header record", body, _HEADER_LEN, offset, strict, notes):
         version = h.version
         if version not in BATCH_VERSIONS:
             _problem(
@@ -485,6 +492,8 @@ def _detail(
     reference = body[2:12]
     raw = body[12:]
     at = offset + 13  # STX, G1 and the reference
+    t: Transmission | None
+    error: ParseError | None = None
     try:
         t = parse(raw, strict=strict)
     except ParseError as e:
@@ -497,23 +506,16 @@ def _detail(
                 field_id=e.field_id,
             ) from None
         notes.append(f"{where} does not parse: {e.reason} (at byte offset {at + e.offset})")
-        return BatchDetail(
-            index=index,
-            offset=offset,
-            reference=reference,
-            raw=raw,
-            transmission=None,
-            error=e,
-            leading=leading,
-            tolerated=tuple(notes),
-        )
-    notes.extend(f"batch detail record {index + 1}: {x}" for x in t.tolerated)
+        t, error = None, e
+    else:
+        notes.extend(f"batch detail record {index + 1}: {x}" for x in t.tolerated)
     return BatchDetail(
         index=index,
         offset=offset,
         reference=reference,
         raw=raw,
         transmission=t,
+        error=error,
         leading=leading,
         tolerated=tuple(notes),
     )
@@ -529,15 +531,7 @@ def _trailer(
     notes: list[str],
 ) -> BatchTrailer:
     t = BatchTrailer(body, leading=leading, offset=offset)
-    if len(body) != _TRAILER_LEN:
-        _problem(
-            strict,
-            notes,
-            f"batch trailer record must be {_TRAILER_LEN} characters between STX and ETX, "
-            f"got {len(body)}",
-            offset + 1,
-        )
-    else:
+    if _length_ok("batch trailer record", body, _TRAILER_LEN, offset, strict, notes):
         if t.batch_number != header.batch_number:
             _problem(
                 strict,

@@ -12,12 +12,22 @@ class NcpdpError(Exception):
     """Base of every error this package raises."""
 
 
+def _place(segment_id: str | None, field_id: str | None) -> list[str]:
+    """The segment and field as people read them, those that are known."""
+    out: list[str] = []
+    if segment_id is not None:
+        out.append(f"segment AM{segment_id}")
+    if field_id is not None:
+        out.append(f"field {field_id}")
+    return out
+
+
 class ParseError(NcpdpError):
     """Input that is not a well-formed NCPDP transmission.
 
     ``offset`` is the 0-based byte offset where the problem was found;
     ``segment_id`` (e.g. ``"07"``) and ``field_id`` (e.g. ``"D2"``) name the place
-    when it is known, else they are ``None``.
+    when it is known, else they are ``None``; ``where`` says all three for people.
     """
 
     def __init__(
@@ -32,15 +42,12 @@ class ParseError(NcpdpError):
         self.offset = offset
         self.segment_id = segment_id
         self.field_id = field_id
-        super().__init__(self._render())
+        super().__init__(f"{reason} (at {self.where})")
 
-    def _render(self) -> str:
-        where = [f"byte offset {self.offset}"]
-        if self.segment_id is not None:
-            where.append(f"segment AM{self.segment_id}")
-        if self.field_id is not None:
-            where.append(f"field {self.field_id}")
-        return f"{self.reason} (at {', '.join(where)})"
+    @property
+    def where(self) -> str:
+        """``byte offset 112, segment AM11, field DU``: the place, without the input."""
+        return ", ".join([f"byte offset {self.offset}", *_place(self.segment_id, self.field_id)])
 
 
 class SerializeError(NcpdpError):
@@ -52,14 +59,7 @@ class SerializeError(NcpdpError):
         self.reason = reason
         self.segment_id = segment_id
         self.field_id = field_id
-        where = ", ".join(
-            p
-            for p in (
-                f"segment AM{segment_id}" if segment_id is not None else "",
-                f"field {field_id}" if field_id is not None else "",
-            )
-            if p
-        )
+        where = ", ".join(_place(segment_id, field_id))
         super().__init__(f"{reason} ({where})" if where else reason)
 
 

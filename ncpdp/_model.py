@@ -673,10 +673,7 @@ class Transmission:
 
     def as_request(self) -> RequestView:
         """The request's typed view (built once: the transmission never changes)."""
-        try:
-            view = self._request_view
-        except AttributeError:  # not set by the parser's fast path: nothing built yet
-            view = None
+        view: RequestView | None = getattr(self, "_request_view", None)  # None: not built yet
         if view is None:
             from ._views import request_view
 
@@ -685,10 +682,7 @@ class Transmission:
 
     def as_response(self) -> ResponseView:
         """The response's typed view (built once: the transmission never changes)."""
-        try:
-            view = self._response_view
-        except AttributeError:  # not set by the parser's fast path: nothing built yet
-            view = None
+        view: ResponseView | None = getattr(self, "_response_view", None)  # None: not built yet
         if view is None:
             from ._views import response_view
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 from pa_bridge.store import PgStore, Store
 
@@ -59,6 +61,33 @@ def daemon_storage(engine: str, request: pytest.FixtureRequest) -> dict[str, Any
     return {"url": str(request.getfixturevalue("pg_url"))}
 
 
+#: ``cli("queue", "list", input=b"...", env={...})``: the command's click ``Result``.
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``pa-bridge`` in process through click's ``CliRunner``, run the way store IT runs
+    it: in the test's directory (the embedded default's ``./var`` is there), with no
+    ``PA_BRIDGE_*`` variable from the environment. Exit codes, stdout and stderr are
+    the command's own; an exception that escapes the command fails the test with its
+    traceback. The real entry point as a process is covered in ``test_cli_process.py``."""
+    from pa_bridge.cli import main
+
+    for key in list(os.environ):
+        if key.startswith("PA_BRIDGE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(
+        *args: str, input: bytes | str | None = None, env: dict[str, str] | None = None
+    ) -> Result:
+        return runner.invoke(main, list(args), input=input, env=env, catch_exceptions=False)
+
+    return run
+
+
 def open_store(where: str) -> Store:
     return PgStore(where) if where.startswith("postgresql://") else Store(where)
 
@@ -90,7 +119,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
 
     started: list[Daemon] = []
 
-    def make(**sections: dict[str, Any]) -> Daemon:
+    def make(**sections: Any) -> Daemon:
         base: dict[str, dict[str, Any]] = {
             "storage": {"path": str(tmp_path / f"d{len(started)}.sqlite3")},
             "intake": {"listen": "127.0.0.1:0"},
@@ -99,7 +128,10 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
             "queue": {"poll_seconds": 0.1, "backoff_base_seconds": 0.1, "backoff_max_seconds": 0.5},
         }
         for k, v in sections.items():
-            base.setdefault(k, {}).update(v)
+            if isinstance(v, list):  # an array of tables: [[pharmacies]]
+                base[k] = v  # type: ignore[assignment]
+            else:
+                base.setdefault(k, {}).update(v)
         d = Daemon(load_settings(**base))
         started.append(d)
         d.start()

@@ -1,12 +1,10 @@
-"""`pa-bridge backup`: an online copy while writes go on, on real files."""
+"""`pa-bridge backup`: an online copy while writes go on, on real files (the command in
+process on click's CliRunner; beside a serving daemon in test_store_it_commands.py)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import stat
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 
 from pa_bridge.backup import BackupError, backup_database
 from pa_bridge.store import Store, now_iso
+from tests.conftest import Cli
 
 
 def _insert(store: Store, tag: str) -> None:
@@ -106,30 +105,19 @@ def test_backup_during_concurrent_writes_is_consistent(filled: Store, tmp_path: 
         assert restored.query("SELECT count(*) AS n FROM audit")[0]["n"] >= 303
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pa_bridge", "backup", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")},
-    )
-
-
 def _config(tmp_path: Path, db: Path) -> Path:
     cfg = tmp_path / "pa-bridge.toml"
     cfg.write_text(f'[storage]\npath = "{db}"\n')
     return cfg
 
 
-def test_backup_command_while_the_store_is_written(filled: Store, tmp_path: Path) -> None:
+def test_backup_command_while_the_store_is_written(filled: Store, tmp_path: Path, cli: Cli) -> None:
     cfg = _config(tmp_path, filled.path)
     dest = tmp_path / "nightly.sqlite3"
     with Writer(filled) as w:
         w.wait_for(3)
-        r = _cli(tmp_path, str(dest), "--config", str(cfg))
-    assert r.returncode == 0, r.stderr
+        r = cli("backup", str(dest), "--config", str(cfg))
+    assert r.exit_code == 0, r.stderr
     assert f"backup: {dest}" in r.stdout
     assert f"size: {dest.stat().st_size} bytes" in r.stdout
     assert "integrity_check: ok" in r.stdout
@@ -139,19 +127,19 @@ def test_backup_command_while_the_store_is_written(filled: Store, tmp_path: Path
 
     # an existing file is not overwritten without --force
     before = dest.read_bytes()
-    again = _cli(tmp_path, str(dest), "--config", str(cfg))
-    assert again.returncode == 1
+    again = cli("backup", str(dest), "--config", str(cfg))
+    assert again.exit_code == 1
     assert "exists" in again.stderr and "--force" in again.stderr
     assert dest.read_bytes() == before
-    forced = _cli(tmp_path, str(dest), "--config", str(cfg), "--force")
-    assert forced.returncode == 0, forced.stderr
+    forced = cli("backup", str(dest), "--config", str(cfg), "--force")
+    assert forced.exit_code == 0, forced.stderr
     assert _count(dest) >= 303
 
 
-def test_backup_of_a_missing_database_fails_clearly(tmp_path: Path) -> None:
+def test_backup_of_a_missing_database_fails_clearly(tmp_path: Path, cli: Cli) -> None:
     cfg = _config(tmp_path, tmp_path / "nothing-here.sqlite3")
-    r = _cli(tmp_path, str(tmp_path / "copy.sqlite3"), "--config", str(cfg))
-    assert r.returncode == 1
+    r = cli("backup", str(tmp_path / "copy.sqlite3"), "--config", str(cfg))
+    assert r.exit_code == 1
     assert "no database at" in r.stderr
     assert not (tmp_path / "nothing-here.sqlite3").exists()  # not created by the attempt
     assert not (tmp_path / "copy.sqlite3").exists()

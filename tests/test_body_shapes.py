@@ -20,7 +20,8 @@ _TX = [
     "message_source",
 ]
 _PA = [
-    "pa_id", "claim_id", "transaction_index", "rx_number", "product_id", "urls", "url",
+    "pa_id", "claim_id", "transaction_index", "rx_number", "product_id", "provider_id",
+    "urls", "url",
     "links", "link_pending",
     "open_url", "workflow_status", "plan_outcome", "status", "deleted", "fax_failed",
     "events", "matched", "created_at", "updated_at", "cursor",

@@ -1,5 +1,7 @@
 """The callback listener's own process (decision 0008): it is restarted when it dies,
-it goes when the daemon goes, and a listen address in use stops the start."""
+it goes when the daemon goes, and a listen address in use stops the start. What the
+listener answers, and what the daemon commits, is tested on the parts in one process
+(tests/test_callbacks.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from pa_bridge.callback_front import IN_FLIGHT
 from tests.support import NO_SERVICE, DaemonProcess, wait_until
 
 
@@ -55,31 +56,6 @@ def test_listener_runs_in_a_child_process_and_commits_in_the_daemon(make_daemon:
     assert health["callbacks"] is True and health["status"] == "ok"
 
 
-def test_more_concurrent_callbacks_than_listener_threads_all_commit(make_daemon: Any) -> None:
-    # the child hands IN_FLIGHT callbacks to the daemon at once; three times as many
-    # senders at once must all be answered 200 after their commit: the rest wait their
-    # turn, none is refused
-    d = make_daemon(sandbox={"enabled": False}, service=NO_SERVICE)
-    url = f"{d.callback_server.url}/callbacks/pharmacy"
-    senders, each = 3 * IN_FLIGHT, 5
-    statuses: list[int] = []
-    start = threading.Barrier(senders)
-
-    def send(k: int) -> None:
-        with httpx.Client(timeout=30) as c:
-            start.wait()
-            for n in range(each):
-                statuses.append(c.post(url, content=_callback(f"PT{k}", f"t-{k}-{n}")).status_code)
-
-    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert statuses == [200] * (senders * each)
-    assert d.store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == senders * each
-
-
 def test_a_listener_that_dies_is_restarted_on_the_same_address(make_daemon: Any) -> None:
     d = make_daemon(sandbox={"enabled": False}, service=NO_SERVICE)
     front = d.callback_server
@@ -92,6 +68,7 @@ def test_a_listener_that_dies_is_restarted_on_the_same_address(make_daemon: Any)
     assert d.store.query("SELECT pa_id FROM callbacks") == [{"pa_id": "PF2"}]
 
 
+@pytest.mark.slow
 def test_the_listener_goes_when_the_daemon_is_killed(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path).start()
     assert d.proc is not None
@@ -117,6 +94,7 @@ def test_the_listener_goes_when_the_daemon_is_killed(tmp_path: Path) -> None:
         assert again.terminate() == 0
 
 
+@pytest.mark.slow
 def test_a_callback_address_in_use_stops_the_start_with_the_key_named(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -141,32 +119,7 @@ def test_a_callback_address_in_use_stops_the_start_with_the_key_named(tmp_path: 
     assert "Traceback" not in done.stderr
 
 
-def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed(
-    tmp_path: Path,
-) -> None:
-    from pa_bridge.callback_front import KIND_CALLBACK, Message
-    from pa_bridge.metrics import Metrics
-    from pa_bridge.store import Store
-    from pa_bridge.web.callbacks import CallbackReceiver
-
-    with Store(tmp_path / "db.sqlite3") as store:
-        # a damaged schema makes applying a callback fail with an error that is not
-        # the database being unavailable; a dead letter does not touch that table
-        store.write(lambda db: db.execute("DROP TABLE pa_history"))
-        receiver = CallbackReceiver(store, Metrics(), forward=False)
-        replies = receiver.handle(
-            [
-                Message(KIND_CALLBACK, "application/json", _callback("PF4", "d-1")),
-                Message(KIND_CALLBACK, "text/plain", b"not json"),
-            ]
-        )
-        assert [status for status, _ in replies] == [500, 200]
-        assert json.loads(replies[0][1])["error"]["code"] == "internal_error"
-        assert json.loads(replies[1][1]) == {"status": "dead_letter", "pa_id": None}
-        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
-        assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0
-
-
+@pytest.mark.slow
 def test_sigterm_to_every_process_stops_both_in_order(tmp_path: Path) -> None:
     """systemd's stop sends SIGTERM to the daemon and its listener at once: the
     listener waits for the daemon to stop it, nothing is restarted or logged as lost."""
@@ -185,9 +138,7 @@ def test_sigterm_to_every_process_stops_both_in_order(tmp_path: Path) -> None:
 
 
 def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path) -> None:
-    import pytest
-
-    from pa_bridge.callback_front import CallbackFront, CallbackFrontError
+    from pa_bridge.callbacks.supervisor import CallbackFront, CallbackFrontError
     from pa_bridge.config import load_settings
 
     settings = load_settings(
@@ -200,27 +151,3 @@ def test_a_listener_that_does_not_come_up_in_time_fails_the_start(tmp_path: Path
     with pytest.raises(CallbackFrontError, match="did not start within"):
         front.start()
     assert not front.alive
-
-
-def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path: Path) -> None:
-    """About 1,000 levels used to fail the JSON decoder with RecursionError: 500 for
-    it forever, and for the good callbacks committed with it (issue 19)."""
-    from pa_bridge.callback_front import KIND_CALLBACK, Message
-    from pa_bridge.metrics import Metrics
-    from pa_bridge.store import Store
-    from pa_bridge.web.callbacks import CallbackReceiver
-
-    deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
-    with Store(tmp_path / "db.sqlite3") as store:
-        receiver = CallbackReceiver(store, Metrics(), forward=False)
-        replies = receiver.handle(
-            [
-                Message(KIND_CALLBACK, "application/json", _callback("PN1", "n-1")),
-                Message(KIND_CALLBACK, "application/json", deep),
-                Message(KIND_CALLBACK, "application/json", _callback("PN2", "n-2")),
-            ]
-        )
-        assert [status for status, _ in replies] == [200, 200, 200]
-        assert json.loads(replies[1][1])["status"] == "dead_letter"
-        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
-        assert {r["id"] for r in store.query("SELECT id FROM pas")} == {"PN1", "PN2"}

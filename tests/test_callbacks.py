@@ -1,11 +1,18 @@
-"""The callback receiver over real HTTPS (a test CA from trustme)."""
+"""The callback listener at the level of its parts, in this process: the child's app
+on a loopback HTTPS server (a test CA from trustme), the real hand-over over a Unix
+socket, and the ingest on a temporary store of each engine. The child process itself
+(its start, restarts, kill, stop) is tests/test_callback_front.py."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import sqlite3
 import ssl
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +20,29 @@ import httpx
 import psycopg
 import pytest
 import trustme
+from flask.testing import FlaskClient
 
-from pa_bridge.callbacks import CallbackService, is_newer, parse_callback
+from pa_bridge.app import create_app, make_client
+from pa_bridge.callbacks.child import start_listener, tls_context_for
+from pa_bridge.callbacks.framing import (
+    IN_FLIGHT,
+    KIND_CALLBACK,
+    AsyncFrontChannel,
+    FrameServer,
+    Message,
+)
+from pa_bridge.callbacks.ingest import (
+    CallbackReceiver,
+    CallbackService,
+    UnauthorizedLog,
+    is_newer,
+    parse_callback,
+)
+from pa_bridge.client import PaServiceClient
+from pa_bridge.config import Settings, load_settings
+from pa_bridge.metrics import Metrics
+from pa_bridge.service import Services
+from pa_bridge.store import PgStore, Store
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
 from tests.real_shapes import callback_body, delete_event
 from tests.support import NO_SERVICE, wait_until
@@ -42,59 +70,128 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-@pytest.fixture
-def https_daemon(
-    make_daemon: Any, ca: trustme.CA, tmp_path: Path, daemon_storage: dict[str, Any]
-) -> Any:
+class Listener:
+    """The callback listener as the daemon runs it, in this process: the child's app
+    and server (``start_listener``) on loopback with TLS, its channel to a real
+    ``FrameServer`` over a Unix socket, the receiver and ``CallbackService`` on a
+    temporary store, and the intake app on the same store and metrics, to read PAs.
+    Only the child process is missing (tests/test_callback_front.py has it)."""
+
+    def __init__(self, settings: Settings, store: Store, verify: ssl.SSLContext) -> None:
+        self.settings, self.store = settings, store
+        self.metrics = Metrics()
+        self._made: list[tuple[PaServiceClient, Services]] = []
+        service = CallbackService(store, forward=False)  # forwarding: the daemon's test
+        self.receiver = CallbackReceiver(service, self.metrics)
+        self.frames = FrameServer(self.receiver.handle).start()
+        assert self.frames.directory is not None
+        channel = AsyncFrontChannel(self.frames.directory, timeout_s=30.0)
+        self.server = start_listener(settings, channel, "127.0.0.1:0")
+        self.verify = verify
+        self.http = httpx.Client(base_url=self.server.url, verify=verify, timeout=10)
+        self.post, self.get, self.base_url = self.http.post, self.http.get, self.http.base_url
+
+    @functools.cached_property
+    def api(self) -> FlaskClient:
+        """The intake app on the same store and metrics (built when a test reads PAs:
+        its clients cost more than the rest of the set-up)."""
+        client = make_client(self.settings)
+        app = create_app(self.settings, store=self.store, client=client, metrics=self.metrics)
+        self._made.append((client, app.extensions["pa_bridge"]))
+        return app.test_client()
+
+    @property
+    def services(self) -> Services:
+        self.api  # noqa: B018 - built on first use
+        return self._made[0][1]
+
+    def stop(self) -> None:
+        """What the daemon's stop does for the listener: the server (its requests in
+        flight finish), the hand-over, then the sum of a spell of 401s."""
+        self.http.close()
+        self.server.stop()
+        self.frames.stop()
+        self.receiver.unauthorized_log.flush()
+
+    def close(self) -> None:
+        self.stop()
+        for client, services in self._made:
+            services.close()
+            client.close()
+
+
+def _listener(ca: trustme.CA, tmp_path: Path, store: Store, **callbacks: Any) -> Iterator[Listener]:
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.cert_chain_pems[0].write_to_path(str(cert_path))
     for extra in cert.cert_chain_pems[1:]:
         extra.write_to_path(str(cert_path), append=True)
     cert.private_key_pem.write_to_path(str(key_path))
-    d = make_daemon(
+    settings = load_settings(
         callbacks={
             "tls_cert": str(cert_path),
             "tls_key": str(key_path),
             "username": AUTH[0],
             "password": AUTH[1],
             "max_body_bytes": 4096,
+            **callbacks,
         },
         sandbox={"enabled": False},
         service=NO_SERVICE,
-        storage={"busy_timeout_ms": 200, **daemon_storage},
+        storage={"path": str(tmp_path / "unused.sqlite3")},  # the store is given
     )
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
-    with httpx.Client(base_url=d.callback_server.url, verify=ctx, timeout=10) as c:
-        c.daemon = d  # type: ignore[attr-defined]
-        yield c
+    listener = Listener(settings, store, ctx)
+    try:
+        yield listener
+    finally:
+        listener.close()
 
 
-def _count(client: Any, table: str) -> int:
+@pytest.fixture
+def listener(ca: trustme.CA, tmp_path: Path, store_url: str) -> Iterator[Listener]:
+    """On each engine in turn."""
+    if store_url.startswith("postgresql://"):  # the same short lock timeout
+        store: Store = PgStore(store_url, lock_timeout_ms=200)
+    else:  # a short busy timeout: the lock test's 503 comes at once
+        store = Store(store_url, busy_timeout_ms=200)
+    try:
+        yield from _listener(ca, tmp_path, store)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def sqlite_listener(ca: trustme.CA, tmp_path: Path) -> Iterator[Listener]:
+    """SQLite only: for what no engine changes (401s, concurrency) or what is about the
+    file (its lock)."""
+    with Store(tmp_path / "pa-bridge.sqlite3", busy_timeout_ms=200) as store:
+        yield from _listener(ca, tmp_path, store)
+
+
+def _count(listener: Listener, table: str) -> int:
     sql = f"SELECT count(*) AS n FROM {table}"  # noqa: S608 - a fixed table name from the test
-    return int(client.daemon.store.query(sql)[0]["n"])
+    return int(listener.store.query(sql)[0]["n"])
 
 
-def _pa(client: Any, pa_id: str) -> dict[str, Any]:
-    return client.daemon.bridge.pas.get_pa(pa_id).model_dump()
+def _pa(listener: Listener, pa_id: str) -> dict[str, Any]:
+    return listener.services.pas.get_pa(pa_id).model_dump()
 
 
-def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
-    assert https_daemon.base_url.scheme == "https"
-    r = https_daemon.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=AUTH)
+def test_tls_is_real_and_at_least_1_2(listener: Listener) -> None:
+    assert listener.base_url.scheme == "https"
+    r = listener.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=AUTH)
     assert r.status_code == 200
     with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
-        httpx.post(f"{https_daemon.base_url}/callbacks/pharmacy", content=b"{}")
+        httpx.post(f"{listener.base_url}/callbacks/pharmacy", content=b"{}")
     # the listener's context refuses anything older than TLS 1.2 ...
-    from pa_bridge.web.callbacks import tls_context_for
-
-    context = tls_context_for(https_daemon.daemon.settings)
+    context = tls_context_for(listener.settings)
     assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_2
     # ... and a real handshake negotiates 1.2 or newer
     import socket
 
-    host, port = https_daemon.daemon.callback_server.address
+    host, port = listener.server.address
     ctx = ssl.create_default_context(cafile=None)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -104,44 +201,44 @@ def test_tls_is_real_and_at_least_1_2(https_daemon: Any) -> None:
 
 @pytest.mark.parametrize("auth", [None, ("pa-service", "wrong"), ("other", "cb-secret-7731")])
 def test_wrong_or_missing_credentials_get_401_and_nothing_is_stored(
-    https_daemon: Any, auth: Any
+    listener: Listener, auth: Any
 ) -> None:
-    r = https_daemon.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=auth)
+    r = listener.post("/callbacks/pharmacy", content=_body("AB12CD", "New"), auth=auth)
     assert r.status_code == 401
     assert r.json()["error"]["code"] == "unauthorized"
-    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+    assert _count(listener, "callbacks") == 0 and _count(listener, "dead_letters") == 0
 
 
-def test_duplicate_is_acknowledged_and_stored_once(https_daemon: Any) -> None:
+def test_duplicate_is_acknowledged_and_stored_once(listener: Listener) -> None:
     body = _body("AB12CD", "PA Request", at="2026-11-23T10:00:01Z")
     for _ in range(3):
-        r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+        r = listener.post("/callbacks/pharmacy", content=body, auth=AUTH)
         assert r.status_code == 200
     assert r.json()["status"] == "duplicate"
-    assert _count(https_daemon, "callbacks") == 1
+    assert _count(listener, "callbacks") == 1
     # same content in another key order is the same callback
     reordered = json.dumps({"request": dict(reversed(list(json.loads(body)["request"].items())))})
     assert (
-        https_daemon.post("/callbacks/pharmacy", content=reordered, auth=AUTH).json()["status"]
+        listener.post("/callbacks/pharmacy", content=reordered, auth=AUTH).json()["status"]
         == "duplicate"
     )
     # a delivery id, when the body has one, is the key
     for _ in range(2):
-        https_daemon.post(
+        listener.post(
             "/callbacks/pharmacy", content=_body("AB12CD", "New", delivery_id="d-1"), auth=AUTH
         )
-    assert _count(https_daemon, "callbacks") == 2
+    assert _count(listener, "callbacks") == 2
 
 
-def test_out_of_order_never_moves_status_backwards(https_daemon: Any) -> None:
-    post = lambda b: https_daemon.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
+def test_out_of_order_never_moves_status_backwards(listener: Listener) -> None:
+    post = lambda b: listener.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
     assert (
         post(_body("ZZ99ZZ", "PA Response", "Favorable", at="2026-11-23T10:00:03Z")).status_code
         == 200
     )
     assert post(_body("ZZ99ZZ", "New", at="2026-11-23T10:00:01Z")).status_code == 200
     assert post(_body("ZZ99ZZ", "PA Request", at="2026-11-23T10:00:02Z")).status_code == 200
-    pa = _pa(https_daemon, "ZZ99ZZ")
+    pa = _pa(listener, "ZZ99ZZ")
     assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
     assert pa["matched"] is False  # we did not start it: kept as unmatched, not refused
     arrival = [h["workflow_status"] for h in pa["history"]]
@@ -150,56 +247,55 @@ def test_out_of_order_never_moves_status_backwards(https_daemon: Any) -> None:
     assert by_event == ["New", "PA Request", "PA Response"]
 
 
-def test_delete_and_fax_failure_events_are_visible(https_daemon: Any) -> None:
+def test_delete_and_fax_failure_events_are_visible(listener: Listener) -> None:
     events = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
-    https_daemon.post(
+    listener.post(
         "/callbacks/pharmacy", content=_body("QQ11QQ", "Sent to Plan", events=events), auth=AUTH
     )
     events.append(
         {"type": "DELETE", "time": "2026-11-23T10:00:09Z", "remote_user": {"display_name": "x"}}
     )
-    https_daemon.post(
+    listener.post(
         "/callbacks/pharmacy", content=_body("QQ11QQ", "Sent to Plan", events=events), auth=AUTH
     )
-    pa = _pa(https_daemon, "QQ11QQ")
+    pa = _pa(listener, "QQ11QQ")
     assert pa["fax_failed"] and pa["deleted"]
     assert [e["type"] for e in pa["events"]] == ["REQUEST_FAX_FAILED", "DELETE"]
     assert "remote_user" not in json.dumps(pa["events"])
 
 
-def test_bare_object_and_added_fields_are_accepted(https_daemon: Any) -> None:
+def test_bare_object_and_added_fields_are_accepted(listener: Listener) -> None:
     bare = json.dumps({"id": "BARE01", "workflow_status": "New", "some_future_field": {"x": 1}})
     assert (
-        https_daemon.post("/callbacks/pharmacy", content=bare, auth=AUTH).json()["status"]
-        == "stored"
+        listener.post("/callbacks/pharmacy", content=bare, auth=AUTH).json()["status"] == "stored"
     )
-    assert _pa(https_daemon, "BARE01")["workflow_status"] == "New"
+    assert _pa(listener, "BARE01")["workflow_status"] == "New"
 
 
 @pytest.mark.parametrize(
     "body", [b"not json", b"[1,2]", b'{"request": {"workflow_status": "New"}}', b"\xff\xfe"]
 )
 def test_unexpected_bodies_are_dead_lettered_and_acknowledged(
-    https_daemon: Any, body: bytes
+    listener: Listener, body: bytes
 ) -> None:
-    r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+    r = listener.post("/callbacks/pharmacy", content=body, auth=AUTH)
     assert r.status_code == 200 and r.json()["status"] == "dead_letter"
-    rows = https_daemon.daemon.store.query("SELECT body FROM dead_letters")
+    rows = listener.store.query("SELECT body FROM dead_letters")
     assert [bytes(r["body"]) for r in rows] == [body]
 
 
-def test_oversized_body_is_413(https_daemon: Any) -> None:
-    r = https_daemon.post("/callbacks/pharmacy", content=b"{" + b" " * 8000 + b"}", auth=AUTH)
+def test_oversized_body_is_413(listener: Listener) -> None:
+    r = listener.post("/callbacks/pharmacy", content=b"{" + b" " * 8000 + b"}", auth=AUTH)
     assert r.status_code == 413
-    assert _count(https_daemon, "callbacks") == 0
+    assert _count(listener, "callbacks") == 0
 
 
-def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any) -> None:
-    """Another process holds the database past ``storage.busy_timeout_ms`` (200 ms
-    here): SQLite's write lock, or on PostgreSQL the tables a callback writes, locked
-    by another session. The callback is answered 503 (the service retries), nothing
-    is half stored, and the retry lands once the lock is gone."""
-    store = https_daemon.daemon.store
+def test_uncommittable_write_gets_503_and_the_listener_stays_up(listener: Listener) -> None:
+    """Another process holds the database past the busy timeout (200 ms here): SQLite's
+    write lock, or on PostgreSQL the tables a callback writes, locked by another
+    session. The callback is answered 503 (the service retries), nothing is half
+    stored, and the retry lands once the lock is gone."""
+    store = listener.store
     other: Any
     if store.dialect == "sqlite":
         other = sqlite3.connect(store.path, isolation_level=None)
@@ -209,17 +305,17 @@ def test_uncommittable_write_gets_503_and_the_daemon_stays_up(https_daemon: Any)
         other.execute("BEGIN")
         other.execute("LOCK TABLE feed_clock, callbacks, pas IN EXCLUSIVE MODE")
     try:
-        r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
+        r = listener.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "storage_unavailable"
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert _count(https_daemon, "callbacks") == 0
-    r = https_daemon.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
+    assert _count(listener, "callbacks") == 0
+    r = listener.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
     assert r.status_code == 200 and r.json()["status"] == "stored"  # the retry lands
-    assert _count(https_daemon, "callbacks") == 1
-    assert _pa(https_daemon, "LOCK01")["workflow_status"] == "New"
+    assert _count(listener, "callbacks") == 1
+    assert _pa(listener, "LOCK01")["workflow_status"] == "New"
 
 
 def test_ordering_rule() -> None:
@@ -240,43 +336,42 @@ def test_ordering_rule() -> None:
 
 
 def test_the_real_body_is_accepted_and_a_callback_only_pa_opens_at_its_token_link(
-    https_daemon: Any,
+    listener: Listener,
 ) -> None:
     """valid_request.json's shape: wrapped, strings, null outcome, events [], no
     updated_at, html_url, tokens, pdf_url, extra fields."""
     body = callback_body("CLRQ01", "New", None)
-    r = https_daemon.post("/callbacks/pharmacy", content=body, auth=AUTH)
+    r = listener.post("/callbacks/pharmacy", content=body, auth=AUTH)
     assert r.status_code == 200 and r.json()["status"] == "stored"
-    pa = _pa(https_daemon, "CLRQ01")
+    pa = _pa(listener, "CLRQ01")
     token_link = "https://dashboard.example.test/requests/CLRQ01?token_id=tok0synthetic0a1b2c3"
     assert (pa["workflow_status"], pa["plan_outcome"], pa["matched"]) == ("New", None, False)
     assert pa["url"] == token_link and pa["urls"] == [token_link]
     assert pa["links"]["html_url"] == "https://dashboard.example.test/requests/CLRQ01"
     assert pa["links"]["pdf_url"].endswith("/api/requests/CLRQ01/download")
-    with httpx.Client(base_url=https_daemon.daemon.intake_server.url) as api:
-        opened = api.get("/v1/pa/CLRQ01/open")
-        console = api.get("/v1/console/worklist").json()
+    opened = listener.api.get("/v1/pa/CLRQ01/open")
+    console = listener.api.get("/v1/console/worklist").get_json()
     assert opened.status_code == 302 and opened.headers["location"] == token_link
     # the console's worklist links it too
     (row,) = [p for p in console["pas"] if p["pa_id"] == "CLRQ01"]
     assert row["url"] == token_link and row["open_url"] == "/v1/pa/CLRQ01/open"
-    stored = https_daemon.daemon.store.query("SELECT links_json FROM pas WHERE id = 'CLRQ01'")
+    stored = listener.store.query("SELECT links_json FROM pas WHERE id = 'CLRQ01'")
     for phi in (PATIENT_FIRST, PATIENT_LAST):
         assert phi not in stored[0]["links_json"]
 
 
 def test_the_real_bodies_move_a_pa_in_workflow_order_without_updated_at(
-    https_daemon: Any,
+    listener: Listener,
 ) -> None:
-    post = lambda b: https_daemon.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
+    post = lambda b: listener.post("/callbacks/pharmacy", content=b, auth=AUTH)  # noqa: E731
     for status, outcome in [("PA Response", "Favorable"), ("New", None), ("PA Request", None)]:
         assert post(callback_body("ORD001", status, outcome)).status_code == 200
-    pa = _pa(https_daemon, "ORD001")
+    pa = _pa(listener, "ORD001")
     assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
     assert [h["workflow_status"] for h in pa["history"]] == ["PA Response", "New", "PA Request"]
     # the evidence's DELETE: same status, an event whose time is not a time
     assert post(callback_body("ORD001", "PA Response", "Favorable", events=[delete_event()]))
-    pa = _pa(https_daemon, "ORD001")
+    pa = _pa(listener, "ORD001")
     assert pa["deleted"] and [e["type"] for e in pa["events"]] == ["DELETE"]
     assert (pa["workflow_status"], pa["plan_outcome"]) == ("PA Response", "Favorable")
     assert "SYN USER" not in json.dumps(pa)
@@ -309,12 +404,12 @@ def test_dedupe_key_prefers_delivery_id() -> None:
     assert parse_callback(_body("X", "New")).dedupe_key.startswith("sha256:")
 
 
-def test_callback_metrics(https_daemon: Any) -> None:
-    https_daemon.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
-    https_daemon.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
-    https_daemon.post("/callbacks/pharmacy", content=b"nope", auth=AUTH)
-    https_daemon.post("/callbacks/pharmacy", content=b"{}", auth=None)
-    text = httpx.get(f"{https_daemon.daemon.intake_server.url}/metrics").text
+def test_callback_metrics(listener: Listener) -> None:
+    listener.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
+    listener.post("/callbacks/pharmacy", content=_body("MM11MM", "New"), auth=AUTH)
+    listener.post("/callbacks/pharmacy", content=b"nope", auth=AUTH)
+    listener.post("/callbacks/pharmacy", content=b"{}", auth=None)
+    text = listener.api.get("/metrics").get_data(as_text=True)
     for result in ("stored", "duplicate", "dead_letter", "unauthorized"):
         assert f'pa_bridge_callbacks_total{{result="{result}"}} 1.0' in text
     assert "pa_bridge_dead_letters 1.0" in text
@@ -397,55 +492,92 @@ def _pieces(data: bytes, size: int = 1000) -> Any:
         yield data[i : i + size]
 
 
-def test_chunked_body_over_the_limit_is_413_and_nothing_is_stored(https_daemon: Any) -> None:
+def test_chunked_body_over_the_limit_is_413_and_nothing_is_stored(listener: Listener) -> None:
     # issue 19: cut at the limit, dead-lettered and answered 200 before; the service
     # never retried and the status change was lost. Over the limit is 413 however framed.
     big = _body("CH11CH", "PA Response", "Favorable", notes="x" * 8000)
-    r = https_daemon.post("/callbacks/pharmacy", content=_pieces(big), auth=AUTH)
+    r = listener.post("/callbacks/pharmacy", content=_pieces(big), auth=AUTH)
     assert r.request.headers.get("transfer-encoding") == "chunked"
     assert "content-length" not in r.request.headers
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "body_too_large"
     assert set(r.json()["error"]) == {"code", "message", "detail"}
-    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+    assert _count(listener, "callbacks") == 0 and _count(listener, "dead_letters") == 0
     # the same client, on a new connection, is served normally afterwards
     small = _body("CH11CH", "PA Response", "Favorable")
-    r = https_daemon.post("/callbacks/pharmacy", content=_pieces(small, 10), auth=AUTH)
+    r = listener.post("/callbacks/pharmacy", content=_pieces(small, 10), auth=AUTH)
     assert r.status_code == 200 and r.json() == {"status": "stored", "pa_id": "CH11CH"}
-    assert _pa(https_daemon, "CH11CH")["plan_outcome"] == "Favorable"
+    assert _pa(listener, "CH11CH")["plan_outcome"] == "Favorable"
+
+
+def _unauthorized_lines(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r for r in caplog.records if getattr(r, "event", "").startswith("callback.unauth")]
 
 
 def test_unauthenticated_attempts_are_logged_once_then_summed(
-    https_daemon: Any, caplog: pytest.LogCaptureFixture
+    sqlite_listener: Listener, caplog: pytest.LogCaptureFixture
 ) -> None:
     # issue 19: each attempt wrote a warning line, so a flood filled the journal;
-    # now the first is logged, then one summary line per interval; metrics count all
+    # now the first is logged, then one summary line per interval; metrics count all.
+    # Nothing is stored for a 401, so one engine is enough.
+    listener = sqlite_listener
     caplog.set_level("INFO", logger="pa_bridge")
     started = time.monotonic()
     for _ in range(1000):
-        assert https_daemon.post("/callbacks/pharmacy", content=b"{}").status_code == 401
+        assert listener.post("/callbacks/pharmacy", content=b"{}").status_code == 401
     assert time.monotonic() - started < 60  # within one interval (60 s)
-
-    def lines() -> list[Any]:
-        return [r for r in caplog.records if getattr(r, "event", "").startswith("callback.unauth")]
-
-    assert [r.event for r in lines()] == ["callback.unauthorized"]
-    assert lines()[0].levelname == "WARNING" and lines()[0].fields["remote"] == "127.0.0.1"
-    text = httpx.get(f"{https_daemon.daemon.intake_server.url}/metrics").text
+    lines = _unauthorized_lines(caplog)
+    assert [r.event for r in lines] == ["callback.unauthorized"]
+    assert lines[0].levelname == "WARNING" and lines[0].fields["remote"] == "127.0.0.1"
+    text = listener.api.get("/metrics").get_data(as_text=True)
     assert 'pa_bridge_callbacks_total{result="unauthorized"} 1000.0' in text
-    https_daemon.daemon.stop()  # a graceful stop writes the sum of the spell under way
-    assert [r.event for r in lines()] == [
-        "callback.unauthorized",
-        "callback.unauthorized_repeated",
-    ]
-    assert lines()[1].fields["count"] == 999 and lines()[1].fields["remotes"] == ["127.0.0.1"]
+    listener.stop()  # a graceful stop writes the sum of the spell under way
+    lines = _unauthorized_lines(caplog)
+    assert [r.event for r in lines] == ["callback.unauthorized", "callback.unauthorized_repeated"]
+    assert lines[1].fields["count"] == 999 and lines[1].fields["remotes"] == ["127.0.0.1"]
+
+
+def test_the_daemons_child_serves_tls_and_credentials_and_its_stop_sums_the_401s(
+    ca: trustme.CA, make_daemon: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's wiring of the same parts: the child process gets the TLS files and
+    the credentials through its pipe, the receiver counts on the intake's metrics,
+    and ``Daemon.stop`` writes the sum of a spell of 401s."""
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    d = make_daemon(
+        callbacks={
+            "tls_cert": str(tmp_path / "cert.pem"),
+            "tls_key": str(tmp_path / "key.pem"),
+            "username": AUTH[0],
+            "password": AUTH[1],
+        },
+        sandbox={"enabled": False},
+        service=NO_SERVICE,
+    )
+    caplog.set_level("INFO", logger="pa_bridge")
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    assert d.callback_server.url.startswith("https://")
+    with httpx.Client(base_url=d.callback_server.url, verify=ctx, timeout=10) as c:
+        r = c.post("/callbacks/pharmacy", content=_body("DW11DW", "New"), auth=AUTH)
+        assert r.status_code == 200 and r.json() == {"status": "stored", "pa_id": "DW11DW"}
+        for _ in range(3):
+            assert c.post("/callbacks/pharmacy", content=b"{}").status_code == 401
+    text = httpx.get(f"{d.intake_server.url}/metrics").text
+    assert 'pa_bridge_callbacks_total{result="stored"} 1.0' in text
+    assert 'pa_bridge_callbacks_total{result="unauthorized"} 3.0' in text
+    assert [r.event for r in _unauthorized_lines(caplog)] == ["callback.unauthorized"]
+    d.stop()
+    lines = _unauthorized_lines(caplog)
+    assert [r.event for r in lines] == ["callback.unauthorized", "callback.unauthorized_repeated"]
+    assert lines[1].fields["count"] == 2
 
 
 def test_unauthorized_log_sums_a_spell_when_its_interval_ends(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from pa_bridge.web.callbacks import UnauthorizedLog
-
     caplog.set_level("INFO", logger="pa_bridge")
     log = UnauthorizedLog(interval_s=0.3)
     for k in range(30):
@@ -466,21 +598,127 @@ def test_unauthorized_log_sums_a_spell_when_its_interval_ends(
 
 
 def test_the_listener_answers_other_paths_and_methods_in_the_error_shape(
-    https_daemon: Any,
+    listener: Listener,
 ) -> None:
-    r = https_daemon.get("/callbacks/pharmacy", auth=AUTH)
+    r = listener.get("/callbacks/pharmacy", auth=AUTH)
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
     assert r.headers["allow"] == "POST"
-    r = https_daemon.post("/elsewhere", content=b"{}", auth=AUTH)
+    r = listener.post("/elsewhere", content=b"{}", auth=AUTH)
     assert r.status_code == 404 and set(r.json()["error"]) == {"code", "message", "detail"}
-    assert https_daemon.get("/healthz").json() == {"status": "ok"}
+    assert listener.get("/healthz").json() == {"status": "ok"}
     for header in ("Basic !!!notbase64", "Bearer x", "Basic " + "cGEtc2VydmljZQ==", ""):
-        r = https_daemon.post(
+        r = listener.post(
             "/callbacks/pharmacy", content=_body("HD11HD", "New"), headers={"Authorization": header}
         )
         assert r.status_code == 401, header
         assert r.headers["www-authenticate"].startswith("Basic")
-    assert _count(https_daemon, "callbacks") == 0 and _count(https_daemon, "dead_letters") == 0
+    assert _count(listener, "callbacks") == 0 and _count(listener, "dead_letters") == 0
+
+
+def test_more_concurrent_callbacks_than_the_channel_hands_over_all_commit(
+    sqlite_listener: Listener,
+) -> None:
+    # the child hands IN_FLIGHT callbacks to the daemon at once; three times as many
+    # senders at once must all be answered 200 after their commit: the rest wait their
+    # turn, none is refused
+    listener = sqlite_listener
+    senders, each = 3 * IN_FLIGHT, 5
+    statuses: list[int] = []
+    start = threading.Barrier(senders)
+
+    def send(k: int) -> None:
+        with httpx.Client(
+            base_url=listener.base_url, verify=listener.verify, auth=AUTH, timeout=30
+        ) as c:
+            start.wait()
+            for n in range(each):
+                body = _body(f"PT{k}", "New", delivery_id=f"t-{k}-{n}")
+                statuses.append(c.post("/callbacks/pharmacy", content=body).status_code)
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert statuses == [200] * (senders * each)
+    assert _count(listener, "callbacks") == senders * each
+
+
+def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed(
+    tmp_path: Path,
+) -> None:
+    with Store(tmp_path / "db.sqlite3") as store:
+        # a damaged schema makes applying a callback fail with an error that is not
+        # the database being unavailable; a dead letter does not touch that table
+        store.write(lambda db: db.execute("DROP TABLE pa_history"))
+        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
+        replies = receiver.handle(
+            [
+                Message(KIND_CALLBACK, "application/json", _body("PF4", "New", delivery_id="d-1")),
+                Message(KIND_CALLBACK, "text/plain", b"not json"),
+            ]
+        )
+        assert [status for status, _ in replies] == [500, 200]
+        assert json.loads(replies[0][1])["error"]["code"] == "internal_error"
+        assert json.loads(replies[1][1]) == {"status": "dead_letter", "pa_id": None}
+        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
+        assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0
+
+
+def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path: Path) -> None:
+    """About 1,000 levels used to fail the JSON decoder with RecursionError: 500 for
+    it forever, and for the good callbacks committed with it (issue 19)."""
+    deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    with Store(tmp_path / "db.sqlite3") as store:
+        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
+        replies = receiver.handle(
+            [
+                Message(KIND_CALLBACK, "application/json", _body("PN1", "New", delivery_id="n-1")),
+                Message(KIND_CALLBACK, "application/json", deep),
+                Message(KIND_CALLBACK, "application/json", _body("PN2", "New", delivery_id="n-2")),
+            ]
+        )
+        assert [status for status, _ in replies] == [200, 200, 200]
+        assert json.loads(replies[1][1])["status"] == "dead_letter"
+        assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
+        assert {r["id"] for r in store.query("SELECT id FROM pas")} == {"PN1", "PN2"}
+
+
+def test_a_handler_that_fails_gets_500_for_its_batch_and_the_hand_over_keeps_serving() -> None:
+    """The daemon's end of the socket: a bug in ``handle`` answers 500 to the batch
+    and is logged; the next batch on the same connection is served."""
+    seen: list[list[Message]] = []
+
+    def handle(batch: list[Message]) -> list[tuple[int, bytes]]:
+        seen.append(batch)
+        if len(seen) == 1:
+            raise RuntimeError("a bug")
+        return [(200, b'{"status": "stored"}')] * len(batch)
+
+    frames = FrameServer(handle).start()
+    try:
+        assert frames.directory is not None and frames.alive
+        channel = AsyncFrontChannel(frames.directory, timeout_s=10)
+
+        async def twice() -> list[tuple[int, bytes]]:
+            first = await channel.ask(KIND_CALLBACK, "application/json", b"{}")
+            second = await channel.ask(KIND_CALLBACK, "text/plain", b"x" * 70000)
+            await channel.aclose()  # as the listener does at its stop
+            return [first, second]
+
+        (s1, p1), (s2, p2) = asyncio.run(twice())
+        assert s1 == 500 and json.loads(p1)["error"]["code"] == "internal_error"
+        assert (s2, p2) == (200, b'{"status": "stored"}')
+        # the frames carried kind, text and body whole (the second past one read)
+        assert seen[0] == [Message(KIND_CALLBACK, "application/json", b"{}")]
+        assert seen[1] == [Message(KIND_CALLBACK, "text/plain", b"x" * 70000)]
+    finally:
+        frames.stop()
+    assert not frames.alive
+    # once the daemon's end is gone, the child answers 503 so the service retries
+    gone = AsyncFrontChannel(frames.directory, timeout_s=5)
+    status, payload = asyncio.run(gone.ask(KIND_CALLBACK, "", b"{}"))
+    assert status == 503 and json.loads(payload)["error"]["code"] == "storage_unavailable"
 
 
 # ---- a commit batch of callbacks (one job, one statement keeps them all) --------------

@@ -1,23 +1,35 @@
-"""`pa-bridge claim parse|format`, run as the real console script."""
+"""`pa-bridge claim parse|format` in process (click's CliRunner: the bytes on stdin,
+stdout and stderr are the command's own); the console script as a process is in
+test_cli_process.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests import builders as b
+from tests.conftest import Cli
 
-PA_BRIDGE = Path(sys.executable).with_name("pa-bridge")
+
+class Run:
+    """The shape the tests read: exit code and the raw bytes of stdout and stderr."""
+
+    def __init__(self, cli: Cli, args: tuple[str, ...], stdin: bytes | None) -> None:
+        r = cli("claim", *args, input=stdin)
+        self.returncode: int = r.exit_code
+        self.stdout: bytes = r.stdout_bytes
+        self.stderr: bytes = r.stderr_bytes
 
 
-def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [str(PA_BRIDGE), "claim", *args], input=stdin, capture_output=True, timeout=60
-    )
+@pytest.fixture
+def run(cli: Cli) -> Callable[..., Run]:
+    def call(*args: str, stdin: bytes | None = None) -> Run:
+        return Run(cli, args, stdin)
+
+    return call
 
 
 @pytest.fixture
@@ -27,7 +39,7 @@ def claim_file(tmp_path: Path) -> Path:
     return p
 
 
-def test_parse_prints_named_and_decoded_fields(claim_file: Path) -> None:
+def test_parse_prints_named_and_decoded_fields(claim_file: Path, run: Callable[..., Run]) -> None:
     r = run("parse", str(claim_file))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -46,7 +58,7 @@ def test_parse_prints_named_and_decoded_fields(claim_file: Path) -> None:
     assert hdr["D1"]["decoded"] == "2026-11-23"
 
 
-def test_parse_then_format_gives_the_same_bytes(tmp_path: Path) -> None:
+def test_parse_then_format_gives_the_same_bytes(tmp_path: Path, run: Callable[..., Run]) -> None:
     for raw in (b.request_bytes(), b.response_bytes([b.REJECT_75, b.PAID])):
         src = tmp_path / "in.bin"
         src.write_bytes(raw)
@@ -58,7 +70,7 @@ def test_parse_then_format_gives_the_same_bytes(tmp_path: Path) -> None:
         assert formatted.stdout == raw
 
 
-def test_stdin_and_lenient_round_trip() -> None:
+def test_stdin_and_lenient_round_trip(run: Callable[..., Run]) -> None:
     framed = b"\x02" + b.response_bytes([b.REJECT_MR]) + b"\x03\r\n"
     strict = run("parse", "-", stdin=framed)
     assert strict.returncode == 2
@@ -69,7 +81,9 @@ def test_stdin_and_lenient_round_trip() -> None:
     assert run("format", "-", stdin=lenient.stdout).stdout == framed
 
 
-def test_malformed_input_one_line_with_offset_segment_field(tmp_path: Path) -> None:
+def test_malformed_input_one_line_with_offset_segment_field(
+    tmp_path: Path, run: Callable[..., Run]
+) -> None:
     raw = b.request_bytes()
     at = raw.index(b"\x1cDN")  # in the Pricing segment
     bad = tmp_path / "bad.bin"
@@ -82,7 +96,7 @@ def test_malformed_input_one_line_with_offset_segment_field(tmp_path: Path) -> N
     assert lines[0].endswith(f"(at byte offset {at}, segment AM11, field DU)")
 
 
-def test_unreadable_file(tmp_path: Path) -> None:
+def test_unreadable_file(tmp_path: Path, run: Callable[..., Run]) -> None:
     r = run("parse", str(tmp_path / "missing.bin"))
     assert r.returncode == 2
     assert r.stderr.decode().startswith("error: cannot read")
@@ -93,7 +107,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
     "content",
     [b"{not json", b"[1, 2]", b'{"kind": "request", "header": []}', b"\xff\xfe"],
 )
-def test_format_rejects_bad_json(tmp_path: Path, content: bytes) -> None:
+def test_format_rejects_bad_json(tmp_path: Path, content: bytes, run: Callable[..., Run]) -> None:
     p = tmp_path / "bad.json"
     p.write_bytes(content)
     r = run("format", str(p))
@@ -105,7 +119,7 @@ def test_format_rejects_bad_json(tmp_path: Path, content: bytes) -> None:
 # --- issue 17: F6 and batch files --------------------------------------------------
 
 
-def test_parse_and_format_an_f6_claim(tmp_path: Path) -> None:
+def test_parse_and_format_an_f6_claim(tmp_path: Path, run: Callable[..., Run]) -> None:
     raw = b.request_bytes(version="F6", bin="61001400")
     src = tmp_path / "f6.bin"
     src.write_bytes(raw)
@@ -137,7 +151,9 @@ def _batch(n: int, between: bytes = b"\r\n") -> bytes:
     return b.batch_bytes([claims[i % 3] for i in range(n)], between=between)
 
 
-def test_parse_a_batch_file_one_document_per_record(tmp_path: Path) -> None:
+def test_parse_a_batch_file_one_document_per_record(
+    tmp_path: Path, run: Callable[..., Run]
+) -> None:
     data = _batch(3)
     src = tmp_path / "batch.bin"
     src.write_bytes(data)
@@ -155,7 +171,7 @@ def test_parse_a_batch_file_one_document_per_record(tmp_path: Path) -> None:
     assert run("format", "-", stdin=r.stdout).stdout == data
 
 
-def test_a_large_batch_reports_progress_on_stderr(tmp_path: Path) -> None:
+def test_a_large_batch_reports_progress_on_stderr(tmp_path: Path, run: Callable[..., Run]) -> None:
     data = _batch(4000, between=b"\n")
     assert len(data) > 1 << 20
     src = tmp_path / "big.bin"
@@ -168,7 +184,9 @@ def test_a_large_batch_reports_progress_on_stderr(tmp_path: Path) -> None:
     assert err[-1].startswith("batch: 4000 detail record(s)")
 
 
-def test_a_batch_with_a_bad_count_fails_strict_and_passes_lenient(tmp_path: Path) -> None:
+def test_a_batch_with_a_bad_count_fails_strict_and_passes_lenient(
+    tmp_path: Path, run: Callable[..., Run]
+) -> None:
     data = b.batch_bytes([b.request_bytes()], count=9)
     src = tmp_path / "batch.bin"
     src.write_bytes(data)
@@ -181,7 +199,7 @@ def test_a_batch_with_a_bad_count_fails_strict_and_passes_lenient(tmp_path: Path
     assert any("record count" in x for x in trailer["tolerated"])
 
 
-def test_a_single_detail_record_says_what_it_is() -> None:
+def test_a_single_detail_record_says_what_it_is(run: Callable[..., Run]) -> None:
     record = b.batch_detail(b.request_bytes(), "SYNREF0001")
     r = run("parse", "-", stdin=record)
     assert r.returncode == 2

@@ -898,3 +898,48 @@ def test_lost_contact_then_connected_again_never_beside_a_problem(
     d.intake_server.start()  # and comes back on the same port
     expect(status).to_have_text("Connected to pa-bridge again.")
     expect(alert).to_be_hidden()
+
+
+def test_a_chains_console_picks_one_pharmacy_and_submits_with_its_credentials(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    """``[[pharmacies]]`` with two stores: the selector shows both; choosing one shows
+    its claims only (and keeps it in the address); its submit goes to the service with
+    that store's credentials (the embedded sandbox tells whose)."""
+    from playwright.sync_api import expect
+
+    stores = [
+        {"provider_id": pid, "name": name, "username": user, "password": f"{user}-password",
+         "api_key": f"{user}-api-key"}
+        for pid, name, user in (("1111111", "Store 11", "store-11"),
+                                ("2222222", "Store 22", "store-22"))
+    ]  # fmt: skip
+    d = make_daemon(pharmacies=stores)
+    url = d.intake_server.url
+    _post_75(url, provider_id="1111111", provider_qualifier="07",
+             rxs=(b.Rx(rx_number="000001111"),))  # fmt: skip
+    _post_75(url, provider_id="2222222", provider_qualifier="07",
+             rxs=(b.Rx(rx_number="000002222"),))  # fmt: skip
+    page.goto(f"{url}/")
+    claims = page.locator("#claims-body tr")
+    expect(claims).to_have_count(2)
+    select = page.get_by_label("Pharmacy")
+    expect(select).to_be_visible()
+    expect(select.locator("option")).to_have_text(
+        ["All pharmacies", "Store 11 (1111111)", "Store 22 (2222222)"]
+    )
+    select.select_option("2222222")
+    expect(claims).to_have_count(1)
+    expect(claims.first).to_contain_text("2222")
+    expect(page).to_have_url(f"{url}/?pharmacy=2222222")
+    _shot(page, tmp_path, "console-one-pharmacy.png")
+    with page.context.expect_page():
+        claims.first.get_by_role("button").click()
+    expect(page.locator("#pas-body tr")).to_have_count(1)
+    calls = httpx.get(f"{d.sandbox.url}/sandbox/calls", timeout=5).json()["calls"]
+    assert [(c["username"], c["provider_id"]) for c in calls if c["interface"] == "claim"] == [
+        ("store-22", "2222222")
+    ]
+    page.reload()  # the choice stays with the address
+    expect(select).to_have_value("2222222")
+    expect(claims).to_have_count(1)

@@ -1,38 +1,41 @@
-"""`pa-bridge doctor` as a subprocess against real files, certificates and sockets."""
+"""`pa-bridge doctor` (in process, on click's CliRunner) against real files,
+certificates and sockets."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 import trustme
+from click.testing import Result
 
 from pa_bridge.store import MIGRATIONS, SqliteDatabase, Store
+from tests.conftest import Cli
 from tests.support import RecordingService, free_port
 
 PASSWORD = "PW-do-not-print-7781"
 API_KEY = "AK-do-not-print-9923"
 
 
-def doctor(cwd: Path, config: Path | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pa_bridge", "doctor"]
-    if config is not None:
-        cmd += ["--config", str(config)]
-    return subprocess.run(
-        cmd,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")},
-    )
+class Doctor:
+    """``doctor(cfg)``: `pa-bridge doctor [--config cfg]` in the test's directory."""
+
+    def __init__(self, cli: Cli) -> None:
+        self.cli = cli
+
+    def __call__(self, config: Path | None = None) -> Result:
+        return self.cli("doctor", *(["--config", str(config)] if config else []))
 
 
-def lines(r: subprocess.CompletedProcess[str], status: str) -> list[str]:
+@pytest.fixture
+def doctor(cli: Cli) -> Doctor:
+    return Doctor(cli)
+
+
+def lines(r: Result, status: str) -> list[str]:
     return [ln for ln in r.stdout.splitlines() if ln.startswith(status + " ")]
 
 
@@ -71,9 +74,9 @@ def cert_files(
     return cert, key
 
 
-def test_embedded_default_is_all_ok(tmp_path: Path) -> None:
-    r = doctor(tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_embedded_default_is_all_ok(tmp_path: Path, doctor: Doctor) -> None:
+    r = doctor()
+    assert r.exit_code == 0, r.stdout + r.stderr
     out = r.stdout.splitlines()
     checks = out[:-1]
     assert checks and all(ln.startswith("ok ") for ln in checks), r.stdout
@@ -83,7 +86,7 @@ def test_embedded_default_is_all_ok(tmp_path: Path) -> None:
     assert not (tmp_path / "var").exists()
 
 
-def test_missing_secret_file_fails_without_printing_secrets(tmp_path: Path) -> None:
+def test_missing_secret_file_fails_without_printing_secrets(tmp_path: Path, doctor: Doctor) -> None:
     with RecordingService(port := free_port()):
         cfg = write_config(
             tmp_path,
@@ -91,8 +94,8 @@ def test_missing_secret_file_fails_without_printing_secrets(tmp_path: Path) -> N
                 port, password_file=str(tmp_path / "missing-password"), api_key=API_KEY
             ),
         )
-        r = doctor(tmp_path, cfg)
-    assert r.returncode == 1
+        r = doctor(cfg)
+    assert r.exit_code == 1
     fails = lines(r, "FAIL")
     assert any("service.password_file" in ln and "cannot read" in ln for ln in fails), r.stdout
     assert any(ln.startswith("FAIL  secret service.password: missing") for ln in fails)
@@ -106,36 +109,36 @@ def test_missing_secret_file_fails_without_printing_secrets(tmp_path: Path) -> N
     assert API_KEY not in r.stdout + r.stderr
 
 
-def test_set_secrets_are_reported_present_never_printed(tmp_path: Path) -> None:
+def test_set_secrets_are_reported_present_never_printed(tmp_path: Path, doctor: Doctor) -> None:
     with RecordingService(port := free_port()):
         cfg = write_config(
             tmp_path,
             service_section(port, password=PASSWORD, api_key=API_KEY)
             + f'[callbacks]\nusername = "svc"\npassword = "{PASSWORD}"\n',
         )
-        r = doctor(tmp_path, cfg)
-    assert r.returncode == 0, r.stdout
+        r = doctor(cfg)
+    assert r.exit_code == 0, r.stdout
     assert "secret service.password: present" in r.stdout
     assert "secret callbacks.password: present" in r.stdout
     assert PASSWORD not in r.stdout + r.stderr and API_KEY not in r.stdout + r.stderr
 
 
-def test_unreachable_service_fails(tmp_path: Path) -> None:
+def test_unreachable_service_fails(tmp_path: Path, doctor: Doctor) -> None:
     port = free_port()  # nothing listens there
     cfg = write_config(tmp_path, service_section(port, password=PASSWORD, api_key=API_KEY))
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 1
+    r = doctor(cfg)
+    assert r.exit_code == 1
     (line,) = lines(r, "FAIL")
     assert f"service http://127.0.0.1:{port} (claim, outcomes)" in line
     assert "unreachable: connection refused" in line
     assert PASSWORD not in r.stdout + r.stderr
 
 
-def test_expiring_certificate_warns(tmp_path: Path) -> None:
+def test_expiring_certificate_warns(tmp_path: Path, doctor: Doctor) -> None:
     cert, key = cert_files(tmp_path, days=10)
     cfg = write_config(tmp_path, f'[callbacks]\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 0, r.stdout
+    r = doctor(cfg)
+    assert r.exit_code == 0, r.stdout
     (line,) = lines(r, "warn")
     assert line.startswith("warn  tls certificate:")
     assert "pa-bridge.store.example" in line and "127.0.0.1" in line
@@ -144,23 +147,23 @@ def test_expiring_certificate_warns(tmp_path: Path) -> None:
     assert "ok    tls key: matches the certificate" in r.stdout
 
 
-def test_expired_certificate_and_wrong_key_fail(tmp_path: Path) -> None:
+def test_expired_certificate_and_wrong_key_fail(tmp_path: Path, doctor: Doctor) -> None:
     cert, key = cert_files(tmp_path, days=-1, not_before_days=-30, key_from_other=True)
     cfg = write_config(tmp_path, f'[callbacks]\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 1
+    r = doctor(cfg)
+    assert r.exit_code == 1
     fails = lines(r, "FAIL")
     assert any(ln.startswith("FAIL  tls certificate:") and "EXPIRED" in ln for ln in fails)
     assert any(ln.startswith("FAIL  tls key:") and "does not match" in ln for ln in fails)
 
 
-def test_database_checks_read_but_never_migrate(tmp_path: Path) -> None:
+def test_database_checks_read_but_never_migrate(tmp_path: Path, doctor: Doctor) -> None:
     db_path = tmp_path / "db" / "pa.sqlite3"
     with Store(db_path):
         pass
     cfg = write_config(tmp_path, "")
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 0, r.stdout
+    r = doctor(cfg)
+    assert r.exit_code == 0, r.stdout
     assert "ok    database schema: current" in r.stdout
     assert "mode 0600" in r.stdout
 
@@ -171,22 +174,44 @@ def test_database_checks_read_but_never_migrate(tmp_path: Path) -> None:
     conn.close()
     os.chmod(db_path, 0o644)
     before = db_path.read_bytes()
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 0, r.stdout
+    r = doctor(cfg)
+    assert r.exit_code == 0, r.stdout
     assert (
-        "warn  database schema: 4 migration(s) pending: m002_callbacks, m003_pa_links,"
-        " m004_console, m005_integrator_api" in r.stdout
+        "warn  database schema: 5 migration(s) pending: m002_callbacks, m003_pa_links,"
+        " m004_console, m005_integrator_api, m006_pharmacies" in r.stdout
     )
     assert f"chmod 600 {db_path}" in r.stdout
     assert db_path.read_bytes() == before  # not migrated
     assert sorted(p.name for p in db_path.parent.iterdir()) == ["pa.sqlite3"]
 
 
-def test_invalid_config_lists_every_problem(tmp_path: Path) -> None:
+def test_invalid_config_lists_every_problem(tmp_path: Path, doctor: Doctor) -> None:
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[storage]\nretention_days = 0\n[nonsense]\nkey = "x"\n')
-    r = doctor(tmp_path, cfg)
-    assert r.returncode == 1
+    r = doctor(cfg)
+    assert r.exit_code == 1
     fails = lines(r, "FAIL")
     assert any("storage.retention_days" in ln for ln in fails)
     assert any("nonsense" in ln and "unknown key" in ln for ln in fails)
+
+
+def test_the_database_directory_is_checked_before_the_file(tmp_path: Path, doctor: Doctor) -> None:
+    def directory_line(storage_path: Path) -> str:
+        cfg = tmp_path / "dir.toml"
+        cfg.write_text(f'[storage]\npath = "{storage_path}"\n')
+        r = doctor(cfg)
+        (line,) = (ln for ln in r.stdout.splitlines() if "database directory" in ln)
+        return line
+
+    here = tmp_path / "state"
+    here.mkdir()
+    assert directory_line(here / "pa.sqlite3") == f"ok    database directory: {here} is writable"
+    later = tmp_path / "later" / "deeper"
+    assert directory_line(later / "pa.sqlite3") == (
+        f"ok    database directory: {later} does not exist yet; it will be created"
+    )
+    assert not later.exists()  # doctor creates nothing
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    line = directory_line(a_file / "pa.sqlite3")
+    assert line.startswith("FAIL  database directory:") and "is not a directory" in line

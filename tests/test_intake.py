@@ -72,6 +72,27 @@ def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
     )
 
 
+def test_a_paid_claims_report_is_handed_over_as_its_stored_exchange_reads(app: AppClient) -> None:
+    """Intake hands the queued report's variables to the deliverer in memory (no
+    re-read, no re-parse); they are exactly what the stored exchange gives after a
+    restart, and the hand-off is used once."""
+    req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
+    body = _claim(
+        req, b.response_bytes([b.PAID, b.PAID]), metadata={"prescriber_fax": "5551234567"}
+    )
+    claim_id = app.post("/v1/claims", json=body).json()["claim_id"]
+    deliveries = app.services.deliveries
+    for index in (0, 1):
+        payload = {"claim_id": claim_id, "index": index}
+        handed = deliveries.report_variables(payload)
+        stored = deliveries.report_variables(payload)  # the hand-off is gone: the row
+        assert handed == stored
+        assert handed["prescription_reference_number"] == ("000001234567", "000001234568")[index]
+        assert handed["prescriber_fax"] == "5551234567"
+    assert app.services.outbox.drain_once() == 2
+    assert [i["status"] for i in app.services.outbox.list()] == ["delivered", "delivered"]
+
+
 def test_several_transactions_are_answered_each(app: AppClient) -> None:
     req = b.request_bytes(
         rxs=(b.Rx(), b.Rx(rx_number="000001234568"), b.Rx(rx_number="000001234569"))
@@ -340,3 +361,25 @@ def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> No
         "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     assert app.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201
+
+
+def test_the_answers_deferred_record_is_seen_at_once_by_its_readers(app: AppClient) -> None:
+    """The answer's record rides in the next commit (decision 0025); GET of the claim
+    and an Idempotency-Key replay flush it first, so they see it at once."""
+    app.store.defer_seconds = 3600.0  # only a flush or another commit writes it
+    body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    key = {"Idempotency-Key": "5e0b8a52-3c1d-4a7e-9f26-6d1c0b9e4f13"}
+    deferred = app.store.dialect == "sqlite"  # PostgreSQL commits it at once, in the background
+    first = app.post("/v1/claims", json=body, headers=key).json()
+    stored = app.store.query("SELECT answer_json FROM exchanges WHERE id = ?", [first["claim_id"]])
+    if deferred:  # (on PostgreSQL it may or may not be committed yet: a race)
+        assert stored == [{"answer_json": None}]  # deferred: not committed by itself
+    again = app.post("/v1/claims", json=body, headers=key)  # flushes, then reads
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first
+    second = app.post("/v1/claims", json=body).json()
+    stored = app.store.query("SELECT answer_json FROM exchanges WHERE id = ?", [second["claim_id"]])
+    if deferred:
+        assert stored == [{"answer_json": None}]
+    got = app.get(f"/v1/claims/{second['claim_id']}").json()  # flushes, then reads
+    assert got["answer"]["message"] == second["message"]

@@ -18,13 +18,14 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from flask import Flask, request
 
 from pa_bridge.cli import main
 from pa_bridge.logs import configure_logging, log_event
 from pa_bridge.store import Store, now_iso
 from tests import builders as b
+from tests.conftest import Cli
 from tests.support import NO_SERVICE, free_port, wait_until
 
 USER, PASSWORD, API_KEY = "pharmacy", "PW-ops-5521", "AK-ops-7713"
@@ -226,32 +227,28 @@ def test_refused_credentials_show_on_healthz_and_metrics(
         wait_until(lambda: api.get("/healthz").json()["status"] == "ok", what="health back to ok")
 
 
-def _doctor(tmp_path: Path, service: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def _doctor(tmp_path: Path, cli: Cli, service: dict[str, Any]) -> Result:
     cfg = tmp_path / "doctor.toml"
     body = "".join(f'{k} = "{v}"\n' for k, v in service.items())
     cfg.write_text(f'[storage]\npath = "{tmp_path / "db.sqlite3"}"\n[service]\n{body}')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "pa_bridge", "doctor", "--config", str(cfg)],
-        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    return cli("doctor", "--config", str(cfg))
 
 
 def test_doctor_detects_wrong_credentials_and_wrong_paths(
-    tmp_path: Path, fake: FakeService
+    tmp_path: Path, fake: FakeService, cli: Cli
 ) -> None:
-    good = _doctor(tmp_path, fake.service())
-    assert good.returncode == 0, good.stdout
+    good = _doctor(tmp_path, cli, fake.service())
+    assert good.exit_code == 0, good.stdout
     assert "credentials accepted" in good.stdout
     fake.accept_password = "another"
-    bad = _doctor(tmp_path, fake.service())
-    assert bad.returncode == 1
+    bad = _doctor(tmp_path, cli, fake.service())
+    assert bad.exit_code == 1
     assert "refused the credentials (HTTP 403)" in bad.stdout
     assert PASSWORD not in bad.stdout + bad.stderr and API_KEY not in bad.stdout + bad.stderr
     fake.accept_password = PASSWORD
     base = f"http://127.0.0.1:{fake.port}"
-    wrong = _doctor(tmp_path, fake.service(claim_url=f"{base}/nothing/here"))
-    assert wrong.returncode == 1
+    wrong = _doctor(tmp_path, cli, fake.service(claim_url=f"{base}/nothing/here"))
+    assert wrong.exit_code == 1
     line = next(ln for ln in wrong.stdout.splitlines() if "claim interface" in ln)
     assert line.startswith("FAIL") and "HTTP 404" in line and "reachable" not in line
 

@@ -107,3 +107,40 @@ def test_a_clock_set_back_does_not_stall_the_queue(store: Store) -> None:
     clock.t -= 86_400  # the wall clock is set back a day
     assert ob.drain_once() == 1, "the item waits for a day that already passed"
     assert ob.list()[0]["status"] == "delivered"
+
+
+def test_a_delivered_reports_record_rides_in_the_next_commit_and_is_not_sent_again(
+    sqlite_store: Store,
+) -> None:
+    """SQLite (one daemon per file): an outcome report's delivery is recorded with the
+    next commit (decision 0025); meanwhile the daemon knows it is delivered."""
+    store = sqlite_store
+    store.defer_seconds = 3600.0  # only another commit or a flush writes it down
+    clock = Clock()
+    calls: list[dict[str, Any]] = []
+    ob = Outbox(store, {"outcome_report": calls.append}, QueueSettings(), clock=clock)
+    item = store.write(lambda db: enqueue(db, "outcome_report", {"claim_id": "c1"}, now=clock()))
+    commits = store.commits
+    assert ob.drain_once() == 1
+    assert store.commits == commits  # no commit of its own
+    stored = store.query("SELECT status FROM outbox WHERE id = ?", [item])
+    assert stored == [{"status": "pending"}]
+    assert ob.drain_once() == 0 and ob.deliver(item) is True
+    assert calls == [{"claim_id": "c1"}]  # delivered once
+    store.write(lambda db: enqueue(db, "other", {}, now=clock()))  # any commit takes it
+    stored = store.query("SELECT status FROM outbox WHERE id = ?", [item])
+    assert stored == [{"status": "delivered"}]
+    assert ob.list("delivered")[0]["id"] == item
+
+
+def test_other_deliveries_and_postgresql_record_at_once(store: Store) -> None:
+    store.defer_seconds = 3600.0
+    clock = Clock()
+    deliverers: dict[str, Any] = {"outcome_report": lambda p: None, "webhook": lambda p: None}
+    ob = Outbox(store, deliverers, QueueSettings(), clock=clock)
+    kinds = ["webhook", "outcome_report"]
+    ids = store.write(lambda db: [enqueue(db, k, {}, now=clock()) for k in kinds])
+    assert ob.drain_once() == 2
+    rows = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM outbox")}
+    expected_report = "pending" if store.dialect == "sqlite" else "delivered"
+    assert rows == {ids[0]: "delivered", ids[1]: expected_report}

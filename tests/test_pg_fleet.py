@@ -176,8 +176,15 @@ def test_a_callback_delivered_to_two_daemons_at_once_is_stored_once(
 
     t = threading.Thread(target=lambda: kept.update(one=one.write(first, timeout=20)))
     t.start()
+    # the first insert holds its row: a lock on this schema's callbacks table (the
+    # server's other sessions, other tests', do not count)
     wait_until(
-        lambda: one.query("SELECT 1 AS x FROM pg_stat_activity WHERE state = 'idle in transaction'")
+        lambda: one.query(
+            "SELECT 1 AS x FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE c.relname = 'callbacks' AND c.relnamespace = current_schema()::regnamespace"
+            " AND l.mode = 'RowExclusiveLock' AND l.granted"
+        ),
+        what="the first insert to hold its row",
     )
     t2 = threading.Thread(
         target=lambda: kept.update(
@@ -397,7 +404,8 @@ def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None
     )
     PgStore(pg_url).close()  # migrates
     after = check_postgres(pg_url)
-    assert [c.status for c in after] == ["ok", "ok", "ok"], after
+    assert [c.status for c in after] == ["ok", "ok", "ok", "ok"], after
+    assert after[-1].name == "backup tools" and "pg_dump 1" in after[-1].message
     assert "PostgreSQL 1" in after[0].message and "synthetic" not in after[0].message
 
     schema = pg_url.rsplit("%3D", 1)[1]
@@ -545,3 +553,103 @@ def test_a_daemon_on_the_database_host_can_use_the_unix_socket(pg: Any, pg_url: 
         assert row == [{"unix": True}]  # not over TCP
     finally:
         store.close()
+
+
+def test_healthz_on_postgresql_shows_the_database_and_the_fleets_queue(
+    make_daemon: Any, pg_url: str
+) -> None:
+    """Over HTTP: which daemon answered, on what, and the queue the fleet shares (an
+    outcome report queued on one daemon is in the depth both report)."""
+    import os
+    import socket
+
+    from tests.support import free_port
+
+    gone = f"http://127.0.0.1:{free_port()}"  # the service is down: the report stays queued
+    service = {
+        "claim_url": f"{gone}/cmmimport/", "outcomes_url": f"{gone}/outcomes.json",
+        "dashboard_url": f"{gone}/dashboard", "username": "u", "password": "p",
+        "api_key": "k", "timeout_seconds": 1, "probe_seconds": 0,
+    }  # fmt: skip
+    one, two = (
+        make_daemon(storage={"url": pg_url}, service=service, sandbox={"enabled": False})
+        for _ in range(2)
+    )
+    with httpx.Client(timeout=10) as c:
+        r = c.post(
+            f"{one.intake_server.url}/v1/claims",
+            json=_claim(b.request_bytes(), b.response_bytes([b.PAID])),
+        )
+        assert r.status_code == 200
+        answers = [c.get(f"{d.intake_server.url}/healthz") for d in (one, two)]
+    for r in answers:
+        assert r.status_code == 200
+        body = r.json()
+        assert body["database"] is True and body["database_error"] is None
+        assert body["database_engine"] == "postgresql"
+        assert body["daemon_id"] == f"{socket.gethostname()}:{os.getpid()}"
+        assert body["queue_depth"] == 1 and sum(body["queue"].values()) == 1
+        assert 0 <= body["queue_oldest_age_s"] < 60
+
+
+def test_doctor_warns_when_pg_dump_is_missing(
+    pg_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pa_bridge import pg_tools
+    from pa_bridge.doctor import check_postgres
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(pg_tools, "DEBIAN_BINS", str(tmp_path / "none" / "*" / "bin"))
+    PgStore(pg_url).close()
+    tools = check_postgres(pg_url)[-1]
+    assert tools.name == "backup tools" and tools.status == "warn"
+    assert "pg_dump is not installed" in tools.message
+
+
+def test_healthz_and_callbacks_answer_503_while_postgresql_refuses_and_recover(
+    make_daemon: Any, pg: Any
+) -> None:
+    """The daemon's login is refused and its sessions ended (the server restarted under
+    it, say): /healthz says unavailable and names it, without the password, and a
+    callback is answered 503 (not committed, so not acknowledged); once the login works
+    again the daemon reconnects by itself and the callback's retry is stored."""
+    import os
+
+    name = pg.new_database("hz")
+    role, secret = f"hz_role_{os.getpid()}", "health-role-password-7"
+    with pg.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{secret}'")
+        admin.execute(f'ALTER DATABASE "{name}" OWNER TO {role}')
+    url = pg.url(name).replace(pg.url(name).split("@")[0], f"postgresql://{role}:{secret}")
+    d = make_daemon(storage={"url": url})
+    try:
+        with httpx.Client(base_url=d.intake_server.url, timeout=10) as api:
+            assert api.get("/healthz").json()["status"] == "ok"
+            with pg.admin() as admin:
+                admin.execute(f"ALTER ROLE {role} NOLOGIN")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                    [role],
+                )
+            h = api.get("/healthz")
+            assert h.status_code == 503
+            body = h.json()
+            assert body["database"] is False and body["status"] == "unavailable"
+            assert "connection" in body["database_error"] and secret not in h.text
+            callback = {"request": {"id": "PGDOWN1", "workflow_status": "New"}}
+            hook = f"{d.callback_server.url}/callbacks/pharmacy"
+            r = httpx.post(hook, json=callback, timeout=20)  # not committed: not acknowledged
+            assert r.status_code == 503 and r.json()["error"]["code"] == "storage_unavailable"
+            assert secret not in r.text
+            with pg.admin() as admin:
+                admin.execute(f"ALTER ROLE {role} LOGIN")
+            wait_until(
+                lambda: api.get("/healthz").status_code == 200, what="the database to recover"
+            )
+            r = httpx.post(hook, json=callback, timeout=20)  # the service's retry lands
+            assert r.status_code == 200 and r.json()["status"] == "stored"
+    finally:
+        d.stop()
+        pg.drop_database(name)
+        with pg.admin() as admin:
+            admin.execute(f"DROP ROLE IF EXISTS {role}")

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pa_bridge.store import Store, StoreUnavailable, now_iso
+from pa_bridge.store import PgStore, Store, StoreUnavailable, now_iso
+from tests.support import wait_until
 
 
 def _insert(store: Store, i: int) -> int:
@@ -250,3 +251,111 @@ def test_keep_and_read_keeps_a_callback_once_and_reads_the_pa_it_merges_with(
         "k1",
         "k2",
     ]
+
+
+# ---- deferred writes (decision 0025) -----------------------------------------------------
+
+
+def _open(where: str) -> Store:
+    return PgStore(where) if where.startswith("postgresql://") else Store(where)
+
+
+def _audit_actions(store: Store) -> set[str]:
+    return {r["action"] for r in store.query("SELECT action FROM audit")}
+
+
+def _defer_audit(store: Store, action: str) -> None:
+    store.defer(lambda db: db.execute("INSERT INTO audit (at, action) VALUES ('x', ?)", [action]))
+
+
+def _waits_for_the_next_commit(store: Store) -> None:
+    """The deferral itself is SQLite's (one daemon per file); on PostgreSQL a fleet's
+    other daemons must see the write, so it commits at once (the test below)."""
+    if isinstance(store, PgStore):
+        pytest.skip("PostgreSQL commits a deferred write at once (decision 0025)")
+
+
+def test_on_postgresql_a_deferred_write_is_committed_at_once(store: Store) -> None:
+    if not isinstance(store, PgStore):
+        pytest.skip("SQLite defers it (the tests above)")
+    store.defer_seconds = 3600.0
+    done = threading.Event()
+    told: list[bool] = []
+    store.defer(
+        lambda db: db.execute("INSERT INTO audit (at, action) VALUES ('x', 'now')"),
+        then=lambda ok: (told.append(ok), done.set()),
+    )
+    assert done.wait(10), "the deferred write was not committed by itself"
+    assert told == [True]
+    assert "now" in _audit_actions(store)  # read on another connection, no flush
+
+
+def test_a_deferred_write_rides_in_the_next_commit(store: Store) -> None:
+    _waits_for_the_next_commit(store)
+    store.defer_seconds = 3600.0  # the idle writer would not commit it in this test
+    _defer_audit(store, "deferred")
+    assert "deferred" not in _audit_actions(store)  # not committed by itself
+    before = store.commits
+    _insert(store, 1)
+    assert store.commits == before + 1  # one commit for both
+    assert "deferred" in _audit_actions(store)
+
+
+def test_flush_commits_deferred_writes_for_a_reader(store: Store) -> None:
+    store.defer_seconds = 3600.0
+    _defer_audit(store, "deferred")
+    assert store.flush()
+    assert "deferred" in _audit_actions(store)
+    before = store.commits
+    assert store.flush()  # nothing deferred: no commit
+    assert store.commits == before
+
+
+def test_the_idle_writer_commits_a_deferred_write_within_defer_seconds(store: Store) -> None:
+    _waits_for_the_next_commit(store)
+    store.defer_seconds = 0.05
+    _defer_audit(store, "deferred")
+    wait_until(lambda: "deferred" in _audit_actions(store), what="deferred write committed")
+
+
+def test_a_failing_deferred_write_undoes_only_itself(store: Store) -> None:
+    store.defer_seconds = 3600.0
+
+    def bad(db: object) -> None:
+        _ = db.execute("INSERT INTO audit (at, action) VALUES ('x', 'half')")  # type: ignore[attr-defined]
+        raise ValueError("boom")
+
+    store.defer(bad)
+    _insert(store, 7)
+    assert _audit_actions(store) == {"test"}
+    assert store.deferred_lost == 1
+
+
+def test_close_commits_deferred_writes(store_url: str) -> None:
+    s = _open(store_url)
+    s.defer_seconds = 3600.0
+    _defer_audit(s, "at close")
+    s.close()
+    s2 = _open(store_url)
+    try:
+        assert "at close" in _audit_actions(s2)
+    finally:
+        s2.close()
+
+
+def test_deferred_writes_never_make_a_commit_of_their_own_while_writes_come(store: Store) -> None:
+    """A deferred job queued while a batch commits waits for the next batch of real
+    jobs: it does not make the write() caller commit a second time."""
+    _waits_for_the_next_commit(store)
+    store.defer_seconds = 3600.0
+
+    def job_that_defers(db: object) -> None:
+        _defer_audit(store, "deferred")  # arrives while this batch is committing
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'real')")  # type: ignore[attr-defined]
+
+    before = store.commits
+    store.write(job_that_defers)
+    assert store.commits == before + 1
+    assert "deferred" not in _audit_actions(store)
+    _insert(store, 1)
+    assert store.commits == before + 2 and "deferred" in _audit_actions(store)

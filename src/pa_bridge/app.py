@@ -20,6 +20,7 @@ from .config import Settings
 from .metrics import Metrics
 from .outbox import Outbox
 from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
+from .service.pharmacies import Pharmacies
 from .store import Store
 from .web.intake import create_intake_app
 
@@ -33,30 +34,61 @@ def build_services(
     *,
     metrics: Metrics,
     clock: Callable[[], float] = time.time,
+    outbox: Outbox | None = None,
 ) -> Services:
     """The composition root of the use cases: each gets what it needs, the queue gets
-    its deliverers; nothing below calls back up."""
+    its deliverers; nothing below calls back up. ``outbox``: the queue, when it had to
+    exist before the client (the daemon's callback receiver wakes it)."""
     metrics.watch_store(store, clock)
-    outbox = Outbox(store, None, settings.queue, clock=clock)
-    pas = PaService(store, client, metrics, clock=clock)
-    deliveries = Deliveries(settings, store, client, pas, clock=clock)
+    stores = Pharmacies.from_settings(settings)
+    if outbox is None:
+        outbox = Outbox(store, None, settings.queue, clock=clock)
+    pas = PaService(store, client, metrics, clock=clock, pharmacies=stores)
+    deliveries = Deliveries(settings, store, client, pas, clock=clock, pharmacies=stores)
     deliveries.register(outbox)
     return Services(
         settings=settings,
         store=store,
         metrics=metrics,
         outbox=outbox,
-        claims=ClaimIntake(settings, store, client, metrics, wake_queue=outbox.wake, clock=clock),
+        claims=ClaimIntake(
+            settings,
+            store,
+            client,
+            metrics,
+            wake_queue=outbox.wake,
+            report_ready=deliveries.report_ready,
+            clock=clock,
+            pharmacies=stores,
+        ),
         pas=pas,
-        reversals=Reversals(store, outbox, clock=clock),
+        reversals=Reversals(store, outbox, clock=clock, pharmacies=stores),
         deliveries=deliveries,
+        pharmacies=stores,
         clock=clock,
     )
 
 
 def make_client(settings: Settings, sandbox_url: str | None = None) -> PaServiceClient:
-    """The PA service's client from ``[service]``, or for the sandbox at ``sandbox_url``."""
+    """The PA service's client from ``[service]``, or for the sandbox at ``sandbox_url``.
+
+    Its own credentials are a single store's; a chain's calls each carry their
+    pharmacy's (``[[pharmacies]]``), and the client's own are then ``[service]``'s if
+    given, else the first pharmacy's (only the health probe uses them)."""
     s = settings
+    first = s.pharmacies[0] if s.pharmacies else None
+    if first is not None and sandbox_url is None and not s.service.username:
+        username, password, api_key = (
+            first.username or "",
+            s.secret(first.password),
+            s.secret(first.api_key),
+        )
+    else:
+        username, password, api_key = (
+            s.service.username or "",
+            s.secret(s.service.password),
+            s.secret(s.service.api_key),
+        )
     if sandbox_url is not None:
         from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
 
@@ -75,9 +107,9 @@ def make_client(settings: Settings, sandbox_url: str | None = None) -> PaService
         claim_url=s.service.claim_url or "",
         outcomes_url=s.service.outcomes_url or "",
         dashboard_url=s.service.dashboard_url or "",
-        username=s.service.username or "",
-        password=s.secret(s.service.password),
-        api_key=s.secret(s.service.api_key),
+        username=username,
+        password=password,
+        api_key=api_key,
         timeout_s=s.service.timeout_seconds,
         verify=s.service.verify,
         claim_framing=s.service.claim_framing,
@@ -101,6 +133,7 @@ def create_app(
     return create_intake_app(
         services,
         tokens=settings.intake_tokens(),
+        scoped_tokens=settings.scoped_intake_tokens(),
         max_body_bytes=settings.intake.max_body_bytes,
         health=health,
         allowed_hosts=settings.intake.allowed_hosts,

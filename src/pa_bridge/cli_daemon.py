@@ -208,13 +208,30 @@ def doctor(config_path: str | None) -> None:
         sys.exit(1)
 
 
+def _database_url(config_path: str | None) -> str | None:
+    """``storage.url`` with its secret (PostgreSQL), or None (SQLite)."""
+    from .config import load_storage_settings
+
+    try:
+        return load_storage_settings(config_path).database_url()
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @config_option
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def backup(file: str, config_path: str | None, force: bool) -> None:
     """Make a consistent online copy of the database to FILE (mode 0600), safe while
-    the daemon runs; checks the copy with PRAGMA integrity_check."""
+    the daemon runs. SQLite: checked with PRAGMA integrity_check. PostgreSQL
+    (storage.url): pg_dump's custom format, read back with pg_restore --list."""
+    url = _database_url(config_path)
+    if url is not None:
+        _backup_postgres(url, file, force)
+        return
     from .backup import BackupError, backup_database
 
     src = _storage_path(config_path)
@@ -236,6 +253,24 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     click.echo(f"integrity_check: {result.integrity}")
 
 
+def _backup_postgres(url: str, file: str, force: bool) -> None:
+    from .pg_tools import PgToolError, dump_database
+    from .restore import BACKUP_MARK
+    from .store import now_iso
+
+    try:
+        result = dump_database(
+            url, file, mark=(BACKUP_MARK, now_iso()), force=force,
+            say=lambda m: click.echo(m, err=True),
+        )  # fmt: skip
+    except PgToolError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(f"backup: {result.path}")
+    click.echo(f"size: {result.size} bytes (pg_dump custom format, schema {result.schema})")
+    click.echo(f"tables: {result.tables}; restore mark: {result.mark}")
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @config_option
@@ -245,6 +280,10 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
     database is moved aside (nothing is deleted). The daemon that serves the restored
     copy holds its undelivered queue items for review and moves the PA feed's cursor
     past every one handed out before."""
+    url = _database_url(config_path)
+    if url is not None:
+        _restore_postgres(url, file, yes)
+        return
     from .restore import RestoreError, database_in_use, restore_database
 
     dest = _storage_path(config_path)
@@ -267,5 +306,28 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
         click.echo(f"previous database: {result.moved_aside}")
     click.echo(
         f"held for review when the daemon starts: {result.queued} queue item(s); "
+        "list them with `pa-bridge queue list --status held`"
+    )
+
+
+def _restore_postgres(url: str, file: str, yes: bool) -> None:
+    from .pg_tools import PgToolError, restore_dump
+    from .restore import BACKUP_MARK
+    from .store import redact_url
+
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"replace pa-bridge's tables at {redact_url(url)} with {file}?", abort=True)
+    try:
+        result = restore_dump(
+            url, file, mark_key=BACKUP_MARK, say=lambda m: click.echo(m, err=True)
+        )
+    except PgToolError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(f"restored: schema {result.schema} from the backup taken at {result.mark}")
+    if result.before is not None:
+        click.echo(f"previous database: {result.before}")
+    click.echo(
+        f"held for review when a daemon starts: {result.queued} queue item(s); "
         "list them with `pa-bridge queue list --status held`"
     )

@@ -122,10 +122,20 @@ class ServiceSettings(_Section):
         )
 
 
+class ScopedTokenSettings(_Section):
+    """``[[intake.scoped_tokens]]``: an intake token limited to some pharmacies (their
+    ``provider_id`` in ``[[pharmacies]]``): their claims, PAs and dashboard only."""
+
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    pharmacies: list[str] = Field(min_length=1)
+
+
 class IntakeSettings(_Section):
     listen: str = DEFAULT_INTAKE_LISTEN
     tokens: list[SecretStr] = Field(default_factory=list)
     tokens_file: Path | None = None
+    scoped_tokens: list[ScopedTokenSettings] = Field(default_factory=list)
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     default_button_label: str = "Submit PA"
     #: host names (beyond IP addresses, localhost and this machine's own name) that
@@ -191,6 +201,29 @@ class StorageSettings(_Section):
         return urlunsplit((parts.scheme, f"{user}:{secret}@{host}", parts.path, parts.query, ""))
 
 
+class PharmacySettings(_Section):
+    """``[[pharmacies]]``: one store of a chain served by this deployment. Its claims
+    (201-B1 service provider id = ``provider_id``) go to the service with its own
+    credentials, never another store's."""
+
+    provider_id: str
+    #: a label for the console and ``doctor`` (the store's name or number), optional
+    name: str | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+
+    @field_validator("provider_id")
+    @classmethod
+    def _provider_id_plain(cls, v: str) -> str:
+        v = v.strip()
+        if not v or len(v) > 15 or not v.isprintable():
+            raise ValueError("must be the store's 201-B1 service provider id (NPI or NCPDP id)")
+        return v
+
+
 class OutcomesSettings(_Section):
     budget_ms: int = Field(default=1500, ge=50, le=60_000)
     #: kept back from the budget for pa-bridge's own work, so the answer (not just the
@@ -246,6 +279,8 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    #: a chain's stores; empty for a single store (its credentials are in [service])
+    pharmacies: list[PharmacySettings] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -269,7 +304,16 @@ class Settings(BaseSettings):
         return value.get_secret_value() if value is not None else ""
 
     def intake_tokens(self) -> list[str]:
+        """The tokens for every pharmacy (``[intake] tokens``)."""
         return [t.get_secret_value() for t in self.intake.tokens]
+
+    def scoped_intake_tokens(self) -> list[tuple[str, frozenset[str]]]:
+        """(token, the provider ids it may act for) of ``[[intake.scoped_tokens]]``."""
+        return [
+            (t.token.get_secret_value(), frozenset(p.strip() for p in t.pharmacies))
+            for t in self.intake.scoped_tokens
+            if t.token is not None
+        ]
 
 
 def _read_secret_file(path: Path) -> str:
@@ -325,12 +369,71 @@ def _resolve_secret_files(
             setattr(section, key, SecretStr(_read_secret_file(path)))
         except OSError as e:
             problems.append(f"{name}.{key}_file: cannot read {path}: {e.strerror}")
+    for ph in s.pharmacies:
+        for key in ("password", "api_key"):
+            _entry_secret(ph, key, f"pharmacies (provider id {ph.provider_id})", problems)
+    for i, st in enumerate(s.intake.scoped_tokens, start=1):
+        _entry_secret(st, "token", f"intake.scoped_tokens #{i}", problems)
     if s.intake.tokens_file is not None:
         try:
             lines = _read_secret_file(s.intake.tokens_file).splitlines()
             s.intake.tokens.extend(SecretStr(x.strip()) for x in lines if x.strip())
         except OSError as e:
             problems.append(f"intake.tokens_file: cannot read {s.intake.tokens_file}: {e.strerror}")
+
+
+def _entry_secret(entry: BaseModel, key: str, where: str, problems: list[str]) -> None:
+    """A list entry's secret from its ``<key>_file`` (a list comes whole from the file
+    or whole from the environment, so there is no precedence to settle)."""
+    path = getattr(entry, f"{key}_file")
+    if path is None:
+        return
+    if getattr(entry, key) is not None:
+        problems.append(f"{where}: give either {key} or {key}_file, not both")
+        return
+    try:
+        setattr(entry, key, SecretStr(_read_secret_file(path)))
+    except OSError as e:
+        problems.append(f"{where}: {key}_file: cannot read {path}: {e.strerror}")
+
+
+def _check_pharmacies(s: Settings, problems: list[str]) -> None:
+    """Each provider id once, each store with its three credentials (named by provider
+    id, never by secret); scoped tokens name configured stores."""
+    seen: set[str] = set()
+    for ph in s.pharmacies:
+        if ph.provider_id in seen:
+            problems.append(f"pharmacies: provider id {ph.provider_id} is listed more than once")
+        seen.add(ph.provider_id)
+        lacking = [
+            k
+            for k in ("username", "password", "api_key")
+            if getattr(ph, k) is None
+            or (isinstance(getattr(ph, k), SecretStr) and not getattr(ph, k).get_secret_value())
+        ]
+        if lacking:
+            problems.append(
+                f"pharmacies: provider id {ph.provider_id} lacks "
+                + ", ".join(f"{k} (or {k}_file)" if k != "username" else k for k in lacking)
+            )
+    plain = {t.get_secret_value() for t in s.intake.tokens}
+    for i, st in enumerate(s.intake.scoped_tokens, start=1):
+        where = f"intake.scoped_tokens #{i}"
+        if st.token is None:
+            if st.token_file is None:
+                problems.append(f"{where}: give token or token_file")
+            continue
+        t = st.token.get_secret_value()
+        if len(t.strip()) < MIN_SECRET_CHARS or t != t.strip():
+            problems.append(
+                f"{where}: the token is empty, too short or padded with blanks"
+                f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 24`)"
+            )
+        if t in plain:
+            problems.append(f"{where}: the same token is in intake.tokens (for every pharmacy)")
+        unknown = sorted({p.strip() for p in st.pharmacies} - seen)
+        if unknown:
+            problems.append(f"{where}: provider id {', '.join(unknown)} is not in [[pharmacies]]")
 
 
 def _check_storage(st: StorageSettings, problems: list[str]) -> None:
@@ -361,8 +464,13 @@ def _check_storage(st: StorageSettings, problems: list[str]) -> None:
 
 def _check(s: Settings, problems: list[str]) -> None:
     _check_storage(s.storage, problems)
+    _check_pharmacies(s, problems)
     if not s.sandbox_enabled:
-        for key in ("claim_url", "outcomes_url", "username", "password", "api_key"):
+        # a chain's credentials are each store's own ([[pharmacies]])
+        keys: tuple[str, ...] = ("claim_url", "outcomes_url")
+        if not s.pharmacies:
+            keys += ("username", "password", "api_key")
+        for key in keys:
             if getattr(s.service, key) in (None, ""):
                 problems.append(f"service.{key}: required when the sandbox is not enabled")
     for i, token in enumerate(s.intake.tokens, start=1):
@@ -385,7 +493,7 @@ def _check(s: Settings, problems: list[str]) -> None:
             f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 32`)"
         )
     host, _ = parse_listen(s.intake.listen)
-    if not s.intake.tokens and not is_loopback(host):
+    if not s.intake.tokens and not s.intake.scoped_tokens and not is_loopback(host):
         problems.append(
             "intake.tokens: required when intake.listen is not a loopback address "
             f"({s.intake.listen}); without tokens the API is served on loopback only"
@@ -473,7 +581,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     :class:`ConfigError` listing every problem."""
     data: dict[str, Any] = _read_toml(path) if path is not None else {}
     for section, values in overrides.items():
-        data.setdefault(section, {}).update(values)
+        if isinstance(values, list):  # an array of tables: [[pharmacies]]
+            data[section] = values
+        else:
+            data.setdefault(section, {}).update(values)
     try:
         settings = Settings(**data)
     except ValidationError as e:

@@ -13,7 +13,7 @@ import ssl
 import stat
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,7 +123,8 @@ def _secret_state(section: Any, key: str) -> tuple[bool, str]:
 
 def check_secrets(s: Settings) -> list[Check]:
     wanted: list[tuple[str, Any, str]] = []
-    if not s.sandbox_enabled:
+    chain_only = bool(s.pharmacies) and not s.service.username  # each store's own
+    if not s.sandbox_enabled and not chain_only:
         wanted += [("service", s.service, "password"), ("service", s.service, "api_key")]
     if s.callbacks.username is not None:
         wanted.append(("callbacks", s.callbacks, "password"))
@@ -142,9 +143,10 @@ def check_secrets(s: Settings) -> list[Check]:
                     f"set {sec}.{key}_file (systemd LoadCredential=) or {env}",
                 )
             )
-    if not s.sandbox_enabled and not s.service.username:
+    if not s.sandbox_enabled and not s.service.username and not chain_only:
         out.append(fail("secret service.username", "missing", "set service.username"))
-    if not wanted:
+    out += check_pharmacies(s)
+    if not wanted and not s.pharmacies:
         out.append(ok("secrets", "none needed (sandbox in-process, no callback credentials)"))
     n = len(s.intake.tokens)
     host, _ = parse_listen(s.intake.listen)
@@ -152,6 +154,36 @@ def check_secrets(s: Settings) -> list[Check]:
         out.append(ok("intake tokens", f"{n} present"))
     elif is_loopback(host):
         out.append(ok("intake tokens", f"none: the API answers on loopback only ({host})"))
+    return out
+
+
+def check_pharmacies(s: Settings) -> list[Check]:
+    """Each store of ``[[pharmacies]]``: its provider id and whether its credentials
+    are all there (never a secret, never a username's password)."""
+    out: list[Check] = []
+    seen: set[str] = set()
+    for p in s.pharmacies:
+        name = f"pharmacy {p.provider_id}" + (f" ({p.name})" if p.name else "")
+        states = {key: _secret_state(p, key) for key in ("password", "api_key")}
+        missing = [f"{k} {msg}" for k, (present, msg) in states.items() if not present]
+        if not p.username:
+            missing.insert(0, "username missing")
+        if p.provider_id in seen:
+            missing.append("provider id listed more than once")
+        seen.add(p.provider_id)
+        if missing:
+            out.append(
+                fail(
+                    name,
+                    "; ".join(missing),
+                    "give this store's username, password(_file) and api_key(_file)"
+                    " under its [[pharmacies]] entry",
+                )
+            )
+        else:
+            out.append(ok(name, "credentials present (username, password, api_key)"))
+    if s.intake.scoped_tokens:
+        out.append(ok("intake scoped tokens", f"{len(s.intake.scoped_tokens)} present"))
     return out
 
 
@@ -170,7 +202,7 @@ def check_postgres(url: str) -> list[Check]:
 
     where = redact_url(url)
     try:
-        facts = files.pg_facts(url)
+        facts = files.pg_facts(url, BACKUP_MARK)
     except StoreError as e:
         return [fail("database", str(e), "check storage.url (host, port, database, user)"
                      " and its password (storage.password_file)")]  # fmt: skip
@@ -200,7 +232,31 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    if facts.restore_mark is not None:
+        out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
+                        " restored and not yet served", "the first daemon to start holds"
+                        " its queued items for review: `pa-bridge queue list --status held`"))  # fmt: skip
+    out.append(check_backup_tools(facts.server_version // 10000))
     return out
+
+
+def check_backup_tools(server_major: int) -> Check:
+    """``pa-bridge backup`` and ``restore`` on PostgreSQL run pg_dump and pg_restore,
+    which refuse a server newer than themselves."""
+    from .pg_tools import PgToolError, find_tool, tool_version
+
+    try:
+        tool = find_tool("pg_dump")
+        find_tool("pg_restore")
+    except PgToolError as e:
+        return warn("backup tools", f"`pa-bridge backup` cannot run: {e}",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    version = tool_version(tool)
+    if version < server_major:
+        return warn("backup tools", f"{tool} is version {version}, older than the server"
+                    f" ({server_major}): it refuses to dump it",
+                    f"apt-get install postgresql-client-{server_major}")  # fmt: skip
+    return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
 def check_database(s: Settings) -> list[Check]:
@@ -210,33 +266,32 @@ def check_database(s: Settings) -> list[Check]:
     path = Path(s.storage.path)
     out: list[Check] = []
     d = path.parent if str(path.parent) else Path(".")
-    if d.is_dir():
-        if os.access(d, os.W_OK | os.X_OK):
-            out.append(ok("database directory", f"{d} is writable"))
-        else:
-            out.append(
-                fail(
-                    "database directory",
-                    f"{d} is not writable by this user",
-                    "make it owned by the service user (systemd StateDirectory= does this);"
-                    " run doctor as that user",
-                )
-            )
-    elif d.exists():
+    if d.exists() and not d.is_dir():
         out.append(fail("database directory", f"{d} is not a directory", "fix storage.path"))
         return out
-    else:
-        anc = _nearest_existing(d)
-        if anc.is_dir() and os.access(anc, os.W_OK | os.X_OK):
-            out.append(ok("database directory", f"{d} does not exist yet; it will be created"))
-        else:
-            out.append(
-                fail(
-                    "database directory",
-                    f"{d} does not exist and {anc} is not writable",
-                    "create it for the service user, or fix storage.path",
-                )
+    # the directory, or the nearest one that exists, where it will be created
+    exists = d.is_dir()
+    anc = d if exists else _nearest_existing(d)
+    if anc.is_dir() and os.access(anc, os.W_OK | os.X_OK):
+        said = f"{d} is writable" if exists else f"{d} does not exist yet; it will be created"
+        out.append(ok("database directory", said))
+    elif exists:
+        out.append(
+            fail(
+                "database directory",
+                f"{d} is not writable by this user",
+                "make it owned by the service user (systemd StateDirectory= does this);"
+                " run doctor as that user",
             )
+        )
+    else:
+        out.append(
+            fail(
+                "database directory",
+                f"{d} does not exist and {anc} is not writable",
+                "create it for the service user, or fix storage.path",
+            )
+        )
     if not path.exists():
         out.append(
             ok("database", f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)")
@@ -551,6 +606,51 @@ def _answered(what: str, key: str, r: httpx.Response) -> Check | None:
     return None
 
 
+def _probe(
+    what: str,
+    key: str,
+    send: Callable[[], httpx.Response],
+    judge: Callable[[str, httpx.Response], Check],
+) -> Check:
+    """One endpoint, ``service.<key>``: unreachable, an answer every endpoint reads
+    alike (redirects, refused credentials, 5xx), or the endpoint's own ``judge``."""
+    try:
+        r = send()
+    except httpx.HTTPError as e:
+        return fail(what, f"unreachable: {failure_kind(e)}", f"check service.{key}")
+    return _answered(what, key, r) or judge(what, r)
+
+
+def _claim_interface(what: str, r: httpx.Response) -> Check:
+    if r.status_code == 404 and "ncpdp_claim" in r.text[:4000].lower():
+        return ok(what, "credentials accepted (it asks for the claim, as it should)")
+    if r.status_code == 404:
+        return fail(
+            what,
+            "HTTP 404: nothing answers at service.claim_url",
+            "check the path of service.claim_url (…/cmmimport/)",
+        )
+    if 200 <= r.status_code < 300 or r.status_code in (400, 422):
+        return ok(what, f"credentials not refused (HTTP {r.status_code} to an empty claim)")
+    return warn(
+        what, f"unexpected HTTP {r.status_code} to an empty claim", "check service.claim_url"
+    )
+
+
+def _dashboard_login(what: str, r: httpx.Response, login: str) -> Check:
+    if r.status_code == 404:
+        return fail(what, f"HTTP 404 at {urlsplit(login).path}", "check service.dashboard_url")
+    if 200 <= r.status_code < 300 and r.text.strip():
+        return ok(what, "credentials accepted (a login token came back)")
+    return warn(what, f"HTTP {r.status_code} without a token", "check service.dashboard_url")
+
+
+def _outcomes_interface(what: str, r: httpx.Response) -> Check:
+    if r.status_code == 404:
+        return fail(what, "HTTP 404 at service.outcomes_url", "check service.outcomes_url")
+    return ok(what, f"answers (HTTP {r.status_code})")
+
+
 def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list[Check]:
     """Each configured endpoint itself, not just its host: the claim interface with
     our credentials and no claim (nothing is created: 403 means refused credentials;
@@ -560,83 +660,45 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
     out: list[Check] = []
     svc = s.service
     user, password, api_key = svc.username or "", s.secret(svc.password), s.secret(svc.api_key)
+    if not user and s.pharmacies:  # a chain: the first store's credentials prove the path
+        first = s.pharmacies[0]
+        user, password, api_key = (
+            first.username or "",
+            s.secret(first.password),
+            s.secret(first.api_key),
+        )
     if svc.claim_url and origin(svc.claim_url) in reached:
-        what = "service claim interface"
-        try:
-            r = http.post(
-                svc.claim_url,
-                data={"username": user, "password": password, "api_key": api_key},
+        claim_url = svc.claim_url
+        form = {"username": user, "password": password, "api_key": api_key}
+        out.append(
+            _probe(
+                "service claim interface",
+                "claim_url",
+                lambda: http.post(claim_url, data=form),
+                _claim_interface,
             )
-        except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.claim_url"))
-        else:
-            verdict = _answered(what, "claim_url", r)
-            body = r.text[:4000].lower() if r.status_code == 404 else ""
-            if verdict is not None:
-                out.append(verdict)
-            elif r.status_code == 404 and "ncpdp_claim" in body:
-                out.append(ok(what, "credentials accepted (it asks for the claim, as it should)"))
-            elif r.status_code == 404:
-                out.append(
-                    fail(
-                        what,
-                        "HTTP 404: nothing answers at service.claim_url",
-                        "check the path of service.claim_url (…/cmmimport/)",
-                    )
-                )
-            elif 200 <= r.status_code < 300 or r.status_code in (400, 422):
-                out.append(
-                    ok(what, f"credentials not refused (HTTP {r.status_code} to an empty claim)")
-                )
-            else:
-                out.append(
-                    warn(
-                        what,
-                        f"unexpected HTTP {r.status_code} to an empty claim",
-                        "check service.claim_url",
-                    )
-                )
+        )
     if svc.dashboard_url and origin(svc.dashboard_url) in reached:
-        what = "service dashboard login"
         login = dashboard_login_url(svc.dashboard_url)
-        try:
-            r = http.post(
-                login, data=dict(zip(DASHBOARD_LOGIN_VARIABLES, (user, password), strict=True))
+        login_form = dict(zip(DASHBOARD_LOGIN_VARIABLES, (user, password), strict=True))
+        out.append(
+            _probe(
+                "service dashboard login",
+                "dashboard_url",
+                lambda: http.post(login, data=login_form),
+                lambda what, r: _dashboard_login(what, r, login),
             )
-        except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.dashboard_url"))
-        else:
-            verdict = _answered(what, "dashboard_url", r)
-            if verdict is not None:
-                out.append(verdict)
-            elif r.status_code == 404:
-                out.append(
-                    fail(what, f"HTTP 404 at {urlsplit(login).path}", "check service.dashboard_url")
-                )
-            elif 200 <= r.status_code < 300 and r.text.strip():
-                out.append(ok(what, "credentials accepted (a login token came back)"))
-            else:
-                out.append(
-                    warn(
-                        what, f"HTTP {r.status_code} without a token", "check service.dashboard_url"
-                    )
-                )
+        )
     if svc.outcomes_url and origin(svc.outcomes_url) in reached:
-        what = "service outcomes interface"
-        try:
-            r = http.get(svc.outcomes_url)
-        except httpx.HTTPError as e:
-            out.append(fail(what, f"unreachable: {failure_kind(e)}", "check service.outcomes_url"))
-        else:
-            verdict = _answered(what, "outcomes_url", r)
-            if verdict is not None:
-                out.append(verdict)
-            elif r.status_code == 404:
-                out.append(
-                    fail(what, "HTTP 404 at service.outcomes_url", "check service.outcomes_url")
-                )
-            else:
-                out.append(ok(what, f"answers (HTTP {r.status_code})"))
+        outcomes_url = svc.outcomes_url
+        out.append(
+            _probe(
+                "service outcomes interface",
+                "outcomes_url",
+                lambda: http.get(outcomes_url),
+                _outcomes_interface,
+            )
+        )
     return out
 
 

@@ -33,11 +33,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import Settings
 from .logs import log_event
 from .store import Store, now_iso, retention
+
+_R = TypeVar("_R")
 
 __all__ = [
     "CHUNK",
@@ -128,6 +130,20 @@ def _local_zone() -> Any:
         return UTC
 
 
+def _fleet_once(
+    store: Store, job: str, period_s: float, run: Callable[[], _R], *, failed: str
+) -> _R | None:
+    """``run()`` when this daemon is the fleet's one to do ``job`` in this period (always,
+    alone on SQLite); None when another did it, or when it failed: logged as ``failed``,
+    never raised into the scheduler."""
+    try:
+        with store.fleet_once(job, period_s) as mine:
+            return run() if mine else None
+    except Exception as e:
+        log_event(failed, level=logging.ERROR, error=type(e).__name__)
+        return None
+
+
 def schedule_maintenance(
     scheduler: Any, store: Store, settings: Settings, *, clock: Callable[[], float] = time.time
 ) -> None:
@@ -135,14 +151,15 @@ def schedule_maintenance(
     The jobs log and carry on; they never raise into the scheduler."""
 
     def purge_job() -> None:
-        try:
-            # several daemons on one PostgreSQL database: one of them, once an hour
-            with store.fleet_once("maintenance.purge", 3600) as mine:
-                if not mine:
-                    return
-                report = purge(store, settings, now=clock())
-        except Exception as e:
-            log_event("maintenance.purge_failed", level=logging.ERROR, error=type(e).__name__)
+        # several daemons on one PostgreSQL database: one of them, once an hour
+        report = _fleet_once(
+            store,
+            "maintenance.purge",
+            3600,
+            lambda: purge(store, settings, now=clock()),
+            failed="maintenance.purge_failed",
+        )
+        if report is None:
             return
         log_event(
             "maintenance.purged" if report.total else "maintenance.purge_nothing",
@@ -151,13 +168,14 @@ def schedule_maintenance(
         )
 
     def vacuum_job() -> None:
-        try:
-            with store.fleet_once("maintenance.vacuum", 7 * 86400) as mine:
-                if not mine:
-                    return
-                report = vacuum(store)
-        except Exception as e:
-            log_event("maintenance.vacuum_failed", level=logging.ERROR, error=type(e).__name__)
+        report = _fleet_once(
+            store,
+            "maintenance.vacuum",
+            7 * 86400,
+            lambda: vacuum(store),
+            failed="maintenance.vacuum_failed",
+        )
+        if report is None:
             return
         log_event(
             "maintenance.vacuumed" if report.ran else "maintenance.vacuum_skipped",

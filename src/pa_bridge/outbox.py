@@ -1,9 +1,14 @@
 """The durable outbound queue: outcome reports, reversals, webhooks.
 
 Items are rows in the ``outbox`` table, inserted by the same write job (so the same
-transaction) that accepts the work. APScheduler runs :meth:`Outbox.drain_once` on an
-interval and whenever :meth:`wake` is called; APScheduler's own job store stays in
-memory because our jobs are fixed: what must survive a restart is the table.
+transaction) that accepts the work. A delivery thread of its own runs
+:meth:`Outbox.drain_once` every ``poll_seconds`` and as soon as :meth:`wake` is called
+(an Event: no scheduler hop); what must survive a restart is the table.
+
+On SQLite (one daemon per file) the record of a delivered outcome report rides in the
+next commit (``Store.defer``, decision 0025); until it is committed this daemon knows
+the item is delivered and does not send it again. A crash in that second sends the
+report again after the restart (the service answers it again).
 
 A delivery that fails with a retryable error is tried again after an exponential
 backoff with jitter (capped); one that fails for good (the service refuses the
@@ -20,10 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
-
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from .config import QueueSettings
 from .logs import log_event
@@ -87,6 +89,7 @@ def _still_due(item: items.QueueRow, now: float, horizon: float) -> bool:
 
 def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
+    store.flush()  # deliveries' records may be deferred (decision 0025)
     return items.summary(store.reader())
 
 
@@ -107,11 +110,14 @@ class Outbox:
         #: deliveries whose result could not be recorded yet (the database was locked):
         #: item id -> (error, retryable); recorded by the next drain, never re-delivered
         self._unrecorded: dict[int, tuple[str | None, bool]] = {}
+        #: delivered items whose deferred record is not committed yet: item id -> result
+        self._settling: dict[int, tuple[str | None, bool]] = {}
+        #: one daemon per SQLite file: nobody else can deliver an item whose record waits
+        self._defer_records = store.dialect == "sqlite"
         self._lock = threading.Lock()
-        self._scheduler: BackgroundScheduler | None = None
-        self._draining = False
-        self._again = False
-        self._wake_scheduled = False
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
         self.last_drain_at = time.monotonic()
         self.observer: Observer | None = None
 
@@ -119,51 +125,50 @@ class Outbox:
         """Deliver items of ``kind`` with ``deliverer`` (the composition root's call)."""
         self.deliverers[kind] = deliverer
 
-    # ---- scheduling ----------------------------------------------------------
-    def start(self, scheduler: BackgroundScheduler) -> None:
-        self._scheduler = scheduler
-        scheduler.add_job(
-            self._drain_job,
-            "interval",
-            seconds=self.settings.poll_seconds,
-            id="outbox-drain",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
-        )
+    # ---- the delivery thread -------------------------------------------------
+    def start(self) -> None:
+        """Start the delivery thread: it drains now, whenever woken, and every
+        ``poll_seconds`` (items whose backoff ended, items other daemons queued)."""
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._wakeup.set()
+        self._thread = threading.Thread(target=self._run, name="pa-bridge-outbox", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Let a delivery in progress finish, then stop the thread."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()
+        self._wakeup.set()
+        thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def wake(self) -> None:
-        """Drain soon instead of waiting for the next interval. Cheap and coalescing:
-        a running drain just loops once more; otherwise one early run is scheduled."""
-        with self._lock:
-            if self._draining:
-                self._again = True
+        """Drain now instead of at the next interval. Cheap and coalescing: a drain in
+        progress runs once more when it is done."""
+        self._wakeup.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wakeup.wait(self.settings.poll_seconds)
+            if self._stopping.is_set():
                 return
-            if self._wake_scheduled:
-                return
-            self._wake_scheduled = True
-        if self._scheduler is not None and self._scheduler.running:
-            job = self._scheduler.get_job("outbox-drain")
-            if job is not None:
-                job.modify(next_run_time=datetime.now(UTC))
+            self._wakeup.clear()
+            self._drain_job()
 
     def _drain_job(self) -> None:
         self.last_drain_at = time.monotonic()
-        with self._lock:
-            self._draining = True
-            self._wake_scheduled = False
         try:
-            while True:
-                n = self.drain_once()
-                with self._lock:
-                    if n < self.settings.batch_size and not self._again:
-                        break
-                    self._again = False
-        except Exception:  # keep the scheduler alive; the items stay queued
+            while self.drain_once() >= self.settings.batch_size and not self._stopping.is_set():
+                pass
+        except Exception:  # keep the thread alive; the items stay queued
             log_event("outbox.drain_error", level=logging.ERROR)
-        finally:
-            with self._lock:
-                self._draining = False
 
     # ---- delivering ----------------------------------------------------------
     def drain_once(self) -> int:
@@ -174,6 +179,8 @@ class Outbox:
         # day back would otherwise stall the queue for a day). Issue 19.
         horizon = now + self.settings.backoff_max_seconds + 60.0
         due = items.due(self.store.reader(), now, horizon, self.settings.batch_size)
+        with self._lock:  # delivered, their records not committed yet: not due
+            due = [i for i in due if i not in self._settling]
         for item_id in due:
             # an item a request is delivering right now is that request's: skip it
             self.deliver(item_id, wait_s=0.0, due=(now, horizon))
@@ -193,14 +200,16 @@ class Outbox:
         if running is not None:
             running.wait(wait_s)
             with self._lock:
-                if item_id in self._unrecorded:
-                    return self._unrecorded[item_id][0] is None
+                known = self._unrecorded.get(item_id) or self._settling.get(item_id)
+            if known is not None:
+                return known[0] is None
             state = items.state(self.store.reader(), item_id)
             return state is not None and state[0] == Status.DELIVERED
         try:
             with self._lock:
-                if item_id in self._unrecorded:
-                    return self._unrecorded[item_id][0] is None
+                known = self._unrecorded.get(item_id) or self._settling.get(item_id)
+            if known is not None:
+                return known[0] is None
             with self.store.item_lock(item_id) as mine:
                 if not mine:  # another daemon is delivering it at this moment
                     return False
@@ -274,6 +283,7 @@ class Outbox:
         else:
             status, next_at = Status.FAILED, now
             payload = item["payload_json"]
+        item_id = int(item["id"])
 
         def job(db: Database) -> None:
             items.record_attempt(
@@ -287,7 +297,12 @@ class Outbox:
                 payload_json=payload,
             )
 
-        self.store.write(job)
+        if error is None and self._defer_records and item["kind"] == Kind.OUTCOME_REPORT:
+            with self._lock:
+                self._settling[item_id] = (error, retryable)
+            self.store.defer(job, then=lambda ok: self._settled(item_id, ok))
+        else:
+            self.store.write(job)
         log_event(
             "outbox.delivery",
             level=logging.INFO if error is None else logging.WARNING,
@@ -298,11 +313,23 @@ class Outbox:
             error=error,
         )
 
+    def _settled(self, item_id: int, committed: bool) -> None:
+        """A deferred record's batch is over: committed, or to be written again by the
+        next drain (the delivery stands)."""
+        with self._lock:
+            result = self._settling.pop(item_id, None)
+            if not committed and result is not None:
+                self._unrecorded[item_id] = result
+        if not committed:
+            self.wake()
+
     # ---- store IT ------------------------------------------------------------
     def list(self, status: str | None = None, limit: int = 200) -> list[items.QueueItem]:
+        self.store.flush()  # deliveries' records may be deferred (decision 0025)
         return list_items(self.store.reader(), status, limit)
 
     def retry(self, item_id: int) -> bool:
+        self.store.flush()
         now = self.clock()
         ok = self.store.write(lambda db: retry_item(db, item_id, now))
         if ok:
@@ -311,6 +338,7 @@ class Outbox:
 
     def depth(self) -> tuple[int, float | None]:
         """(pending + failed items, age in seconds of the oldest one)."""
+        self.store.flush()
         counts, oldest = items.summary(self.store.reader())
         age = None if oldest is None else max(0.0, self.clock() - parse_iso(oldest))
         return sum(counts.values()), age

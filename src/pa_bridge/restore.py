@@ -33,6 +33,7 @@ from typing import Any
 from .store import Database, DatabaseError, audit, files, meta, now_iso
 from .store.files import CannotOpen
 from .store.outbox import hold_undelivered
+from .store.pg_backup import backup_running
 
 __all__ = [
     "BACKUP_MARK",
@@ -96,7 +97,11 @@ def adopt_restored(db: Database, now: float) -> dict[str, Any] | None:
     """Run in a write job when the daemon opens its database: if it is a backup copy
     served for the first time, hold its queued work, set the feed's floor, remove the
     mark and audit it. None when it is not a restored copy."""
-    taken_at = meta.get(db, BACKUP_MARK)
+    if meta.get(db, BACKUP_MARK) is None:
+        return None
+    if backup_running(db):  # PostgreSQL: the live database, its mark for the copy only
+        return None
+    taken_at = meta.take(db, BACKUP_MARK)  # one daemon of a fleet adopts it
     if taken_at is None:
         return None
     held = hold_undelivered(
@@ -107,7 +112,6 @@ def adopt_restored(db: Database, now: float) -> dict[str, Any] | None:
     )
     floor = int(time.time() * 1_000_000)
     meta.put(db, FEED_FLOOR, str(floor))
-    meta.delete(db, BACKUP_MARK)
     audit.add(
         db,
         "daemon",

@@ -4,6 +4,7 @@ hands over. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -17,12 +18,13 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .app import build_services, make_client
-from .callback_front import CallbackFront
+from .callbacks.ingest import CallbackReceiver, CallbackService
+from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import queue_summary
+from .outbox import Outbox, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
@@ -65,7 +67,7 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
-        self.callback_receiver: Any = None  # web.callbacks.CallbackReceiver, once started
+        self.callback_receiver: CallbackReceiver | None = None
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -90,26 +92,32 @@ class Daemon:
             log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
-        # commits with the store alone; forwarding waits for the bridge's queue.
-        from .web.callbacks import CallbackReceiver
-
+        # commits with the store alone and wakes the queue, built first for it; the
+        # queue's deliverers are registered with the services, which need the client.
         metrics = Metrics()
-        receiver = CallbackReceiver(self.store, metrics, forward=bool(s.callbacks.forward_url))
+        outbox = Outbox(self.store, None, s.queue, clock=self.clock)
+        service = CallbackService(
+            self.store,
+            forward=bool(s.callbacks.forward_url),
+            pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
+        )
+        receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_receiver = receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
         self.client = self._make_client()
-        self.bridge = build_services(s, self.store, self.client, metrics=metrics, clock=self.clock)
-        receiver.on_stored = self.bridge.outbox.wake
+        self.bridge = build_services(
+            s, self.store, self.client, metrics=metrics, clock=self.clock, outbox=outbox
+        )
         self.bridge.outbox.observer = self.service_health.delivery
         metrics.watch_service(self.service_health)
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
-        self.bridge.outbox.start(self.scheduler)
+        self.bridge.outbox.start()
         self._extra_jobs(self.scheduler)
         if s.service.probe_seconds > 0:
             self.scheduler.add_job(
@@ -125,6 +133,7 @@ class Daemon:
         app = create_intake_app(
             self.bridge,
             tokens=s.intake_tokens(),
+            scoped_tokens=s.scoped_intake_tokens(),
             max_body_bytes=s.intake.max_body_bytes,
             health=self._health,
             allowed_hosts=s.intake.allowed_hosts,
@@ -154,7 +163,7 @@ class Daemon:
         return f"{server.scheme}://{host}:{port}/callbacks/pharmacy"
 
     def _start_sandbox(self, callback_url: str) -> None:
-        from .sandbox import SandboxConfig, SandboxServer
+        from .sandbox import SandboxConfig, SandboxPharmacy, SandboxServer
 
         s = self.settings
         host, port = parse_listen(s.sandbox.listen)
@@ -170,6 +179,13 @@ class Daemon:
             callback_username=s.callbacks.username,
             callback_password=s.secret(s.callbacks.password) or None,
             callback_verify=False,
+            # a chain tried on the sandbox: each store's own credentials, for its claims
+            pharmacies=tuple(
+                SandboxPharmacy(
+                    p.username or "", s.secret(p.password), s.secret(p.api_key), p.provider_id
+                )
+                for p in s.pharmacies
+            ),
         )
         self.sandbox = SandboxServer(cfg, host=host, port=port)
         self.sandbox.start()
@@ -212,6 +228,8 @@ class Daemon:
         thread = getattr(sched, "_thread", None)
         if sched is None or not sched.running or (thread is not None and not thread.is_alive()):
             return False
+        if self.bridge is None or not self.bridge.outbox.running:
+            return False
         if self.store is None or not self.store.writer_alive:
             return False
         try:
@@ -234,6 +252,8 @@ class Daemon:
         readiness (503 when one is false); ``degraded`` lists what works but needs
         store IT (answered 200, status ``degraded``)."""
         sched = self.scheduler is not None and self.scheduler.running
+        # the queue's delivery thread counts as part of the scheduling
+        sched = sched and self.bridge is not None and self.bridge.outbox.running
         problem = self.store.problem() if self.store is not None else "not started"
         if problem != self._db_problem:
             if problem is not None:
@@ -368,5 +388,9 @@ class Daemon:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         self.start()
+        # What start-up made (modules, the app, settings) lives as long as the process:
+        # out of the collector's sight, each collection a claim triggers is shorter.
+        gc.collect()
+        gc.freeze()
         while not self._stopped.wait(0.5):
             pass

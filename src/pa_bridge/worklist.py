@@ -20,6 +20,7 @@ from .service import Services
 from .service.decisions import claim_key
 from .service.errors import BridgeError
 from .service.pas import pa_json
+from .service.pharmacies import Scope
 from .store import StoreUnavailable, exchanges, now_iso
 from .store import console as console_store
 from .store import pas as pa_rows
@@ -35,6 +36,7 @@ __all__ = [
     "worklist",
     "pa_page",
     "acknowledge",
+    "pharmacy_choices",
 ]
 
 #: At most this many rows of each kind (a busy store sees a few hundred claims a day).
@@ -176,16 +178,19 @@ def _pa_summary(
     return out
 
 
-def claims_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
+def claims_today(
+    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
     newest first, with the answer's message and button label and the PA if one exists:
     the claim's own, or the one the service answered for the same claim sent earlier
-    (same claim key; ``pa_via`` says which)."""
+    (same claim key; ``pa_via`` says which). ``pharmacies``: only these stores'."""
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    bridge.store.flush()  # the answers' records may be deferred (decision 0025)
     reader = bridge.store.reader()
-    rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS)
+    rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
     if not rows:
         return []
     pas: dict[tuple[str | None, int], dict[str, Any]] = {}
@@ -254,13 +259,15 @@ def _with_line(bridge: Services, row: Mapping[str, Any], pa: dict[str, Any]) -> 
     return pa
 
 
-def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
+def pas_today(
+    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
-    rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS)
+    rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS, pharmacies)
     return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
 
 
@@ -268,7 +275,9 @@ def pas_today(bridge: Services, now: float | None = None) -> list[dict[str, Any]
 MAX_ITEMS = 200
 
 
-def needs_action(bridge: Services, now: float | None = None) -> list[dict[str, Any]]:
+def needs_action(
+    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+) -> list[dict[str, Any]]:
     """What needs the pharmacist, most urgent group first, newest first in a group
     (at most ``MAX_ITEMS``).
 
@@ -279,11 +288,14 @@ def needs_action(bridge: Services, now: float | None = None) -> list[dict[str, A
     acknowledged it for that same reason. A later change that puts it in another
     group brings it back (decision 0014)."""
     t = bridge.clock() if now is None else now
-    return _needs_action(bridge, t, claims_today(bridge, t))[0]
+    return _needs_action(bridge, t, claims_today(bridge, t, pharmacies), pharmacies)[0]
 
 
 def _needs_action(
-    bridge: Services, t_now: float, claims: list[dict[str, Any]]
+    bridge: Services,
+    t_now: float,
+    claims: list[dict[str, Any]],
+    pharmacies: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     hours = bridge.settings.intake.pending_alert_hours
     cutoff = now_iso(t_now - hours * 3600)
@@ -292,7 +304,7 @@ def _needs_action(
         ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
     ]
     horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
-    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4)
+    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
     flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
     acks = console_store.latest_acknowledgements(
         bridge.store.reader(), [r["id"] for r, _ in flagged]
@@ -326,11 +338,14 @@ def _needs_action(
     return items, counts
 
 
-def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
-    """Everything the console shows, in one answer."""
+def worklist(
+    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+) -> dict[str, Any]:
+    """Everything the console shows, in one answer (``pharmacies``: only these
+    stores'; the answer lists the stores the caller may choose between)."""
     t = bridge.clock() if now is None else now
-    claims = claims_today(bridge, t)
-    items, counts = _needs_action(bridge, t, claims)
+    claims = claims_today(bridge, t, pharmacies)
+    items, counts = _needs_action(bridge, t, claims, pharmacies)
     return {
         "generated_at": now_iso(t),
         "day_start": local_day_start(t),
@@ -341,21 +356,35 @@ def worklist(bridge: Services, now: float | None = None) -> dict[str, Any]:
         ],
         "items": items,
         "claims": claims,
-        "pas": pas_today(bridge, t),
+        "pas": pas_today(bridge, t, pharmacies),
         "guide": _GUIDE,
+        "pharmacy": pharmacies[0] if pharmacies is not None and len(pharmacies) == 1 else None,
     }
 
 
 _GUIDE = guide_table()
 
 
-def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str, Any]:
+def pharmacy_choices(bridge: Services, scope: Scope = None) -> list[dict[str, str | None]]:
+    """The stores the console's selector offers: the configured ones the caller may
+    act for (empty for a single store)."""
+    return [
+        {"provider_id": p.provider_id, "name": p.name}
+        for p in bridge.pharmacies.all()
+        if scope is None or p.provider_id in scope
+    ]
+
+
+def pa_page(
+    bridge: Services, pa_id: str, now: float | None = None, scope: Scope = None
+) -> dict[str, Any]:
     """One PA for its console page: status words, history, events, acknowledgements,
     the claim it came from (Rx number, product id, drug name where known) and its links.
     Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
-    full = bridge.pas.get_pa(pa_id).model_dump()  # 404 when unknown
+    full = bridge.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
+    bridge.store.flush()  # the claim's answer may be deferred (decision 0025)
     row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
     pa = _pa_summary(row, t, hours)
@@ -401,13 +430,15 @@ def pa_page(bridge: Services, pa_id: str, now: float | None = None) -> dict[str,
     }
 
 
-def acknowledge(bridge: Services, pa_id: str, who: str, now: float | None = None) -> dict[str, Any]:
+def acknowledge(
+    bridge: Services, pa_id: str, who: str, now: float | None = None, scope: Scope = None
+) -> dict[str, Any]:
     """Record that ``who`` acknowledged the PA as it is now (its worklist reason and
     change cursor) in the audit trail; it leaves the worklist until another reason
     brings it back. Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
     row = bridge.pas.get_pa_row(pa_id)
-    if row is None:
+    if row is None or (scope is not None and (row["provider_id"] or "") not in scope):
         raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
     attention = attention_of(row, t, bridge.settings.intake.pending_alert_hours)
     try:

@@ -512,7 +512,8 @@ class WsgiServer(Listening):
             interface="asgi3",
             http=protocol,
             ws="none",
-            lifespan="off",
+            # an ASGI app hears of the stop (to close what it holds on the loop)
+            lifespan="on" if self._asgi else "off",
             log_config=None,
             access_log=False,
             proxy_headers=False,

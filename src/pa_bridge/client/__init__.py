@@ -50,6 +50,7 @@ from ._contract import (
     OPTIONAL_CLAIM_VARIABLES,
     OUTCOME_VARIABLES,
     ClaimMetadata,
+    Credentials,
     dashboard_login_url,
 )
 from ._errors import (
@@ -90,6 +91,7 @@ __all__ = [
     "BadResponseError",
     "ClaimMetadata",
     "ClaimResult",
+    "Credentials",
     "CredentialsError",
     "HttpStatusError",
     "InvalidClaimError",

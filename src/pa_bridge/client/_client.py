@@ -21,6 +21,7 @@ from ._contract import (
     CLAIM_FRAMINGS,
     DASHBOARD_LOGIN_VARIABLES,
     ClaimMetadata,
+    Credentials,
     dashboard_login_url,
 )
 from ._errors import (
@@ -101,9 +102,7 @@ class PaServiceClient:
         self.outcomes_url = outcomes_url
         self.dashboard_url = dashboard_url
         self.dashboard_login_url = dashboard_login_url or _login_url(dashboard_url)
-        self._username = username
-        self._password = password
-        self._api_key = api_key
+        self._credentials = Credentials(username, password, api_key)
         self.timeout_s = timeout_s
         ctx = verify_context(verify)
         common: dict[str, Any] = {
@@ -129,7 +128,12 @@ class PaServiceClient:
     @property
     def api_key(self) -> str:
         """The outcomes/claim api_key (for :func:`outcome_variables`); never log it."""
-        return self._api_key
+        return self._credentials.api_key
+
+    @property
+    def credentials(self) -> Credentials:
+        """The credentials used when a call is given none (a single store's)."""
+        return self._credentials
 
     # -- lifecycle
 
@@ -156,14 +160,19 @@ class PaServiceClient:
     # -- claim interface
 
     def submit_claim(
-        self, ncpdp_claim: bytes | str, metadata: ClaimMetadata | None = None
+        self,
+        ncpdp_claim: bytes | str,
+        metadata: ClaimMetadata | None = None,
+        *,
+        credentials: Credentials | None = None,
     ) -> ClaimResult:
         """POST a B1 (start a PA) or B2 (delete it) to the claim interface.
 
         Checks the payer-sheet minimum first (:class:`MissingClaimDataError`). B1 and B2
         are safe to retry: a duplicate is answered with the original PA. The claim goes
         out framed STX ... ETX (``claim_framing="stx_etx"``, as every reference claim
-        is) or bare (``"none"``), whatever framing it came with.
+        is) or bare (``"none"``), whatever framing it came with. ``credentials``: the
+        submitting pharmacy's (default: this client's).
         """
         text = ncpdp_claim.decode("latin-1") if isinstance(ncpdp_claim, bytes) else ncpdp_claim
         try:
@@ -188,10 +197,11 @@ class PaServiceClient:
         missing = claim_minimum_missing(transmission, md)
         if missing:
             raise MissingClaimDataError(missing)
+        creds = credentials or self._credentials
         form = {
-            "username": self._username,
-            "password": self._password,
-            "api_key": self._api_key,
+            "username": creds.username,
+            "password": creds.password,
+            "api_key": creds.api_key,
             "ncpdp_claim": frame_claim(text, self.claim_framing),
             **md.as_form(),
         }
@@ -275,7 +285,7 @@ class PaServiceClient:
             request,
             response,
             index,
-            api_key=self._api_key,
+            api_key=self._credentials.api_key,
             patient_age=patient_age,
             prescriber_fax=prescriber_fax,
         )
@@ -318,7 +328,7 @@ class PaServiceClient:
             margin = min(0.02, budget_s * 0.05)
             call.deadline = call.started + budget_s - margin
             form = {k: str(v) for k, v in variables.items()}
-            form.setdefault("api_key", self._api_key)
+            form.setdefault("api_key", self._credentials.api_key)
             if self._closed:
                 raise BadOutcome("closed: client is closed")
             conn = self._outcomes.start_inline(form, call.deadline)
@@ -339,13 +349,15 @@ class PaServiceClient:
 
     # -- dashboard
 
-    def dashboard_login(self) -> str:
-        """POST username and plaintext_password; the token (never logged)."""
+    def dashboard_login(self, credentials: Credentials | None = None) -> str:
+        """POST username and plaintext_password (``credentials``: the pharmacy's,
+        default this client's); the token (never logged)."""
+        creds = credentials or self._credentials
         try:
             resp = self._dashboard_http.post(
                 self.dashboard_login_url,
                 data=dict(
-                    zip(DASHBOARD_LOGIN_VARIABLES, (self._username, self._password), strict=True)
+                    zip(DASHBOARD_LOGIN_VARIABLES, (creds.username, creds.password), strict=True)
                 ),
             )
         except httpx.TransportError as exc:
@@ -354,7 +366,7 @@ class PaServiceClient:
             raise err from None
         if not 200 <= resp.status_code < 300:
             err = status_error(
-                resp, "dashboard login", (self._username, self._password, self._api_key)
+                resp, "dashboard login", (creds.username, creds.password, creds.api_key)
             )
             log_event(
                 "service.dashboard_login_refused",

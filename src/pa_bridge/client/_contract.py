@@ -8,6 +8,7 @@ from :data:`OPTIONAL_CLAIM_VARIABLES`, so a new optional variable is one line he
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -18,8 +19,24 @@ __all__ = [
     "OPTIONAL_CLAIM_VARIABLES",
     "OUTCOME_VARIABLES",
     "ClaimMetadata",
+    "Credentials",
     "dashboard_login_url",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """One pharmacy's credentials at the service: ``username`` and ``password`` (claim
+    interface, dashboard login) and ``api_key`` (claim and outcomes interfaces). The
+    service's rule: a claim goes with the submitting pharmacy's own credentials."""
+
+    username: str
+    password: str
+    api_key: str
+
+    def __repr__(self) -> str:  # never a secret
+        return f"Credentials(username={self.username!r}, password=<set>, api_key=<set>)"
+
 
 #: Required variables of the claim interface.
 CLAIM_VARIABLES: tuple[str, ...] = ("username", "password", "api_key", "ncpdp_claim")

@@ -6,7 +6,9 @@ Run it alone with ``pa-bridge sandbox --port N`` or in-process::
         sb.claim_url, sb.outcomes_url, sb.dashboard_url
 
 Credentials (published, not secret): username ``sandbox-pharmacy``, password
-``sandbox-password``, api_key ``sandbox-api-key`` (``SANDBOX_USERNAME`` etc.).
+``sandbox-password``, api_key ``sandbox-api-key`` (``SANDBOX_USERNAME`` etc.). A chain's
+stores' credentials are accepted too when given (``SandboxConfig.pharmacies``), each
+only for claims from its own store.
 
 Paths (the real service's shapes, docs/real-service-evidence.md):
 
@@ -25,6 +27,8 @@ Paths (the real service's shapes, docs/real-service-evidence.md):
 ``GET /_ping``                             health (``{"status": "ok", ...}``)
 ``GET /sandbox/pas``                       admin: every PA with its status history (JSON)
 ``GET /sandbox/claims``                    admin: every claim received, framed or not
+``GET /sandbox/calls``                     admin: every call with the username it came
+                                           with (claim, outcomes, dashboard login)
 ``POST /sandbox/callback-url``             admin: register the callback target at runtime
                                            (``url``, ``username``, ``password``; form or JSON)
 =========================================  ==============================================
@@ -66,13 +70,20 @@ from typing import Any
 from ..wsgi import WsgiServer
 from ._state import SandboxState
 from .app import create_sandbox_app, sandbox_state
-from .config import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME, SandboxConfig
+from .config import (
+    SANDBOX_API_KEY,
+    SANDBOX_PASSWORD,
+    SANDBOX_USERNAME,
+    SandboxConfig,
+    SandboxPharmacy,
+)
 
 __all__ = [
     "SANDBOX_API_KEY",
     "SANDBOX_PASSWORD",
     "SANDBOX_USERNAME",
     "SandboxConfig",
+    "SandboxPharmacy",
     "SandboxServer",
     "SandboxState",
     "create_sandbox_app",

@@ -94,6 +94,7 @@ class SandboxState:
         self._queues: dict[str, _PaQueue] = {}
         self._closed = False
         self._claims: list[dict[str, Any]] = []
+        self._calls: list[dict[str, Any]] = []
         self._resume()
 
     # ------------------------------------------------------------------ store
@@ -190,15 +191,38 @@ class SandboxState:
             ),
         }
 
-    def record_claim(self, *, framed: bool, fmt: str) -> None:
-        """Remember that a claim arrived, framed STX ... ETX or not (both accepted)."""
+    def record_claim(
+        self, *, framed: bool, fmt: str, username: str = "", provider_id: str = ""
+    ) -> None:
+        """Remember that a claim arrived, framed STX ... ETX or not (both accepted),
+        with whose credentials and from which store (201-B1)."""
         with self._cond:
-            self._claims.append({"at": now_iso(), "framed": framed, "format": fmt})
+            self._claims.append(
+                {
+                    "at": now_iso(),
+                    "framed": framed,
+                    "format": fmt,
+                    "username": username,
+                    "provider_id": provider_id,
+                }
+            )
             del self._claims[:-1000]
 
     def claims(self) -> list[dict[str, Any]]:
         with self._cond:
             return list(self._claims)
+
+    def record_call(self, interface: str, username: str, **extra: str) -> None:
+        """Remember a call to ``interface`` made with ``username``'s credentials."""
+        with self._cond:
+            self._calls.append(
+                {"at": now_iso(), "interface": interface, "username": username, **extra}
+            )
+            del self._calls[:-5000]
+
+    def calls(self) -> list[dict[str, Any]]:
+        with self._cond:
+            return list(self._calls)
 
     # ------------------------------------------------------------------ PA life
 

@@ -22,7 +22,7 @@ import ncpdp
 from .. import __version__
 from ..client import CLAIM_VARIABLES, DASHBOARD_LOGIN_VARIABLES, OUTCOME_VARIABLES, is_framed
 from ._state import CallbackTarget, SandboxState
-from .config import SandboxConfig
+from .config import SandboxConfig, SandboxPharmacy
 
 __all__ = ["create_sandbox_app", "sandbox_state"]
 
@@ -109,6 +109,26 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
     state = SandboxState(config)
     app.extensions["pa_sandbox"] = state
 
+    accepted = [
+        SandboxPharmacy(config.username, config.password, config.api_key),
+        *config.pharmacies,
+    ]
+
+    def who(username: str | None, password: str | None) -> SandboxPharmacy | None:
+        """The store these credentials are (every set compared, in constant time)."""
+        found = None
+        for p in accepted:
+            if _same(username, p.username) & _same(password, p.password):
+                found = found or p
+        return found
+
+    def by_api_key(api_key: str | None) -> SandboxPharmacy | None:
+        found = None
+        for p in accepted:
+            if _same(api_key, p.api_key):
+                found = found or p
+        return found
+
     def pa_url(pa: dict[str, Any]) -> str:
         """The hosted-page link, ``{portal}/request/view/{id}?token_id=...``."""
         return state.token_url(pa)
@@ -123,22 +143,33 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
                 404,
                 *((404001, f"Missing POST variable: {v}", v) for v in missing),
             )
-        if not (
-            _same(form.get("username"), config.username)
-            & _same(form.get("password"), config.password)
-            & _same(form.get("api_key"), config.api_key)
-        ):
+        pharmacy = who(form.get("username"), form.get("password"))
+        if pharmacy is None or not _same(form.get("api_key"), pharmacy.api_key):
             return _errors(
                 403, (403001, "Wrong or unknown username or password", "credentials rejected")
             )
         state.portal = state.portal or request.host_url.rstrip("/")
         raw_claim = form["ncpdp_claim"]
         framed = is_framed(raw_claim)
-        state.record_claim(framed=framed, fmt=fmt)
         try:
             t = ncpdp.parse(raw_claim, strict=False)
         except ncpdp.ParseError as exc:
+            state.record_claim(framed=framed, fmt=fmt, username=pharmacy.username)
             return _errors(500, (500001, "The claim could not be parsed", str(exc)))
+        sent_for = t.as_request().service_provider_id if t.is_request else ""
+        state.record_claim(framed=framed, fmt=fmt, username=pharmacy.username, provider_id=sent_for)
+        state.record_call(
+            "claim",
+            pharmacy.username,
+            provider_id=sent_for,
+            transaction_code=t.as_request().transaction_code.strip() if t.is_request else "",
+        )
+        if pharmacy.provider_id is not None and sent_for != pharmacy.provider_id:
+            # the service's rule: only the submitting pharmacy's own credentials
+            return _errors(
+                403,
+                (403004, "These credentials are not the submitting pharmacy's", "201-B1"),
+            )
         if not t.is_request:
             return _errors(500, (500002, "The claim is a response, not a request", "kind"))
         view = t.as_request()
@@ -270,8 +301,10 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             missing.insert(0, "api_key")
         if missing:
             return _errors(404, *((404002, f"Missing POST variable: {v}", v) for v in missing))
-        if not _same(form.get("api_key"), config.api_key):
+        caller = by_api_key(form.get("api_key"))
+        if caller is None:
             return _errors(403, (403002, "Unknown api_key", "api_key rejected"))
+        state.record_call("outcomes", caller.username)
         bin_ = form.get("bin", "").strip()
         if bin_ == OUTCOMES_500_BIN:
             return _errors(500, (500010, "Outcomes drill: server error", "bin 999997"))
@@ -329,11 +362,10 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
         missing = [v for v in DASHBOARD_LOGIN_VARIABLES if not form.get(v)]
         if missing:
             return _errors(404, *((404003, f"Missing POST variable: {v}", v) for v in missing))
-        if not (
-            _same(form.get("username"), config.username)
-            & _same(form.get("plaintext_password"), config.password)
-        ):
+        caller = who(form.get("username"), form.get("plaintext_password"))
+        if caller is None:
             return _errors(403, (403003, "Wrong or unknown username or password", "login"))
+        state.record_call("dashboard_login", caller.username)
         token = secrets.token_urlsafe(32)
         state.dashboard_tokens.add(token)
         return Response(token, status=200, mimetype="text/plain")
@@ -403,6 +435,11 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
     def list_claims() -> Response:
         """Every claim received: its format and whether it came framed STX ... ETX."""
         return Response(json.dumps({"claims": state.claims()}), mimetype="application/json")
+
+    @app.get("/sandbox/calls")
+    def list_calls() -> Response:
+        """Every call with the username its credentials belong to (newest last)."""
+        return Response(json.dumps({"calls": state.calls()}), mimetype="application/json")
 
     @app.post("/sandbox/callback-url")
     def set_callback() -> Response:

@@ -4,12 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SANDBOX_API_KEY", "SANDBOX_PASSWORD", "SANDBOX_USERNAME", "SandboxConfig"]
+__all__ = [
+    "SANDBOX_API_KEY",
+    "SANDBOX_PASSWORD",
+    "SANDBOX_USERNAME",
+    "SandboxConfig",
+    "SandboxPharmacy",
+]
 
 #: The sandbox's published test credentials (not secrets: anyone may use them).
 SANDBOX_USERNAME = "sandbox-pharmacy"
 SANDBOX_PASSWORD = "sandbox-password"  # noqa: S105 - published test credential
 SANDBOX_API_KEY = "sandbox-api-key"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPharmacy:
+    """A store's own credentials the sandbox also accepts (a chain's, issue 18). With a
+    ``provider_id``, its claims must come from that store (201-B1), as the service's
+    rule is "use only the submitting pharmacy's own credentials": else 403."""
+
+    username: str
+    password: str
+    api_key: str
+    provider_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"SandboxPharmacy(username={self.username!r}, provider_id={self.provider_id!r})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,7 +40,8 @@ class SandboxConfig:
     is True, False or a CA bundle path for HTTPS targets. ``db_path``: None keeps PAs in
     memory, else a SQLite file. Callbacks that do not get a 200 are retried after
     ``retry_base_seconds * 2**(attempt-1)``, at most ``retry_max_seconds``. The fault
-    drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table."""
+    drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table.
+    ``pharmacies``: more stores' credentials accepted besides the published ones."""
 
     username: str = SANDBOX_USERNAME
     password: str = SANDBOX_PASSWORD
@@ -35,6 +57,7 @@ class SandboxConfig:
     retry_max_seconds: float = 60.0
     stall_seconds: float = 5.0
     trickle_seconds: float = 3.0
+    pharmacies: tuple[SandboxPharmacy, ...] = ()
 
     def __repr__(self) -> str:
         return (

@@ -26,6 +26,7 @@ from .claims import ClaimIntake
 from .deliveries import Deliveries
 from .errors import BridgeError
 from .pas import PaService
+from .pharmacies import Pharmacies
 from .reversals import Reversals
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ClaimIntake",
     "Deliveries",
     "PaService",
+    "Pharmacies",
     "Reversals",
     "Services",
 ]
@@ -50,6 +52,8 @@ class Services:
     pas: PaService
     reversals: Reversals
     deliveries: Deliveries
+    #: a chain's stores (``[[pharmacies]]``); empty for a single store
+    pharmacies: Pharmacies = field(default_factory=Pharmacies)
     clock: Callable[[], float] = field(default=time.time)
 
     def health(self) -> dict[str, Any]:
@@ -67,4 +71,5 @@ class Services:
         }
 
     def close(self) -> None:
+        self.outbox.stop()
         self.deliveries.close()

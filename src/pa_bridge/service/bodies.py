@@ -13,14 +13,23 @@ same code and message as before (a body field that is not what it should be is
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    WithJsonSchema,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks import WORKFLOW_RANK
+from ..callbacks.ingest import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
 from ._parse import parse_transmission
 from .errors import BridgeError
@@ -273,6 +282,14 @@ class ClaimAnswer(_Transaction, _ClaimId):
         default=None, description="deviations from the standard the parser tolerated"
     )
     elapsed_ms: float = Field(ge=0)
+    _text: str | None = PrivateAttr(default=None)
+
+    def json_text(self) -> str:
+        """The answer as compact JSON, made once: the body the API sends (as Flask's
+        ``jsonify`` would) and the record the store keeps."""
+        if self._text is None:
+            self._text = json.dumps(dump(self), separators=(",", ":"))
+        return self._text
 
 
 # ---- PAs --------------------------------------------------------------------------------
@@ -302,7 +319,17 @@ class Pa(BaseModel):
         description="402-D2 of the claim the PA was submitted for (null for a PA known only"
         " from its callbacks, or submitted before pa-bridge kept it)",
     )
-    product_id: str | None = Field(default=None, description="407-D7 (the NDC) of that claim")
+    product_id: str | None = Field(
+        default=None,
+        description="407-D7 (the NDC) of that claim; for a PA known only from its callbacks,"
+        " the callback's 11-digit prescription.ndc, else null",
+    )
+    provider_id: str | None = Field(
+        default=None,
+        description="the pharmacy: 201-B1 (service provider id) of that claim; for a PA"
+        " known only from its callbacks, the [[pharmacies]] store its callback's pharmacy"
+        " block names (ncpdpid or npi), else null",
+    )
     urls: list[str] = Field(
         description="the PA's links: those the claim interface answered, then the token "
         "links its callbacks brought"
@@ -389,6 +416,9 @@ class Claim(BaseModel):
     received_at: str
     transaction_code: str | None
     transaction_count: int = Field(ge=1)
+    provider_id: str | None = Field(
+        default=None, description="the pharmacy: 201-B1 (service provider id) of the claim"
+    )
     answer: Annotated[
         dict[str, Any] | None,
         WithJsonSchema(

@@ -3,6 +3,7 @@ the outcomes interface for the transactions that need it, answer within the budg
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -17,16 +18,23 @@ from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, n
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
-from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer, dump
+from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer
 from .decisions import claim_key, count_problem, decide, prescriber_fax
 from .errors import BridgeError
 from .exchange_rules import missing_for_decision
+from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["ClaimIntake"]
 
 
+#: intake's hand-off of a queued outcome report: (claim id, transaction index, how to
+#: build its variables from what intake parsed)
+ReportReady = Callable[[str, int, Callable[[], dict[str, str]]], None]
+
+
 class ClaimIntake:
-    """``POST /v1/claims``. ``wake_queue`` is told when outcome reports were queued."""
+    """``POST /v1/claims``. ``wake_queue`` is told when outcome reports were queued;
+    ``report_ready`` is handed each of them first (:meth:`Deliveries.report_ready`)."""
 
     def __init__(
         self,
@@ -36,13 +44,17 @@ class ClaimIntake:
         metrics: Metrics,
         *,
         wake_queue: Callable[[], None],
+        report_ready: ReportReady | None = None,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.settings = settings
         self.store = store
         self.client = client
         self.metrics = metrics
         self.wake_queue = wake_queue
+        self.report_ready = report_ready
         self.clock = clock
 
     def intake(
@@ -50,11 +62,14 @@ class ClaimIntake:
         body: ClaimExchange | Mapping[str, Any],
         actor: str,
         idempotency_key: str | None = None,
+        scope: Scope = None,
     ) -> ClaimAnswer:
         """The answer for a claim exchange (a JSON body is checked here, so that the
         time spent reading it counts in ``elapsed_ms`` and against the budget). With
         ``idempotency_key``, a key used before answers that claim's answer again (an
-        :class:`idempotency.ReplayedClaimAnswer`), decision 0017."""
+        :class:`idempotency.ReplayedClaimAnswer`), decision 0017. A chain's claim from
+        a pharmacy it does not list, or one ``scope`` does not include, is refused
+        before anything is stored or sent (decision 0022)."""
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
         if not isinstance(body, ClaimExchange):
@@ -70,6 +85,9 @@ class ClaimIntake:
                 "the claim exchange lacks what a decision needs: " + "; ".join(missing),
                 {"missing": missing},
             )
+        creds = self.pharmacies.credentials_for(rv.service_provider_id)  # 422 if unknown
+        check_scope(scope, rv.service_provider_id)
+        api_key = creds.api_key if creds is not None else self.client.api_key
         fp = ""
         if idempotency_key is not None:
             fp = idempotency.fingerprint(
@@ -134,7 +152,7 @@ class ClaimIntake:
                 req,
                 resp,
                 d.index,
-                api_key=self.client.api_key,
+                api_key=api_key,
                 views=(rv, sv),
                 prescriber_fax=prescriber_fax(metadata),
             )
@@ -196,7 +214,23 @@ class ClaimIntake:
                 str(stored_error),
             ) from None
         if reports_queued:
-            self.wake_queue()
+            if self.report_ready is not None:
+                fax = prescriber_fax(metadata)
+                for d in decisions:
+                    if not d.outcomes_first and d.index < len(req.groups):
+                        self.report_ready(
+                            claim_id,
+                            d.index,
+                            functools.partial(
+                                outcome_variables,
+                                req,
+                                resp,
+                                d.index,
+                                api_key=api_key,
+                                views=(rv, sv),
+                                prescriber_fax=fax,
+                            ),
+                        )
 
         answer = ClaimAnswer(
             claim_id=claim_id,
@@ -211,12 +245,13 @@ class ClaimIntake:
         self.metrics.claims.labels(decision).inc()
         if calls and answer.elapsed_ms > self.settings.outcomes.budget_ms:
             self.metrics.budget_misses.inc()
-        saved = json.dumps(dump(answer))
+        saved = answer.json_text()
 
         def record_answer(db: Database) -> None:
             exchanges.record_answer(db, claim_id, saved, answer.message_source)
 
-        self.store.submit(record_answer)  # not awaited: the answer never waits on it
+        # rides in the next commit (decision 0025): the exchange is durable already
+        self.store.defer(record_answer)
         log_event(
             "claim.accepted",
             claim_id=claim_id,
@@ -227,6 +262,8 @@ class ClaimIntake:
             elapsed_ms=answer.elapsed_ms,
             outcomes_ms=answer.outcomes_elapsed_ms,
         )
+        if reports_queued:  # last: the delivery thread then does not compete with this one
+            self.wake_queue()
         return answer
 
     # ---- Idempotency-Key (decision 0017) ------------------------------------------
@@ -242,6 +279,7 @@ class ClaimIntake:
         waits for it (up to the outcomes budget and a margin)."""
         deadline = time.monotonic() + self.settings.outcomes.budget_ms / 1000.0 + 2.0
         while True:
+            self.store.flush()
             saved = exchanges.answer_json(self.store.reader(), claim_id)
             if saved is not None:
                 return idempotency.ReplayedClaimAnswer.model_validate(json.loads(saved))

@@ -119,12 +119,7 @@ def parse_error_text(e: ncpdp.ParseError) -> str:
     """The parse error's reason and place, without any quoted piece of the claim (a
     quoted field can be a name or a date of birth): offset, segment and field say
     where to look."""
-    where = [f"byte offset {e.offset}"]
-    if e.segment_id is not None:
-        where.append(f"segment AM{e.segment_id}")
-    if e.field_id is not None:
-        where.append(f"field {e.field_id}")
-    return f"{_QUOTED.sub('(...)', e.reason)} (at {', '.join(where)})"
+    return f"{_QUOTED.sub('(...)', e.reason)} (at {e.where})"
 
 
 def prescriber_fax(metadata: Any) -> str:

@@ -6,22 +6,31 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import ncpdp
 
-from ..client import PaServiceClient, ServiceError, outcome_variables
+from ..client import Credentials, PaServiceClient, ServiceError, outcome_variables
 from ..config import Settings
 from ..logs import log_event
 from ..outbox import DeliveryFailed, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
 from ..webhooks import WebhookSender
 from .decisions import prescriber_fax
+from .errors import BridgeError
 from .pas import PaService, pa_json
+from .pharmacies import Pharmacies
 
-__all__ = ["Deliveries"]
+__all__ = ["READY_MAX", "Deliveries"]
+
+#: the outcome reports intake hands over in memory, at most (the oldest then fall
+#: back to the stored exchange)
+READY_MAX = 1024
+
+Variables = dict[str, str]
 
 
 class Deliveries:
@@ -33,7 +42,9 @@ class Deliveries:
         pa_reads: PaService,
         *,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.settings = settings
         self.store = store
         self.client = client
@@ -41,6 +52,8 @@ class Deliveries:
         self.clock = clock
         cb = settings.callbacks
         self._webhooks = WebhookSender(cb.forward_url, settings.secret(cb.forward_secret))
+        self._ready: dict[tuple[str, int], Callable[[], Variables]] = {}
+        self._ready_lock = threading.Lock()
 
     def register(self, outbox: Outbox) -> None:
         outbox.register(Kind.OUTCOME_REPORT, self.outcome_report)
@@ -50,8 +63,34 @@ class Deliveries:
     def close(self) -> None:
         self._webhooks.close()
 
-    def outcome_report(self, payload: dict[str, Any]) -> None:
-        content = exchanges.claim_content(self.store.reader(), str(payload.get("claim_id")))
+    def _credentials(self, req: ncpdp.Transmission) -> Credentials | None:
+        """The claim's pharmacy's credentials; a pharmacy taken out of ``[[pharmacies]]``
+        while its item waited fails the item for good (``queue list`` shows why; ``queue
+        retry`` once it is back)."""
+        try:
+            return self.pharmacies.credentials_for(req.as_request().service_provider_id)
+        except BridgeError as e:
+            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=False) from None
+
+    def report_ready(self, claim_id: str, index: int, variables: Callable[[], Variables]) -> None:
+        """Intake's hand-off: how to build the outcome report of transaction ``index`` of
+        ``claim_id`` from what it parsed already, so its delivery reads and parses
+        nothing again. Kept in memory for the next delivery attempt only; the stored
+        exchange stays the source after a restart or when too many wait."""
+        with self._ready_lock:
+            self._ready[(claim_id, index)] = variables
+            while len(self._ready) > READY_MAX:
+                del self._ready[next(iter(self._ready))]
+
+    def report_variables(self, payload: dict[str, Any]) -> Variables:
+        """The outcome report's variables: from intake's hand-off when it is there,
+        else from the stored exchange."""
+        claim_id, index = str(payload.get("claim_id")), int(payload.get("index", 0))
+        with self._ready_lock:
+            ready = self._ready.pop((claim_id, index), None)
+        if ready is not None:
+            return ready()
+        content = exchanges.claim_content(self.store.reader(), claim_id)
         if content is None or content["request_raw"] is None:
             raise DeliveryFailed("the claim's content is gone (purged)", retryable=False)
         req = ncpdp.parse(content["request_raw"], strict=False)
@@ -60,13 +99,17 @@ class Deliveries:
             metadata = json.loads(content["metadata_json"] or "{}")
         except ValueError:
             metadata = {}
-        variables = outcome_variables(
+        creds = self._credentials(req)
+        return outcome_variables(
             req,
             resp,
-            int(payload.get("index", 0)),
-            api_key=self.client.api_key,
+            index,
+            api_key=creds.api_key if creds is not None else self.client.api_key,
             prescriber_fax=prescriber_fax(metadata),
         )
+
+    def outcome_report(self, payload: dict[str, Any]) -> None:
+        variables = self.report_variables(payload)
         res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
         if res.source != "outcomes":
             raise DeliveryFailed(f"outcomes interface: {res.error or 'no answer'}")
@@ -76,7 +119,11 @@ class Deliveries:
         if raw is None:
             raise DeliveryFailed("the reversal's content is gone", retryable=False)
         try:
-            self.client.submit_claim(raw, None)
+            creds = self._credentials(ncpdp.parse(raw, strict=False))
+        except ncpdp.ParseError:
+            creds = None  # the client names what is wrong with it
+        try:
+            self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:
             raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
         keys = payload.get("claim_keys") or []

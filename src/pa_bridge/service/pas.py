@@ -13,7 +13,7 @@ from typing import Any, cast
 import ncpdp
 
 from .. import policy
-from ..callbacks import PENDING_PREFIX, claim_match_fields, fields_agree
+from ..callbacks.ingest import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
 from ..metrics import Metrics
@@ -32,6 +32,7 @@ from .bodies import (
 )
 from .decisions import claim_key
 from .errors import BridgeError
+from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["PaService", "pa_json", "pa_links", "pa_model", "service_error"]
 
@@ -100,15 +101,22 @@ class PaService:
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.store = store
         self.client = client
         self.metrics = metrics
         self.clock = clock
 
-    def _exchange(self, claim_id: str) -> exchanges.ExchangeRow:
+    def _exchange(self, claim_id: str, scope: Scope = None) -> exchanges.ExchangeRow:
+        """The claim; 404 when unknown or of a pharmacy ``scope`` does not include."""
         row = exchanges.get(self.store.reader(), claim_id)
-        if row is None or row["kind"] != "claim":
+        if (
+            row is None
+            or row["kind"] != "claim"
+            or (scope is not None and (row["provider_id"] or "") not in scope)
+        ):
             raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
         return row
 
@@ -127,11 +135,15 @@ class PaService:
         body: SubmitPa | Mapping[str, Any],
         actor: str,
         idempotency_key: str | None = None,
+        scope: Scope = None,
     ) -> tuple[Pa, bool]:
         """Returns (the PA, created now?). A key used before answers that PA again
-        (not created now) and sends nothing to the service (decision 0017)."""
+        (not created now) and sends nothing to the service (decision 0017). The claim
+        goes with its pharmacy's credentials; 404 for a claim outside ``scope``."""
         if not isinstance(body, SubmitPa):
             body = SubmitPa.model_validate(body)
+        if scope is not None:
+            self._exchange(claim_id, scope)
         if idempotency_key is None:
             return self._submit_pa(claim_id, body, actor)
         fp = idempotency.fingerprint(claim_id, body.transaction, body.metadata)
@@ -168,6 +180,7 @@ class PaService:
         existing = self._pa_for_claim(claim_id, index)
         if existing is not None:
             return pa_model(existing), False
+        creds = self.pharmacies.credentials_for(ex["provider_id"])  # 422 if not configured
         if ex["request_raw"] is None:
             raise BridgeError(
                 410, "claim_purged", "this claim is older than the retention period; send it again"
@@ -207,7 +220,9 @@ class PaService:
                 req, resp, {str(k): str(v) for k, v in dispensing.items()}, index=index
             )
             try:
-                result = self.client.submit_claim(bytes(ncpdp.only_transaction(req, index)), md)
+                result = self.client.submit_claim(
+                    bytes(ncpdp.only_transaction(req, index)), md, credentials=creds
+                )
             except ServiceError as e:
                 self.metrics.pa_submits.labels(e.code).inc()
                 log_event("pa.submit_failed", level=logging.WARNING, claim_id=claim_id, code=e.code)
@@ -253,7 +268,7 @@ class PaService:
 
         The PA id comes from the link(s) (``/request/view/{id}``); an answer without an
         id but with a link gets a local id; an answer without a link (the empty format)
-        gets a ``pending-`` id that its first callback replaces (see callbacks.py),
+        gets a ``pending-`` id that its first callback replaces (see callbacks/ingest.py),
         unless a callback for it came first, in which case that PA is linked now.
         """
         now = now_iso(self.clock())
@@ -298,6 +313,7 @@ class PaService:
                 "claim_key": key,
                 "urls_json": json.dumps(kept),
                 "links_json": json.dumps(links),
+                "provider_id": match.get("provider") or None,
             }
             record = pas.insert_submitted if row is None else pas.link_submitted
             record(db, submitted, now=now, seq=seq)
@@ -344,9 +360,41 @@ class PaService:
     def get_pa_row(self, pa_id: str) -> PaRow | None:
         return pas.get(self.store.reader(), pa_id)
 
-    def list_pas(self, since: str | None, limit: int, claim_id: str | None = None) -> PaList:
+    @staticmethod
+    def pharmacy_filter(pharmacy: str | None, scope: Scope) -> list[str] | None:
+        """The provider ids a read is limited to: ``pharmacy`` (403 outside ``scope``),
+        else the scope's, else None (every pharmacy)."""
+        if pharmacy is not None:
+            pharmacy = pharmacy.strip()
+            if not pharmacy:
+                raise BridgeError(400, "invalid_pharmacy", "'pharmacy' must be a provider id")
+            check_scope(scope, pharmacy)
+            return [pharmacy]
+        return None if scope is None else sorted(scope)
+
+    def _visible(self, row: PaRow | None, scope: Scope) -> PaRow | None:
+        """The row, or None when ``scope`` does not include its pharmacy."""
+        if row is None or scope is None or (row["provider_id"] or "") in scope:
+            return row
+        return None
+
+    def list_pas(
+        self,
+        since: str | None,
+        limit: int,
+        claim_id: str | None = None,
+        *,
+        pharmacy: str | None = None,
+        scope: Scope = None,
+    ) -> PaList:
+        """The feed (``since`` a cursor), or a claim's PAs. ``pharmacy``: only that
+        pharmacy's PAs (403 outside ``scope``); a scoped caller sees only its own."""
+        ids = self.pharmacy_filter(pharmacy, scope)
         if claim_id is not None:
-            return self.pas_of_claim(claim_id)
+            found = self.pas_of_claim(claim_id, scope)
+            if pharmacy is not None:
+                found.pas = [p for p in found.pas if p.provider_id in (ids or ())]
+            return found
         bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
@@ -365,9 +413,19 @@ class PaService:
                 " pa-bridge (start again without 'since', or from a cursor it gave)",
                 {"newest_cursor": str(newest)},
             )
-        rows = pas.since(self.store.reader(), after, limit)
-        cursor = str(rows[-1]["change_seq"]) if rows else str(after)
-        return PaList(pas=[pa_model(r) for r in rows], cursor=cursor)
+        if ids is None:
+            rows = pas.since(self.store.reader(), after, limit)
+            cursor = str(rows[-1]["change_seq"]) if rows else str(after)
+            return PaList(pas=[pa_model(r) for r in rows], cursor=cursor)
+        # Filtered: read the newest position first, then the matching changes up to it.
+        # Positions are handed out in commit order (decision 0021), so every change up
+        # to ``upto`` is visible by then, and a page that is not full may move the cursor
+        # past the other pharmacies' changes to ``upto`` without skipping any of these.
+        db = self.store.reader()
+        upto = pas.newest_seq(db)
+        rows = pas.since_for_pharmacies(db, after, upto, ids, limit)
+        last = rows[-1]["change_seq"] if len(rows) >= limit else max(after, upto)
+        return PaList(pas=[pa_model(r) for r in rows], cursor=str(last))
 
     def _claim_pas(self, ex: exchanges.ExchangeRow) -> list[tuple[int, PaRow]]:
         """(transaction index in this claim, PA) for each transaction that has one: the
@@ -388,15 +446,16 @@ class PaService:
                     found[i] = same
         return sorted(found.items(), key=lambda item: item[0])
 
-    def pas_of_claim(self, claim_id: str) -> PaList:
+    def pas_of_claim(self, claim_id: str, scope: Scope = None) -> PaList:
         """``GET /v1/pa?claim_id=``: the claim's PAs; 404 for an unknown claim."""
-        found = [pa_model(row) for _, row in self._claim_pas(self._exchange(claim_id))]
+        found = [pa_model(row) for _, row in self._claim_pas(self._exchange(claim_id, scope))]
         cursor = max((int(p.cursor) for p in found), default=0)
         return PaList(pas=found, cursor=str(cursor))
 
-    def get_claim(self, claim_id: str) -> Claim:
+    def get_claim(self, claim_id: str, scope: Scope = None) -> Claim:
         """``GET /v1/claims/{claim_id}``: what was answered, and the claim's PA(s)."""
-        ex = self._exchange(claim_id)
+        self.store.flush()  # the answer's record may be deferred (decision 0025)
+        ex = self._exchange(claim_id, scope)
         found = self._claim_pas(ex)
         by_index = {i: row["id"] for i, row in found}
         try:
@@ -410,14 +469,15 @@ class PaService:
             received_at=ex["received_at"],
             transaction_code=ex["transaction_code"],
             transaction_count=count,
+            provider_id=ex["provider_id"],
             answer=answer,
             transactions=[ClaimTransactionPa(index=i, pa_id=by_index.get(i)) for i in range(count)],
             pa=models[0] if models else None,
             pas=models,
         )
 
-    def get_pa(self, pa_id: str) -> PaWithHistory:
-        row = self.get_pa_row(pa_id)
+    def get_pa(self, pa_id: str, scope: Scope = None) -> PaWithHistory:
+        row = self._visible(self.get_pa_row(pa_id), scope)
         if row is None:
             raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
         history = [
@@ -434,8 +494,8 @@ class PaService:
         ]
         return PaWithHistory(**dict(pa_model(row)), history=history)
 
-    def pa_open_url(self, pa_id: str) -> str:
-        row = self.get_pa_row(pa_id)
+    def pa_open_url(self, pa_id: str, scope: Scope = None) -> str:
+        row = self._visible(self.get_pa_row(pa_id), scope)
         if row is None:
             raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
         url = pa_links(row)[2]
@@ -447,9 +507,31 @@ class PaService:
             )
         return url
 
-    def dashboard_url(self) -> str:
+    def dashboard_url(self, pharmacy: str | None = None, scope: Scope = None) -> str:
+        """Log in to the service's dashboard as the pharmacy: ``pharmacy`` (its provider
+        id) is required when the deployment serves more than one and the caller's scope
+        does not narrow it to one."""
+        creds = None
+        if pharmacy is not None and not pharmacy.strip():
+            pharmacy = None
+        if self.pharmacies.chain:
+            if pharmacy is None:
+                choices = sorted(scope) if scope is not None else self.pharmacies.ids()
+                if len(choices) != 1:
+                    raise BridgeError(
+                        400,
+                        "missing_pharmacy",
+                        "'pharmacy' (the provider id of the store whose dashboard to open)"
+                        " is required: this pa-bridge serves several pharmacies",
+                        {"parameter": "pharmacy"},
+                    )
+                pharmacy = choices[0]
+            check_scope(scope, pharmacy)
+            creds = self.pharmacies.credentials_for(pharmacy)
+        elif pharmacy is not None:
+            check_scope(scope, pharmacy)
         try:
-            token = self.client.dashboard_login()
+            token = self.client.dashboard_login(creds)
         except ServiceError as e:
             raise service_error(e) from None
         return self.client.dashboard_url_with_token(token)

@@ -28,6 +28,7 @@ from ._parse import new_exchange
 from .bodies import Reversal, ReversalAnswer, ReversalPa
 from .decisions import claim_key, request_count_problem
 from .errors import BridgeError
+from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["Reversals", "reversal_outcome"]
 
@@ -57,18 +58,30 @@ class Reversals:
     """``POST /v1/reversals``."""
 
     def __init__(
-        self, store: Store, outbox: Outbox, *, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        outbox: Outbox,
+        *,
+        clock: Callable[[], float] = time.time,
+        pharmacies: Pharmacies | None = None,
     ) -> None:
+        self.pharmacies = pharmacies or Pharmacies()
         self.store = store
         self.outbox = outbox
         self.clock = clock
 
     def reversal(
-        self, body: Reversal | Mapping[str, Any], actor: str, idempotency_key: str | None = None
+        self,
+        body: Reversal | Mapping[str, Any],
+        actor: str,
+        idempotency_key: str | None = None,
+        scope: Scope = None,
     ) -> tuple[ReversalAnswer, bool]:
         """Returns (answer, delivered now?). Raises ``422 reversal_refused`` when the
         service refused the B2 for good (it stays in the queue, ``failed``). A key used
-        before answers that reversal's state and sends nothing (decision 0017)."""
+        before answers that reversal's state and sends nothing (decision 0017). A chain's
+        B2 from a pharmacy it does not list (422) or outside ``scope`` (403) is refused
+        before anything is stored (decision 0022)."""
         if not isinstance(body, Reversal):
             body = Reversal.model_validate(body)
         req = body.request
@@ -103,6 +116,8 @@ class Reversals:
                 "the B2 lacks what the service needs to find the claim: " + ", ".join(missing),
                 {"part": "request"},
             )
+        self.pharmacies.credentials_for(rv.service_provider_id)  # 422 if not configured
+        check_scope(scope, rv.service_provider_id)
         exchange_id = uuid.uuid4().hex
         keys = [claim_key(req, i) for i in range(len(req.groups))]
         fp = ""

@@ -14,7 +14,7 @@ import json
 from typing import Any, TypedDict, cast
 
 from ._db import Database
-from ._rows import all_rows, first_row, marks
+from ._rows import all_rows, first_row, of_pharmacies, rows_in
 from .exchanges import WorklistClaim
 from .pas import PaRow
 
@@ -51,45 +51,30 @@ class ConsoleClaim(WorklistClaim):
     raw_purged_at: str | None
 
 
-def pas_changed_since(db: Database, since_iso: str, limit: int) -> list[PaRow]:
-    """PAs changed at or after ``since_iso``, most recently changed first."""
-    return cast(
-        list[PaRow],
-        all_rows(
-            db,
-            "SELECT * FROM pas WHERE updated_at >= ? ORDER BY updated_at DESC LIMIT ?",
-            [since_iso, limit],
-        ),
+def pas_changed_since(
+    db: Database, since_iso: str, limit: int, provider_ids: list[str] | None = None
+) -> list[PaRow]:
+    """PAs changed at or after ``since_iso``, most recently changed first (only these
+    pharmacies' with ``provider_ids``)."""
+    sql = (
+        "SELECT * FROM pas WHERE updated_at >= ?"  # noqa: S608 - only placeholders
+        f"{of_pharmacies(provider_ids)} ORDER BY updated_at DESC LIMIT ?"
     )
+    return cast(list[PaRow], all_rows(db, sql, [since_iso, *(provider_ids or ()), limit]))
 
 
 def claim_requests(db: Database, claim_ids: list[str]) -> dict[str, bytes | None]:
     """The stored request of each claim (None once purged), for Rx numbers and product ids."""
-    out: dict[str, bytes | None] = {}
-    for i in range(0, len(claim_ids), 500):
-        part = claim_ids[i : i + 500]
-        for row in all_rows(
-            db,
-            f"SELECT id, request_raw FROM exchanges WHERE id IN ({marks(len(part))})",  # noqa: S608 - placeholders
-            part,
-        ):
-            out[row["id"]] = row["request_raw"]
-    return out
+    sql = "SELECT id, request_raw FROM exchanges WHERE id IN ({marks})"
+    return {row["id"]: row["request_raw"] for row in rows_in(db, sql, claim_ids)}
 
 
 def pas_by_claim_keys(db: Database, keys: list[str]) -> dict[str, PaRow]:
     """The newest PA per claim key (a claim sent again has its own id but the same
     key: the service answers it with the first one's PA)."""
-    out: dict[str, PaRow] = {}
-    for i in range(0, len(keys), 500):
-        part = keys[i : i + 500]
-        for row in all_rows(
-            db,
-            f"SELECT * FROM pas WHERE claim_key IN ({marks(len(part))}) ORDER BY created_at",  # noqa: S608 - placeholders
-            part,
-        ):
-            out[row["claim_key"]] = cast(PaRow, row)
-    return out
+    sql = "SELECT * FROM pas WHERE claim_key IN ({marks}) ORDER BY created_at"
+    # oldest first: the last row of a key, its newest PA, is the one kept
+    return {row["claim_key"]: cast(PaRow, row) for row in rows_in(db, sql, keys)}
 
 
 def _ack(row: dict[str, Any]) -> Acknowledgement:
@@ -109,17 +94,11 @@ def _ack(row: dict[str, Any]) -> Acknowledgement:
 
 def latest_acknowledgements(db: Database, pa_ids: list[str]) -> dict[str, Acknowledgement]:
     """The last acknowledgement of each PA that has one."""
-    out: dict[str, Acknowledgement] = {}
-    for i in range(0, len(pa_ids), 500):
-        part = pa_ids[i : i + 500]
-        for row in all_rows(
-            db,
-            f"SELECT object_id, at, actor, detail FROM audit WHERE object_id IN ({marks(len(part))})"  # noqa: S608 - placeholders
-            " AND action = ? ORDER BY id",
-            [*part, ACK_ACTION],
-        ):
-            out[row["object_id"]] = _ack(row)
-    return out
+    sql = (
+        "SELECT object_id, at, actor, detail FROM audit WHERE object_id IN ({marks})"
+        " AND action = ? ORDER BY id"
+    )
+    return {row["object_id"]: _ack(row) for row in rows_in(db, sql, pa_ids, [ACK_ACTION])}
 
 
 def acknowledgements(db: Database, pa_id: str) -> list[Acknowledgement]:

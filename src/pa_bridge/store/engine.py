@@ -133,10 +133,11 @@ class _Job:
     cancelled (its caller gave up waiting before any writer took it), never both, under
     the store's ``_state_lock``: a caller told "not stored" can rely on it."""
 
-    __slots__ = ("done", "fn", "future", "ok", "state", "value")
+    __slots__ = ("done", "fn", "future", "ok", "state", "then", "value")
 
     def __init__(self, fn: Callable[[Database], Any], *, with_future: bool) -> None:
         self.fn = fn
+        self.then: Callable[[bool], None] | None = None
         self.future: Future[Any] | None = Future() if with_future else None
         self.done = False
         self.ok = False
@@ -150,6 +151,10 @@ class _Job:
                 self.future.set_result(value)
             else:
                 self.future.set_exception(value)
+
+
+def _nothing(db: Database) -> None:
+    """The job :meth:`Store.flush` commits the deferred jobs with."""
 
 
 def probe_round_trip(
@@ -184,8 +189,10 @@ class Store:
         max_batch: int = 256,
         busy_timeout_ms: int = 5000,
         checkpoint_seconds: float = 1.0,
+        defer_seconds: float = 1.0,
     ) -> None:
         self.path = Path(path)
+        self.defer_seconds = defer_seconds
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
             create_private(self.path)
@@ -221,6 +228,11 @@ class Store:
         self._seq: int | None = None
         self._claim_locks: dict[str, threading.Lock] = {}
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: deferred jobs (:meth:`defer`), and how many are not committed yet
+        self._later: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._later_pending = 0
+        #: deferred jobs that failed or whose batch could not commit (lost)
+        self.deferred_lost = 0
         self._local = threading.local()
         self._readers: list[Any] = []
         self._readers_lock = threading.Lock()
@@ -233,6 +245,9 @@ class Store:
         self._thread = threading.Thread(target=self._run, name="pa-bridge-writer", daemon=True)
         self._thread.start()
 
+    #: the longest a deferred job (:meth:`defer`) waits for a commit when nothing else
+    #: is written
+    defer_seconds: float = 1.0
     #: which engine (the table modules ask through the handle, see ``_db.is_postgres``)
     dialect = "sqlite"
     #: what the driver raises
@@ -259,6 +274,38 @@ class Store:
         self._jobs.put(job)
         self._wake.set()
         return job.future
+
+    def defer(
+        self, fn: Callable[[Database], Any], then: Callable[[bool], None] | None = None
+    ) -> None:
+        """Queue ``fn`` for the next commit without waking anyone (decision 0025): it
+        rides in the next batch any caller commits, or the writer thread commits it
+        after at most ``defer_seconds``. Only for writes a power cut may lose (the
+        answer's record of the last second), never for what a caller was promised is
+        stored. A reader that must see it calls :meth:`flush` first. ``then`` is told
+        whether it was committed, once its batch is over (on the committing thread)."""
+        if self._closed:
+            self.deferred_lost += 1
+            if then is not None:
+                then(False)
+            return
+        job = _Job(fn, with_future=False)
+        job.then = then
+        with self._state_lock:
+            self._later_pending += 1
+        self._later.put(job)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Commit the deferred jobs not committed yet (nothing when there are none), so
+        a read that follows sees them; waits for a batch already committing them. False
+        when they could not be committed: the reader then sees what is stored."""
+        if not self._later_pending or self._closed:
+            return True
+        try:
+            self.write(_nothing, timeout=timeout)
+        except StoreError:
+            return False
+        return True
 
     def write(self, fn: Callable[[Database], T], timeout: float | None = 10.0) -> T:
         """Run ``fn`` in a write transaction and return once it is committed."""
@@ -326,8 +373,10 @@ class Store:
             self._wlock.release()
             self._wake.set()  # jobs submitted meanwhile
 
-    def _drain(self) -> None:
-        """Run everything queued, in batches; call holding the write lock."""
+    def _drain(self, *, deferred_alone: bool = False) -> None:
+        """Run everything queued, in batches; call holding the write lock. Deferred jobs
+        ride in a batch of other jobs; only with ``deferred_alone`` (the idle writer,
+        close) are they committed by themselves."""
         self._ensure_writer()
         conn, db = self._wconn, self._wdb
         while True:
@@ -337,16 +386,38 @@ class Store:
                     batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
+            if not batch and not (deferred_alone and self._later_pending):
+                return
+            later = 0
+            while later < self._max_batch:
+                try:
+                    batch.insert(later, self._later.get_nowait())
+                except queue.Empty:
+                    break
+                later += 1
             if not batch:
                 return
-            self._run_batch(conn, db, batch)
+            try:
+                self._run_batch(conn, db, batch)
+            finally:
+                if later:
+                    lost = sum(1 for job in batch[:later] if not job.ok)
+                    with self._state_lock:
+                        self._later_pending -= later
+                        self.deferred_lost += lost
+                    for job in batch[:later]:
+                        if job.then is not None:
+                            with contextlib.suppress(Exception):  # never stop the writer
+                                job.then(job.ok)
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            # idle, it still wakes every defer_seconds to commit deferred jobs
+            if not self._wake.wait(self.defer_seconds) and not self._later_pending:
+                continue
             self._wake.clear()
             with self._wlock:
-                self._drain()
+                self._drain(deferred_alone=True)
                 if self._closed:
                     self._close_writer()
                     return

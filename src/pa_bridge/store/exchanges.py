@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, TypedDict, cast
 
 from ._db import Database
-from ._rows import all_rows, first_row
+from ._rows import all_rows, first_row, of_pharmacies
 
 __all__ = [
     "ClaimContent",
@@ -128,15 +128,14 @@ def request_raw(db: Database, exchange_id: str) -> bytes | None:
     return None if row is None or row[0] is None else bytes(row[0])
 
 
-def pa_eligible_claims_since(db: Database, start: str, limit: int) -> list[WorklistClaim]:
-    """PA-eligible claims received at or after ``start``, newest first."""
-    return cast(
-        list[WorklistClaim],
-        all_rows(
-            db,
-            "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"
-            " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
-            " ORDER BY received_at DESC LIMIT ?",
-            [start, limit],
-        ),
+def pa_eligible_claims_since(
+    db: Database, start: str, limit: int, provider_ids: list[str] | None = None
+) -> list[WorklistClaim]:
+    """PA-eligible claims received at or after ``start``, newest first (only these
+    pharmacies' with ``provider_ids``)."""
+    sql = (
+        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count"  # noqa: S608 - only placeholders
+        " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
+        f"{of_pharmacies(provider_ids)} ORDER BY received_at DESC LIMIT ?"
     )
+    return cast(list[WorklistClaim], all_rows(db, sql, [start, *(provider_ids or ()), limit]))

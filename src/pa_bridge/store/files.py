@@ -107,15 +107,17 @@ class PgFacts:
     missing_privileges: list[str]  # "table: PRIVILEGE" this user lacks
     can_create: bool  # may create tables in its schema (needed for pending migrations)
     failed: int  # queue items failed for good
+    restore_mark: str | None = None  # a restored copy no daemon has served yet
 
 
 #: what the daemon does to each table
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
-def pg_facts(url: str) -> PgFacts:
-    """Read-only checks of a PostgreSQL database. Raises :class:`StoreError` naming
-    the (password-less) URL when it cannot connect."""
+def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
+    """Read-only checks of a PostgreSQL database (``mark_key``: the restore mark to
+    look for in ``meta``). Raises :class:`StoreError` naming the (password-less) URL
+    when it cannot connect."""
     import psycopg
 
     from . import pg_migrations
@@ -151,7 +153,10 @@ def pg_facts(url: str) -> PgFacts:
         failed = 0
         if "outbox" in tables:
             failed = queue_table.count_failed(PgDatabase(raw))
-        return PgFacts(version, applied, missing, bool(row and row[0]), failed)
+        mark = None
+        if mark_key is not None and "meta" in tables:
+            mark = meta.get(PgDatabase(raw), mark_key)
+        return PgFacts(version, applied, missing, bool(row and row[0]), failed, mark)
     finally:
         raw.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._db import Database
 
-__all__ = ["delete", "get", "put"]
+__all__ = ["delete", "get", "put", "take"]
 
 
 def get(db: Database, key: str) -> str | None:
@@ -23,3 +23,10 @@ def put(db: Database, key: str, value: str) -> None:
 
 def delete(db: Database, key: str) -> None:
     db.conn.execute("DELETE FROM meta WHERE key = ?", [key])
+
+
+def take(db: Database, key: str) -> str | None:
+    """Delete ``key`` and return its value: one of several daemons doing this at once
+    gets it (the others wait for its commit and find nothing)."""
+    row = db.conn.execute("DELETE FROM meta WHERE key = ? RETURNING value", [key]).fetchone()
+    return None if row is None else str(row[0])

@@ -161,6 +161,28 @@ def m005_integrator_api(db: Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m006_pharmacies(db: Database) -> None:
+    # Issue 18 (many pharmacies in one deployment): the pharmacy (201-B1 service
+    # provider id) each PA belongs to, for token scopes and the pharmacy filter.
+    # Backfilled from the PA's claim exchange, else from its claim key (whose last
+    # part is the provider id); a PA first heard of in a callback has none until a
+    # submit ties it to a claim.
+    db.execute("ALTER TABLE pas ADD COLUMN provider_id TEXT")
+    db.execute("CREATE INDEX pas_provider ON pas(provider_id, change_seq)")
+    db.execute(
+        "UPDATE pas SET provider_id = (SELECT e.provider_id FROM exchanges e"
+        " WHERE e.id = pas.claim_id) WHERE claim_id IS NOT NULL"
+    )
+    rows = db.execute(
+        "SELECT id, claim_key FROM pas WHERE provider_id IS NULL AND claim_key IS NOT NULL"
+    ).fetchall()
+    for pa_id, key in rows:
+        provider = str(key).rsplit("|", 1)[-1].strip()
+        if provider:
+            db.execute("UPDATE pas SET provider_id = ? WHERE id = ?", [provider, pa_id])
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

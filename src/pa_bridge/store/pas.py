@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TypedDict, cast
 
 from ._db import Database
-from ._rows import all_rows, first_row, marks
+from ._rows import all_rows, first_row, marks, of_pharmacies
 
 __all__ = [
     "CallbackState",
@@ -30,9 +30,11 @@ __all__ = [
     "link_submitted",
     "live_for_claim_key",
     "newest_change",
+    "newest_seq",
     "rename",
     "set_drug",
     "since",
+    "since_for_pharmacies",
     "submit_link",
     "touched_since",
     "unmatched_from_callbacks",
@@ -60,6 +62,7 @@ class PaRow(TypedDict):
     details_json: str  # approval period, drug name, ePA or classic (from callbacks)
     rx_number: str | None  # of the claim it was submitted for (issue 16)
     product_id: str | None
+    provider_id: str | None  # the pharmacy: 201-B1 of its claim (issue 18)
 
 
 class PaWithRequest(PaRow):
@@ -176,6 +179,26 @@ def since(db: Database, after: int, limit: int) -> list[PaRow]:
     )
 
 
+def newest_seq(db: Database) -> int:
+    """The newest change's position (0: none)."""
+    row = db.conn.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()
+    return int(row[0])
+
+
+def since_for_pharmacies(
+    db: Database, after: int, upto: int, provider_ids: list[str], limit: int
+) -> list[PaRow]:
+    """The feed of these pharmacies' PAs: changed after ``after`` and at or before
+    ``upto``, oldest change first."""
+    if not provider_ids:
+        return []
+    sql = (
+        "SELECT * FROM pas WHERE change_seq > ? AND change_seq <= ?"  # noqa: S608 - only placeholders
+        f" AND provider_id IN ({marks(len(provider_ids))}) ORDER BY change_seq LIMIT ?"
+    )
+    return cast(list[PaRow], all_rows(db, sql, [after, upto, *provider_ids, limit]))
+
+
 def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
     """The PAs of these claims, newest first."""
     if not claim_ids:
@@ -190,19 +213,19 @@ def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
     )
 
 
-def touched_since(db: Database, start: str, limit: int) -> list[PaWithRequest]:
+def touched_since(
+    db: Database, start: str, limit: int, provider_ids: list[str] | None = None
+) -> list[PaWithRequest]:
     """PAs created or changed at or after ``start``, latest change first, with their
-    claim's request."""
+    claim's request (only these pharmacies' with ``provider_ids``)."""
+    sql = (
+        "SELECT p.*, e.request_raw AS request_raw FROM pas p"  # noqa: S608 - only placeholders
+        " LEFT JOIN exchanges e ON e.id = p.claim_id"
+        f" WHERE (p.updated_at >= ? OR p.created_at >= ?){of_pharmacies(provider_ids, 'p.provider_id')}"
+        " ORDER BY p.change_seq DESC LIMIT ?"
+    )
     return cast(
-        list[PaWithRequest],
-        all_rows(
-            db,
-            "SELECT p.*, e.request_raw AS request_raw FROM pas p"
-            " LEFT JOIN exchanges e ON e.id = p.claim_id"
-            " WHERE p.updated_at >= ? OR p.created_at >= ?"
-            " ORDER BY p.change_seq DESC LIMIT ?",
-            [start, start, limit],
-        ),
+        list[PaWithRequest], all_rows(db, sql, [start, start, *(provider_ids or ()), limit])
     )
 
 
@@ -236,27 +259,34 @@ class Submitted(TypedDict):
     claim_key: str
     urls_json: str
     links_json: str
+    provider_id: str | None  # the claim's 201-B1
 
 
 def insert_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
     """A PA first heard of in the service's answer to our submit (status ``New``)."""
     db.conn.execute(
         "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
-        " plan_outcome, created_at, updated_at, change_seq, matched, links_json)"
-        " VALUES (?, ?, ?, ?, ?, 'New', NULL, ?, ?, ?, 1, ?)",
+        " plan_outcome, created_at, updated_at, change_seq, matched, links_json, provider_id)"
+        " VALUES (?, ?, ?, ?, ?, 'New', NULL, ?, ?, ?, 1, ?, ?)",
         [pa["pa_id"], pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
-         now, now, seq, pa["links_json"]],
+         now, now, seq, pa["links_json"], pa["provider_id"]],
     )  # fmt: skip
 
 
 def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
-    """Tie a PA known already (a callback came first, or a duplicate) to the claim."""
+    """Tie a PA known already (a callback came first, or a duplicate) to the claim.
+
+    The store is the first claim's: a PA not tied to a claim yet takes this claim's
+    201-B1 over the one its callback named (the claim's credentials are the truth);
+    one tied already keeps its own."""
     db.conn.execute(
         "UPDATE pas SET claim_id = coalesce(claim_id, ?), transaction_index = coalesce(transaction_index, ?),"
         " claim_key = coalesce(claim_key, ?), urls_json = ?, links_json = ?,"
-        " matched = 1, updated_at = ?, change_seq = ? WHERE id = ?",
+        " provider_id = CASE WHEN claim_id IS NULL THEN coalesce(?, provider_id)"
+        " ELSE coalesce(provider_id, ?) END, matched = 1, updated_at = ?, change_seq = ?"
+        " WHERE id = ?",
         [pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
-         pa["links_json"], now, seq, pa["pa_id"]],
+         pa["links_json"], pa["provider_id"], pa["provider_id"], now, seq, pa["pa_id"]],
     )  # fmt: skip
 
 
@@ -296,28 +326,48 @@ def rename(db: Database, old: str, new: str) -> None:
 
 
 def insert_from_callback(
-    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
+    db: Database,
+    pa_id: str,
+    state: CallbackState,
+    *,
+    now: str,
+    seq: int,
+    provider_id: str | None = None,
+    product_id: str | None = None,
 ) -> None:
-    """A PA we did not start (or whose submit we have not stored yet)."""
+    """A PA we did not start (or whose submit we have not stored yet), with the store
+    and the NDC its callback names, if any."""
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
-        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json,"
+        " provider_id, product_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (pa_id, state["urls_json"], state["workflow_status"], state["plan_outcome"],
          state["status_time"], state["deleted"], now, now, seq, state["events_json"],
-         state["fax_failed"], state["links_json"], state["details_json"] or "{}"),
+         state["fax_failed"], state["links_json"], state["details_json"] or "{}",
+         provider_id, product_id),
     )  # fmt: skip
 
 
 def update_from_callback(
-    db: Database, pa_id: str, state: CallbackState, *, now: str, seq: int
+    db: Database,
+    pa_id: str,
+    state: CallbackState,
+    *,
+    now: str,
+    seq: int,
+    provider_id: str | None = None,
+    product_id: str | None = None,
 ) -> None:
-    """``state["details_json"]`` None: keep what the PA has."""
+    """``state["details_json"]`` None: keep what the PA has. ``provider_id`` and
+    ``product_id`` fill the PA's only where it has none (a submit's are never
+    overwritten)."""
     db.conn.execute(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
-        " urls_json = ?, details_json = coalesce(?, details_json) WHERE id = ?",
+        " urls_json = ?, details_json = coalesce(?, details_json),"
+        " provider_id = coalesce(provider_id, ?), product_id = coalesce(product_id, ?) WHERE id = ?",
         (state["workflow_status"], state["plan_outcome"], state["status_time"],
          state["events_json"], state["deleted"], state["fax_failed"], now, seq,
-         state["links_json"], state["urls_json"], state["details_json"], pa_id),
+         state["links_json"], state["urls_json"], state["details_json"], provider_id,
+         product_id, pa_id),
     )  # fmt: skip

@@ -105,6 +105,18 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
                 object_id {T} NOT NULL, created_at {T} NOT NULL, PRIMARY KEY (scope, key))""",
         ],
     ),
+    (
+        "m006_pharmacies",
+        [
+            f"ALTER TABLE pas ADD COLUMN provider_id {T}",
+            "CREATE INDEX pas_provider ON pas(provider_id, change_seq)",
+            "UPDATE pas SET provider_id = (SELECT e.provider_id FROM exchanges e"
+            " WHERE e.id = pas.claim_id) WHERE claim_id IS NOT NULL",
+            # the claim key's last part is the provider id (as SQLite's step reads it)
+            "UPDATE pas SET provider_id = nullif(btrim(regexp_replace(claim_key, '^.*[|]', '')),"
+            " '') WHERE provider_id IS NULL AND claim_key IS NOT NULL",
+        ],
+    ),
 ]
 
 _TABLE = (

@@ -16,6 +16,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from .. import worklist
 from ..service import Services
+from ..service.pharmacies import Scope
 
 __all__ = ["bp", "is_public_path", "STATIC_PREFIX"]
 
@@ -75,14 +76,24 @@ def _no_store(resp: Response) -> Response:
     return resp
 
 
+def _scope() -> Scope:
+    found: Scope = g.get("scope")
+    return found
+
+
 @bp.get("/v1/console/worklist")
 def console_worklist() -> Response:
-    return _no_store(jsonify(worklist.worklist(_bridge())))
+    """``?pharmacy=<provider id>``: one store's (a scoped token: only its own)."""
+    bridge = _bridge()
+    ids = bridge.pas.pharmacy_filter(request.args.get("pharmacy"), _scope())
+    answer = worklist.worklist(bridge, pharmacies=ids)
+    answer["pharmacies"] = worklist.pharmacy_choices(bridge, _scope())
+    return _no_store(jsonify(answer))
 
 
 @bp.get("/v1/console/pa/<pa_id>")
 def console_pa(pa_id: str) -> Response:
-    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id)))
+    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id, scope=_scope())))
 
 
 def who() -> str:
@@ -105,4 +116,4 @@ def who() -> str:
 @bp.post("/v1/pa/<pa_id>/acknowledge")
 def acknowledge_pa(pa_id: str) -> Response:
     request.get_data()  # any body is ignored (the guard already refused non-JSON)
-    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who())))
+    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who(), scope=_scope())))

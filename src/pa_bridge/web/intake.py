@@ -14,7 +14,8 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..service import BridgeError, Services, idempotency
-from ..service.bodies import dump
+from ..service.bodies import ClaimAnswer, dump
+from ..service.pharmacies import Scope
 from . import console, openapi
 from .errors import error_response, install_error_handlers
 
@@ -101,12 +102,20 @@ def _guard_origin() -> tuple[Response, int] | None:
     return None
 
 
+def scope() -> Scope:
+    """The pharmacies this request's token may act for (None: every pharmacy)."""
+    found: Scope = g.get("scope")
+    return found
+
+
 @bp.before_app_request
 def _authenticate() -> tuple[Response, int] | None:
     tokens: list[str] = current_app.config["PA_BRIDGE_TOKENS"]
+    scoped: list[tuple[str, frozenset[str]]] = current_app.config["PA_BRIDGE_SCOPED_TOKENS"]
     g.actor = request.remote_addr or "unknown"
+    g.scope = None
     if (
-        not tokens
+        not (tokens or scoped)
         or request.path in ("/healthz", "/metrics")
         or console.is_public_path(request.path)
     ):
@@ -117,6 +126,11 @@ def _authenticate() -> tuple[Response, int] | None:
         for i, t in enumerate(tokens):
             if hmac.compare_digest(presented.encode(), t.encode()):
                 g.actor = f"token#{i + 1}@{request.remote_addr}"
+                return None
+        for i, (t, pharmacies) in enumerate(scoped):
+            if hmac.compare_digest(presented.encode(), t.encode()):
+                g.actor = f"token#scoped-{i + 1}@{request.remote_addr}"
+                g.scope = pharmacies
                 return None
     resp, status = error_response(401, "unauthorized", "a valid intake token is required")
     resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
@@ -131,7 +145,10 @@ def _idempotency_key() -> str | None:
 
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
-    resp = jsonify(dump(model))
+    if isinstance(model, ClaimAnswer):  # its JSON is made once, for the store too
+        resp = Response(model.json_text() + "\n", mimetype="application/json")
+    else:
+        resp = jsonify(dump(model))
     if isinstance(model, idempotency.Replayed):
         resp.headers["Idempotent-Replayed"] = "true"
     return resp, status
@@ -140,26 +157,31 @@ def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
 @bp.post("/v1/claims")
 def post_claim() -> tuple[Response, int]:
     key = _idempotency_key()
-    return _answer(_services().claims.intake(_json_body(), g.actor, idempotency_key=key), 200)
+    answer = _services().claims.intake(_json_body(), g.actor, idempotency_key=key, scope=scope())
+    return _answer(answer, 200)
 
 
 @bp.get("/v1/claims/<claim_id>")
 def get_claim(claim_id: str) -> Response:
-    return jsonify(dump(_services().pas.get_claim(claim_id)))
+    return jsonify(dump(_services().pas.get_claim(claim_id, scope())))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
 def post_pa(claim_id: str) -> tuple[Response, int]:
     key = _idempotency_key()
     body = _json_body() if request.get_data() else {}
-    pa, created = _services().pas.submit_pa(claim_id, body, g.actor, idempotency_key=key)
+    pa, created = _services().pas.submit_pa(
+        claim_id, body, g.actor, idempotency_key=key, scope=scope()
+    )
     return _answer(pa, 201 if created else 200)
 
 
 @bp.post("/v1/reversals")
 def post_reversal() -> tuple[Response, int]:
     key = _idempotency_key()
-    answer, delivered = _services().reversals.reversal(_json_body(), g.actor, idempotency_key=key)
+    answer, delivered = _services().reversals.reversal(
+        _json_body(), g.actor, idempotency_key=key, scope=scope()
+    )
     return _answer(answer, 200 if delivered else 202)
 
 
@@ -172,25 +194,32 @@ def list_pas() -> Response:
     claim_id = request.args.get("claim_id")
     if claim_id is not None and not claim_id.strip():
         raise BridgeError(400, "invalid_claim_id", "'claim_id' must name a claim")
-    pas = _services().pas.list_pas(request.args.get("since"), limit, claim_id=claim_id)
+    pas = _services().pas.list_pas(
+        request.args.get("since"),
+        limit,
+        claim_id=claim_id,
+        pharmacy=request.args.get("pharmacy"),
+        scope=scope(),
+    )
     return jsonify(dump(pas))
 
 
 @bp.get("/v1/pa/<pa_id>")
 def get_pa(pa_id: str) -> Response:
-    return jsonify(dump(_services().pas.get_pa(pa_id)))
+    return jsonify(dump(_services().pas.get_pa(pa_id, scope())))
 
 
 @bp.get("/v1/pa/<pa_id>/open")
 def open_pa(pa_id: str) -> BaseResponse:
-    resp = redirect(_services().pas.pa_open_url(pa_id), code=302)
+    resp = redirect(_services().pas.pa_open_url(pa_id, scope()), code=302)
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.get("/v1/dashboard/open")
 def open_dashboard() -> BaseResponse:
-    resp = redirect(_services().pas.dashboard_url(), code=302)
+    url = _services().pas.dashboard_url(request.args.get("pharmacy"), scope())
+    resp = redirect(url, code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
@@ -221,13 +250,17 @@ def create_intake_app(
     max_body_bytes: int,
     health: Any = None,
     allowed_hosts: list[str] | tuple[str, ...] = (),
+    scoped_tokens: list[tuple[str, frozenset[str]]] | None = None,
 ) -> Flask:
+    """The intake app. ``tokens``: for every pharmacy; ``scoped_tokens``: (token, the
+    provider ids it may act for)."""
     app = Flask("pa_bridge.intake", static_folder=None)
     names = {h.strip().lower() for h in allowed_hosts if h.strip()}
     names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
     app.config.update(
         MAX_CONTENT_LENGTH=max_body_bytes,
         PA_BRIDGE_TOKENS=list(tokens),
+        PA_BRIDGE_SCOPED_TOKENS=list(scoped_tokens or ()),
         PA_BRIDGE_ALLOWED_HOSTS=frozenset(names),
         PA_BRIDGE_HEALTH=health,
         JSON_SORT_KEYS=False,

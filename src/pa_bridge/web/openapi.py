@@ -290,6 +290,23 @@ _SCHEMAS: dict[str, Any] = {
             "claims": {"type": "array", "items": _ref("WorklistClaim")},
             "pas": {"type": "array", "items": _ref("WorklistPa")},
             "guide": {"type": "array", "items": _ref("StatusGuide")},
+            "pharmacy": {
+                "type": ["string", "null"],
+                "description": "the one store shown (a chain), else null",
+            },
+            "pharmacies": {
+                "type": "array",
+                "description": "a chain's stores the token may choose between (empty for"
+                " a single store)",
+                "items": {
+                    "type": "object",
+                    "required": ["provider_id", "name"],
+                    "properties": {
+                        "provider_id": {"type": "string"},
+                        "name": {"type": ["string", "null"]},
+                    },
+                },
+            },
         },
     },
     "ConsolePa": {
@@ -380,8 +397,16 @@ _PATHS: dict[str, Any] = {
                     "malformed claim (with byte offset, segment and field), an exchange"
                     " without what a decision needs (`detail.missing` names it), or body"
                 ),
+                "403": _error(
+                    "`pharmacy_not_allowed`: the token is limited to other pharmacies"
+                    " (`detail.provider_id`)"
+                ),
                 "409": _error("a request with this Idempotency-Key is still being answered"),
-                "422": _error("the Idempotency-Key was used with another request"),
+                "422": _error(
+                    "the Idempotency-Key was used with another request, or"
+                    " `unknown_pharmacy`: a chain's claim from a pharmacy it does not list"
+                    " (`detail.provider_id`; nothing stored or sent)"
+                ),
                 "503": _error("the claim could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
             },
@@ -426,8 +451,9 @@ _PATHS: dict[str, Any] = {
                 ),
                 "410": _error("the claim is older than the retention period"),
                 "422": _error(
-                    "the service says claim data is missing, or the Idempotency-Key was used"
-                    " with another request"
+                    "the service says claim data is missing, the Idempotency-Key was used"
+                    " with another request, or `unknown_pharmacy` (the claim's pharmacy is not"
+                    " configured; nothing sent)"
                 ),
                 "502": _error("the service answered with an error"),
                 "503": _error("the service is unreachable, or storage is unavailable"),
@@ -452,11 +478,13 @@ _PATHS: dict[str, Any] = {
                     "headers": _REPLAYED,
                 },
                 "400": _error("malformed, or not a B2"),
+                "403": _error("`pharmacy_not_allowed`: the token is limited to other pharmacies"),
                 "409": _error("a request with this Idempotency-Key is still being answered"),
                 "422": _error(
                     "`reversal_refused`: the service refused it for good (`detail` is the"
-                    " ReversalAnswer, status failed; it stays in the queue as failed), or the"
-                    " Idempotency-Key was used with another request"
+                    " ReversalAnswer, status failed; it stays in the queue as failed), the"
+                    " Idempotency-Key was used with another request, or `unknown_pharmacy`"
+                    " (nothing stored or sent)"
                 ),
                 "503": _error("could not be stored; send it again"),
                 "default": _DEFAULT_ERROR,
@@ -483,6 +511,14 @@ _PATHS: dict[str, Any] = {
                     "schema": {"type": "integer", "default": 100},
                 },
                 {
+                    "name": "pharmacy",
+                    "in": "query",
+                    "required": False,
+                    "description": "a chain's store: only the PAs of this provider id"
+                    " (201-B1); the cursor never skips one of its changes",
+                    "schema": {"type": "string"},
+                },
+                {
                     "name": "claim_id",
                     "in": "query",
                     "required": False,
@@ -497,6 +533,7 @@ _PATHS: dict[str, Any] = {
                     "bad limit, or a cursor that was never handed out (not a number,"
                     " negative, or beyond the newest change: `detail.newest_cursor`)"
                 ),
+                "403": _error("`pharmacy_not_allowed`: the token is limited to other pharmacies"),
                 "404": _error("unknown claim (with claim_id)"),
                 "default": _DEFAULT_ERROR,
             },
@@ -530,8 +567,21 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "openDashboard",
             "summary": "Log in to the service's dashboard as the pharmacy and redirect there",
+            "parameters": [
+                {
+                    "name": "pharmacy",
+                    "in": "query",
+                    "required": False,
+                    "description": "a chain's store (provider id) to log in as: required"
+                    " when several are configured, unless the token is limited to one",
+                    "schema": {"type": "string"},
+                }
+            ],
             "responses": {
                 "302": _REDIRECT,
+                "400": _error("`missing_pharmacy`: several pharmacies, none named"),
+                "403": _error("`pharmacy_not_allowed`: the token is limited to other pharmacies"),
+                "422": _error("`unknown_pharmacy`: not a configured pharmacy"),
                 "502": _error("the service refused or failed"),
                 "503": _error("the service is unreachable"),
                 "504": _error("the service did not answer in time"),
@@ -549,9 +599,21 @@ _PATHS: dict[str, Any] = {
             "decision `intake.pending_alert_hours` after they started, until acknowledged. "
             "`claims`: claims rejected for PA received today (local time of the daemon) "
             "with their replacement message and button label; `pas`: PAs created or "
-            "changed today; `guide`: every status in words. The console polls this every 2 s.",
+            "changed today; `guide`: every status in words. The console polls this every 2 s."
+            " A chain: `?pharmacy=<provider id>` for one store's; `pharmacies` lists the"
+            " stores the token may choose between.",
+            "parameters": [
+                {
+                    "name": "pharmacy",
+                    "in": "query",
+                    "required": False,
+                    "description": "a chain's store (provider id): only its claims and PAs",
+                    "schema": {"type": "string"},
+                }
+            ],
             "responses": {
                 "200": _json(_ref("Worklist"), "the worklist"),
+                "403": _error("`pharmacy_not_allowed`: the token is limited to other pharmacies"),
                 "default": _DEFAULT_ERROR,
             },
         }

@@ -25,6 +25,29 @@
   var findText = "";
   var focusWanted = null; // data-fkey to focus after the next render
   var polls = 0;
+  // a chain's console: one store's worklist (?pharmacy=<provider id> in the address, or
+  // the selector shown when the token may see more than one store)
+  var pharmacy = new URLSearchParams(window.location.search).get("pharmacy") || "";
+  var pharmacySig = null;
+
+  function worklistUrl() {
+    return WORKLIST + (pharmacy ? "?pharmacy=" + encodeURIComponent(pharmacy) : "");
+  }
+
+  function renderPharmacies(data) {
+    var list = data.pharmacies || [];
+    var sig = JSON.stringify(list) + "|" + pharmacy;
+    if (sig === pharmacySig) { return; }
+    pharmacySig = sig;
+    var select = $("pharmacy-select");
+    while (select.options.length > 1) { select.remove(1); }
+    list.forEach(function (p) {
+      var label = p.name ? p.name + " (" + p.provider_id + ")" : p.provider_id;
+      select.appendChild(el("option", { value: p.provider_id, text: label }));
+    });
+    select.value = pharmacy;
+    $("pharmacy-pick").hidden = list.length < 2;
+  }
 
   function schedule(ms) {
     if (pollTimer !== null) { window.clearTimeout(pollTimer); }
@@ -312,6 +335,7 @@
   function render(data) {
     lastData = data;
     loaded = true;
+    renderPharmacies(data);
     renderCounts(data);
     renderWorklist(data);
     focusWanted = null;
@@ -358,7 +382,7 @@
 
   function poll() {
     pollTimer = null;
-    C.api("GET", WORKLIST).then(function (r) {
+    C.api("GET", worklistUrl()).then(function (r) {
       polls += 1;
       document.body.setAttribute("data-polls", String(polls));
       if (r.status === 401) {
@@ -492,6 +516,16 @@
         focusWanted = f.getAttribute("data-fkey");
         rerender();
       }
+    });
+    $("pharmacy-select").addEventListener("change", function () {
+      pharmacy = $("pharmacy-select").value;
+      var params = new URLSearchParams(window.location.search);
+      if (pharmacy) { params.set("pharmacy", pharmacy); } else { params.delete("pharmacy"); }
+      var rest = params.toString();
+      history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : "") + window.location.hash);
+      say(pharmacy ? "Showing pharmacy " + pharmacy + "." : "Showing every pharmacy.");
+      lastPayload = null;
+      schedule(0);
     });
     $("find-input").addEventListener("input", function () {
       findText = $("find-input").value.trim().toLowerCase().replace(/^0+/, "");

@@ -1,4 +1,10 @@
-"""Pharmacy callbacks: store first, acknowledge after the commit, apply in order.
+"""The daemon's side of the callback listener: read what the child hands over, commit
+many callbacks per commit, then say what to answer to each.
+
+200 only after the callback is committed; 503 when it cannot be, so the service
+retries; authenticated bodies that are not the expected JSON are dead-lettered and
+acknowledged. The child's notices of a 401 or a 413 are counted (and the 401s logged
+without flooding the journal); nothing is stored for them.
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
 as the real service sends it (docs/real-service-evidence.md): values may be strings
@@ -18,6 +24,11 @@ The ordering rule (decision 0005, also in the README): a callback moves a PA's
 Every callback is still kept, once, in the PA's history in arrival order (with its
 event time). The PA's links (``html_url``, ``tokens[].html_url``, ``pdf_url``) are kept
 from every callback, so a PA first heard of in a callback can be opened.
+
+A PA without a store gets one from the body's ``pharmacy`` block when it names a store
+of ``[[pharmacies]]`` (its ``ncpdpid``, else its ``npi``), and a PA without a product id
+gets ``prescription.ndc`` when that is an 11-digit NDC; neither is ever overwritten
+(a submit's claim says it first, decision 0022).
 """
 
 from __future__ import annotations
@@ -25,30 +36,48 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from .logs import log_event
-from .store import Database, Kind, Store, StoreUnavailable, now_iso, pa_history, pas
-from .store import callbacks as kept
-from .store.outbox import enqueue
-from .webhooks import change_payload
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
+from ..logs import log_event
+from ..metrics import Metrics
+from ..store import Database, Kind, Store, StoreUnavailable, now_iso, pa_history, pas
+from ..store import callbacks as kept
+from ..store.outbox import enqueue
+from ..webhooks import change_payload
+from .framing import (
+    KIND_CALLBACK,
+    KIND_TOO_LARGE,
+    KIND_UNAUTHORIZED,
+    Message,
+    internal_error_reply,
+    unavailable_reply,
+)
 
 __all__ = [
+    "PENDING_PREFIX",
     "WORKFLOW_RANK",
-    "claim_match_fields",
-    "fields_agree",
-    "merge_links",
+    "CallbackReceiver",
     "CallbackResult",
     "CallbackService",
-    "parse_callback",
-    "is_newer",
     "CallbackShapeError",
+    "ParsedCallback",
+    "UnauthorizedLog",
+    "claim_match_fields",
+    "fields_agree",
+    "is_newer",
+    "merge_details",
+    "merge_events",
+    "merge_links",
+    "parse_callback",
 ]
 
+
+# ---- what a body says, and the ordering rule (pure) ----------------------------------
 #: Id prefix of a PA we submitted whose answer named none (the empty format), until
 #: its first callback brings the service's id.
 PENDING_PREFIX = "pending-"
@@ -132,6 +161,10 @@ class ParsedCallback:
     match: dict[str, str] = field(default_factory=dict)
     #: what the console shows beyond the status (see ``_details``), no PHI
     details: dict[str, Any] = field(default_factory=dict)
+    #: the pharmacy block's ``ncpdpid`` and ``npi`` (store ids, not a person's), in order
+    pharmacy_ids: tuple[str, ...] = ()
+    #: ``prescription.ndc`` when it is an 11-digit NDC (hyphens dropped), else None
+    ndc: str | None = None
 
 
 def _text(value: Any) -> str | None:
@@ -219,14 +252,16 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
         value = req.get(name)
         return value if isinstance(value, dict) else {}
 
-    payer, pharmacy, rx = block("payer"), block("pharmacy"), block("prescription")
+    payer, rx = block("payer"), block("prescription")
     for key in ("bin", "pcn", "group_id"):
         v = _text(payer.get(key))
         if v:
             out[key] = v.upper()
-    provider = _text(pharmacy.get("ncpdpid")) or _text(pharmacy.get("npi"))
-    if provider:
-        out["provider"] = provider
+    ids = _pharmacy_ids(req)
+    if ids:  # the claim's 201-B1 may be either: its NCPDP id or its NPI
+        out["provider"] = ids[0]
+    if len(ids) > 1:
+        out["provider_alt"] = ids[1]
     ndc = _text(rx.get("ndc"))
     if not ndc:
         drug = _text(rx.get("drug_id")) or ""
@@ -237,6 +272,31 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
     if ref:
         out["rx"] = _digits_key(ref)
     return out
+
+
+def _pharmacy_ids(req: dict[str, Any]) -> tuple[str, ...]:
+    """The pharmacy block's NCPDP id, then its NPI: the candidates for its store."""
+    block = req.get("pharmacy")
+    if not isinstance(block, dict):
+        return ()
+    found: list[str] = []
+    for key in ("ncpdpid", "npi"):
+        value = block.get(key)
+        v = None if isinstance(value, bool) else _text(value)
+        if v and v not in found:
+            found.append(v)
+    return tuple(found)
+
+
+def _ndc11(req: dict[str, Any]) -> str | None:
+    """``prescription.ndc`` as the claim's 407-D7 would have it: 11 digits (an NDC
+    written 5-4-2 with hyphens is the same code). ``drug_id`` is not read: the real
+    service sends a 6-digit drug id there (real-service-evidence.md)."""
+    rx = req.get("prescription")
+    if not isinstance(rx, dict) or isinstance(rx.get("ndc"), bool):
+        return None
+    ndc = (_text(rx.get("ndc")) or "").replace("-", "")
+    return ndc if len(ndc) == 11 and ndc.isdigit() and ndc.isascii() else None
 
 
 def claim_match_fields(
@@ -256,10 +316,17 @@ def claim_match_fields(
 
 
 def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Both name the same BIN, and every other identifier both have is equal."""
+    """Both name the same BIN, and every other identifier both have is equal; the
+    pharmacy agrees when one of a side's ids (a callback may name its NCPDP id and its
+    NPI, ``provider_alt``) is one of the other's."""
     if not a.get("bin") or a.get("bin") != b.get("bin"):
         return False
-    return all(a[k] == b[k] for k in a.keys() & b.keys())
+    if "provider" in a and "provider" in b:
+        mine = {a["provider"], a.get("provider_alt")} - {None}
+        if not mine & {b["provider"], b.get("provider_alt")}:
+            return False
+    skip = {"provider", "provider_alt"}
+    return all(a[k] == b[k] for k in (a.keys() & b.keys()) - skip)
 
 
 def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -330,16 +397,13 @@ def parse_callback(body: bytes) -> ParsedCallback:
         _links(req),
         _callback_match(req),
         _details(req),
+        _pharmacy_ids(req),
+        _ndc11(req),
     )
 
 
-@dataclass(frozen=True)
-class CallbackResult:
-    outcome: str  # stored, duplicate, dead_letter
-    pa_id: str | None = None
-
-
-def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PA's events with the new ones not seen before (by type and time)."""
     old = json.loads(old_json) if old_json else []
     seen = {(e.get("type"), e.get("time")) for e in old}
     merged = list(old)
@@ -351,11 +415,39 @@ def _merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[
     return merged
 
 
+# ---- the commit ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class CallbackResult:
+    outcome: str  # stored, duplicate, dead_letter
+    pa_id: str | None = None
+
+
 class CallbackService:
-    def __init__(self, store: Store, *, forward: bool, commit_timeout_s: float = 5.0) -> None:
+    """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
+    letters, and the webhook's queue item in the same transaction when forwarding.
+
+    ``pharmacies``: the provider ids of ``[[pharmacies]]`` (the composition root passes
+    them; none for a single store). A PA without a store takes the one its callback's
+    pharmacy block names, when it is one of these."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        forward: bool,
+        commit_timeout_s: float = 5.0,
+        pharmacies: Iterable[str] = (),
+    ) -> None:
         self.store = store
         self.forward = forward
         self.commit_timeout_s = commit_timeout_s
+        self.pharmacies = frozenset(p.strip() for p in pharmacies)
+
+    def store_of(self, cb: ParsedCallback) -> str | None:
+        """The configured store the callback's pharmacy block names (NCPDP id first),
+        or None: no ``[[pharmacies]]`` (a single store: nothing filters by store), no
+        block, or a store this deployment does not list."""
+        return next((p for p in cb.pharmacy_ids if p in self.pharmacies), None)
 
     def receive_many(
         self, items: list[tuple[bytes, str | None]]
@@ -502,7 +594,7 @@ class CallbackService:
         new_events = "[]"
         if cb.events:
             new_events = json.dumps(cb.events)
-            merged = _merge_events(row["events_json"] if row else None, cb.events)
+            merged = merge_events(row["events_json"] if row else None, cb.events)
             events_json: str | None = json.dumps(merged)
             deleted = int(any(e["type"] == "DELETE" for e in merged))
             fax_failed = int(
@@ -552,7 +644,10 @@ class CallbackService:
         }
         # a PA we did not start (or whose submit we have not stored): kept all the same
         record = pas.insert_from_callback if row is None else pas.update_from_callback
-        record(db, cb.pa_id, state, now=now, seq=seq)
+        # the store and the NDC only where the PA has none (never over a submit's)
+        record(
+            db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
+        )
         if details_json is None:
             state = {**state, "details_json": row["details_json"] if row else "{}"}
         pa_history.add(
@@ -582,3 +677,110 @@ class CallbackService:
             }
             enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
         return CallbackResult("stored", cb.pa_id), state
+
+
+# ---- the answers -------------------------------------------------------------------
+class UnauthorizedLog:
+    """Unauthenticated callback attempts, logged without flooding the journal (issue 19):
+    the first of a spell is logged (``callback.unauthorized``, with its address); the
+    others in the next ``interval_s`` are summed into one line when it ends
+    (``callback.unauthorized_repeated``: ``count``, up to ten ``remotes``). The metric
+    ``pa_bridge_callbacks_total{result="unauthorized"}`` counts every attempt."""
+
+    MAX_REMOTES = 10
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._count = 0
+        self._remotes: set[str] = set()
+
+    def attempt(self, remote: str) -> None:
+        with self._lock:
+            if self._timer is not None:  # within a spell: summed
+                self._count += 1
+                if len(self._remotes) < self.MAX_REMOTES:
+                    self._remotes.add(remote)
+                return
+            self._timer = threading.Timer(self.interval_s, self.flush)
+            self._timer.name = "callbacks-unauthorized-log"
+            self._timer.daemon = True
+            self._timer.start()
+        log_event("callback.unauthorized", level=logging.WARNING, remote=remote)
+
+    def flush(self) -> None:
+        """End the spell: log its sum, if any (at the interval's end, and at stop)."""
+        with self._lock:
+            timer, count, remotes = self._timer, self._count, sorted(self._remotes)
+            self._timer, self._count, self._remotes = None, 0, set()
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if count:
+            log_event(
+                "callback.unauthorized_repeated",
+                level=logging.WARNING,
+                count=count,
+                remotes=remotes,
+                seconds=self.interval_s,
+            )
+
+
+class CallbackReceiver:
+    """Says what to answer to each message of a batch the child handed over, after
+    committing its callbacks together (:meth:`handle`, the :class:`FrameServer`'s
+    handler). ``on_stored`` is called after a commit that stored a callback when the
+    service forwards them (the queue's wake-up)."""
+
+    def __init__(
+        self,
+        service: CallbackService,
+        metrics: Metrics,
+        *,
+        on_stored: Callable[[], None] | None = None,
+        unauthorized_log: UnauthorizedLog | None = None,
+    ) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.on_stored = on_stored
+        self.unauthorized_log = unauthorized_log or UnauthorizedLog()
+        self._counters: dict[str, Any] = {}
+
+    def _count(self, outcome: str) -> None:
+        counter = self._counters.get(outcome)
+        if counter is None:
+            counter = self._counters[outcome] = self.metrics.callbacks.labels(outcome)
+        counter.inc()
+
+    def handle(self, batch: list[Message]) -> list[tuple[int, bytes]]:
+        replies: list[tuple[int, bytes] | None] = [None] * len(batch)
+        items: list[tuple[bytes, str | None]] = []
+        where: list[int] = []
+        for i, msg in enumerate(batch):
+            if msg.kind == KIND_CALLBACK:
+                items.append((msg.body, msg.text or None))
+                where.append(i)
+                continue
+            if msg.kind == KIND_UNAUTHORIZED:
+                self._count("unauthorized")
+                self.unauthorized_log.attempt(msg.text)
+            elif msg.kind == KIND_TOO_LARGE:
+                self._count("too_large")
+            replies[i] = (204, b"")
+        stored = False
+        for i, result in zip(where, self.service.receive_many(items) if items else [], strict=True):
+            if isinstance(result, StoreUnavailable):
+                self._count("unavailable")
+                log_event("callback.not_committed", level=logging.ERROR, error=str(result))
+                replies[i] = unavailable_reply()
+            elif isinstance(result, BaseException):  # a bug: this callback alone gets a 500
+                log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
+                replies[i] = internal_error_reply()
+            else:
+                self._count(result.outcome)
+                stored = stored or result.outcome == "stored"
+                answer = {"status": result.outcome, "pa_id": result.pa_id}
+                replies[i] = (200, json.dumps(answer).encode())
+        if stored and self.service.forward and self.on_stored is not None:
+            self.on_stored()
+        return [r if r is not None else internal_error_reply() for r in replies]

@@ -1,0 +1,69 @@
+"""`pa-bridge` as a real process: the console script and `python -m pa_bridge`, for what
+only a process shows (exit statuses as the shell sees them, raw bytes on the real stdin
+and stdout, nothing created in the working directory). Every other CLI test runs in
+process on click's CliRunner (the ``cli`` fixture); `serve`, signals and the commands
+beside a serving daemon are in test_daemon_e2e.py, test_systemd.py, test_sandbox.py and
+test_store_it_commands.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import builders as b
+
+PA_BRIDGE = Path(sys.executable).with_name("pa-bridge")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")}
+
+
+def _script(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(PA_BRIDGE), *args], input=stdin, capture_output=True, timeout=60, env=_env()
+    )
+
+
+def test_claim_bytes_through_the_console_scripts_stdin_and_stdout() -> None:
+    framed = b"\x02" + b.response_bytes([b.REJECT_MR]) + b"\x03\r\n"
+    strict = _script("claim", "parse", "-", stdin=framed)
+    assert strict.returncode == 2 and strict.stdout == b""
+    assert len(strict.stderr.decode().splitlines()) == 1
+    assert strict.stderr.startswith(b"error: ")
+    lenient = _script("claim", "parse", "--lenient", "-", stdin=framed)
+    assert lenient.returncode == 0, lenient.stderr
+    assert "STX framing before the header" in json.loads(lenient.stdout)["tolerated"]
+    formatted = _script("claim", "format", "-", stdin=lenient.stdout)
+    assert formatted.returncode == 0, formatted.stderr
+    assert formatted.stdout == framed
+
+
+def test_module_entry_point_exit_statuses_and_no_files(tmp_path: Path) -> None:
+    def module(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pa_bridge", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(),
+        )
+
+    version = module("--version")
+    assert version.returncode == 0 and version.stdout.startswith("pa-bridge, version ")
+    ok = module("doctor")  # the embedded default: all ok
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1].endswith("0 FAIL, 0 warn")
+    missing = module("queue", "list")  # no database yet: an error, not an empty queue
+    assert missing.returncode == 1 and "no database at" in missing.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[storage]\nretention_days = 0\n")
+    config_error = module("queue", "list", "--config", str(bad))
+    assert config_error.returncode == 2
+    assert "storage.retention_days" in config_error.stderr
+    assert "Traceback" not in ok.stderr + missing.stderr + config_error.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # nothing created
