@@ -176,8 +176,15 @@ def test_a_callback_delivered_to_two_daemons_at_once_is_stored_once(
 
     t = threading.Thread(target=lambda: kept.update(one=one.write(first, timeout=20)))
     t.start()
+    # the first insert holds its row: a lock on this schema's callbacks table (the
+    # server's other sessions, other tests', do not count)
     wait_until(
-        lambda: one.query("SELECT 1 AS x FROM pg_stat_activity WHERE state = 'idle in transaction'")
+        lambda: one.query(
+            "SELECT 1 AS x FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE c.relname = 'callbacks' AND c.relnamespace = current_schema()::regnamespace"
+            " AND l.mode = 'RowExclusiveLock' AND l.granted"
+        ),
+        what="the first insert to hold its row",
     )
     t2 = threading.Thread(
         target=lambda: kept.update(
