@@ -63,8 +63,12 @@ class PgServer:
     _next: int = 0
     _shared: bool = False
 
-    def url(self, dbname: str = "postgres", *, password: bool = True) -> str:
+    def url(self, dbname: str = "postgres", *, password: bool = True, unix: bool = False) -> str:
+        """libpq's URL, over loopback TCP, or (``unix``) over the server's Unix socket."""
         secret = f":{quote(PASSWORD)}" if password else ""
+        if unix:
+            where = quote(str(self.data.parent), safe="")
+            return f"postgresql://{SUPERUSER}{secret}@/{dbname}?host={where}&port={self.port}"
         return f"postgresql://{SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
 
     def admin(self) -> Any:
@@ -139,7 +143,8 @@ def running_server(*, durable: bool = False) -> Iterator[PgServer]:
              "--auth=scram-sha-256", "--locale=C.UTF-8", "--encoding=UTF8", "--no-sync"]
         )  # fmt: skip
         opts = (
-            f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories=''"
+            f"-c listen_addresses=127.0.0.1 -c port={server.port}"
+            f" -c unix_socket_directories='{root}' -c unix_socket_permissions=0700"
             " -c max_connections=300 -c shared_buffers=32MB -c deadlock_timeout=200ms"
         )
         if not durable:

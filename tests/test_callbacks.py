@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trustme
 from flask.testing import FlaskClient
@@ -151,8 +152,8 @@ def _listener(ca: trustme.CA, tmp_path: Path, store: Store, **callbacks: Any) ->
 @pytest.fixture
 def listener(ca: trustme.CA, tmp_path: Path, store_url: str) -> Iterator[Listener]:
     """On each engine in turn."""
-    if store_url.startswith("postgresql://"):
-        store: Store = PgStore(store_url)
+    if store_url.startswith("postgresql://"):  # the same short lock timeout
+        store: Store = PgStore(store_url, lock_timeout_ms=200)
     else:  # a short busy timeout: the lock test's 503 comes at once
         store = Store(store_url, busy_timeout_ms=200)
     try:
@@ -289,14 +290,20 @@ def test_oversized_body_is_413(listener: Listener) -> None:
     assert _count(listener, "callbacks") == 0
 
 
-def test_uncommittable_write_gets_503_and_the_listener_stays_up(
-    sqlite_listener: Listener,
-) -> None:
-    """Holds the SQLite file's lock (PostgreSQL: test_pg_fleet)."""
-    listener = sqlite_listener
-    path = listener.store.path
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+def test_uncommittable_write_gets_503_and_the_listener_stays_up(listener: Listener) -> None:
+    """Another process holds the database past the busy timeout (200 ms here): SQLite's
+    write lock, or on PostgreSQL the tables a callback writes, locked by another
+    session. The callback is answered 503 (the service retries), nothing is half
+    stored, and the retry lands once the lock is gone."""
+    store = listener.store
+    other: Any
+    if store.dialect == "sqlite":
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+    else:
+        other = psycopg.connect(store.url, autocommit=True)
+        other.execute("BEGIN")
+        other.execute("LOCK TABLE feed_clock, callbacks, pas IN EXCLUSIVE MODE")
     try:
         r = listener.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
         assert r.status_code == 503
@@ -304,8 +311,11 @@ def test_uncommittable_write_gets_503_and_the_listener_stays_up(
     finally:
         other.execute("ROLLBACK")
         other.close()
+    assert _count(listener, "callbacks") == 0
     r = listener.post("/callbacks/pharmacy", content=_body("LOCK01", "New"), auth=AUTH)
     assert r.status_code == 200 and r.json()["status"] == "stored"  # the retry lands
+    assert _count(listener, "callbacks") == 1
+    assert _pa(listener, "LOCK01")["workflow_status"] == "New"
 
 
 def test_ordering_rule() -> None:
@@ -709,3 +719,51 @@ def test_a_handler_that_fails_gets_500_for_its_batch_and_the_hand_over_keeps_ser
     gone = AsyncFrontChannel(frames.directory, timeout_s=5)
     status, payload = asyncio.run(gone.ask(KIND_CALLBACK, "", b"{}"))
     assert status == 503 and json.loads(payload)["error"]["code"] == "storage_unavailable"
+
+
+# ---- a commit batch of callbacks (one job, one statement keeps them all) --------------
+def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any) -> None:
+    service = CallbackService(store, forward=False)
+    ev1 = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
+    ev2 = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
+    results = service.receive_many(
+        [
+            (_body("TWICE1", "New", events=ev1), None),
+            (_body("OTHER1", "New"), None),
+            (_body("TWICE1", "PA Request", events=ev2), None),
+            (_body("OTHER1", "New"), None),  # the same body again: a duplicate
+            (b"not json", None),
+        ]
+    )
+    assert [getattr(r, "outcome", r) for r in results] == [
+        "stored", "stored", "stored", "duplicate", "dead_letter",
+    ]  # fmt: skip
+    row = store.query("SELECT * FROM pas WHERE id = 'TWICE1'")[0]
+    assert row["workflow_status"] == "PA Request"
+    assert [e["type"] for e in json.loads(row["events_json"])] == ["REQUEST_FAX_FAILED", "DELETE"]
+    assert row["fax_failed"] == 1 and row["deleted"] == 1
+    history = store.query(
+        "SELECT workflow_status FROM pa_history WHERE pa_id = 'TWICE1' ORDER BY id"
+    )
+    assert [h["workflow_status"] for h in history] == ["New", "PA Request"]
+    seqs = store.query("SELECT id, change_seq FROM pas ORDER BY change_seq")
+    assert [r["id"] for r in seqs] == ["OTHER1", "TWICE1"]  # the later change, the later position
+    assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 3
+
+
+def test_a_callback_that_fails_in_a_batch_fails_alone(store: Any) -> None:
+    """One PA's stored events are unreadable (a bug's effect): its callback fails, the
+    others of the same commit batch are stored all the same."""
+    service = CallbackService(store, forward=False)
+    assert service.receive_many([(_body("BROKEN", "New"), None)])[0].outcome == "stored"
+    store.write(lambda db: db.execute("UPDATE pas SET events_json = '{' WHERE id = 'BROKEN'"))
+    ev = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
+    results = service.receive_many(
+        [(_body("FINE01", "New"), None), (_body("BROKEN", "PA Request", events=ev), None),
+         (_body("FINE02", "New"), None)]
+    )  # fmt: skip
+    assert results[0].outcome == "stored" and results[2].outcome == "stored"
+    assert isinstance(results[1], ValueError)
+    ids = {r["id"] for r in store.query("SELECT id FROM pas")}
+    assert ids == {"BROKEN", "FINE01", "FINE02"}
+    assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 3

@@ -151,6 +151,13 @@ def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
     assert s.storage.database_url() == "postgresql://u:p@127.0.0.1/pa"
     assert "p@127" not in repr(s.storage)  # a secret: never shown
     assert load_settings().storage.database_url() is None  # SQLite by default
+    # a daemon on the database's host: libpq's Unix-socket URL
+    s = load_settings(
+        storage={"url": "postgresql://pa_bridge@/pa?host=/run/postgresql", "password_file": str(pw)}
+    )
+    assert s.storage.database_url() == (
+        "postgresql://pa_bridge:s3cret%2Fwith%3Aodd%40chars@/pa?host=/run/postgresql"
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,10 @@ import pytest
 
 from pa_bridge.config import QueueSettings
 from pa_bridge.outbox import Outbox
-from pa_bridge.store import Database, PgStore, callbacks, meta, now_iso, pas
+from pa_bridge.store import Database, PgStore, StoreUnavailable, callbacks, meta, now_iso, pas
 from pa_bridge.store import outbox as queue_items
 from tests import builders as b
+from tests import pg_server
 from tests.support import wait_until
 
 
@@ -32,19 +33,20 @@ def fleet(pg_url: str) -> Iterator[list[PgStore]]:
             s.close()
 
 
+_NEW_STATE: pas.CallbackState = {
+    "workflow_status": "New", "plan_outcome": None, "status_time": None,
+    "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+    "urls_json": "[]", "details_json": None,
+}  # fmt: skip
+
+
 def _pa_change(store: PgStore, pa_id: str, hold: threading.Event | None = None) -> int:
     """Insert a PA (a feed change) in a write job; ``hold`` keeps the transaction open
     after the position is taken, as a slow batch on a busy daemon does."""
 
     def job(db: Database) -> int:
         seq = store.next_seq(db)
-        now = now_iso()
-        state: pas.CallbackState = {
-            "workflow_status": "New", "plan_outcome": None, "status_time": None,
-            "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
-            "urls_json": "[]", "details_json": None,
-        }  # fmt: skip
-        pas.insert_from_callback(db, pa_id, state, now=now, seq=seq)
+        pas.insert_from_callback(db, pa_id, _NEW_STATE, now=now_iso(), seq=seq)
         if hold is not None:
             assert hold.wait(10)
         return seq
@@ -105,6 +107,33 @@ def test_feed_positions_follow_commit_order_across_daemons(fleet: list[PgStore])
     assert seen == ["pa-a", "pa-b"]
 
 
+def test_positions_counted_within_a_batch_are_written_back_for_the_next_daemon(
+    fleet: list[PgStore],
+) -> None:
+    """A batch takes the counter row once and counts its further positions itself; the
+    row must end at the batch's last one. With the floor far ahead of the clock (as
+    after a restore) the clock cannot hide a row left at the batch's first position."""
+    one, two, _ = fleet
+    floor = int(time.time() * 1_000_000) + 3_600_000_000
+    one.write(lambda db: meta.put(db, "feed.seq_floor", str(floor)))
+
+    def change(pa_id: str) -> Any:
+        def job(db: Database) -> int:
+            seq = one.next_seq(db)
+            pas.insert_from_callback(db, pa_id, _NEW_STATE, now=now_iso(), seq=seq)
+            return seq
+
+        return job
+
+    results = one.write_all([change(f"pa-{i}") for i in range(5)])
+    seqs = [value for ok, value in results if ok]
+    assert len(seqs) == 5 and seqs == sorted(set(seqs)) and seqs[0] >= floor
+    later = _pa_change(two, "pa-later")
+    assert later > seqs[-1]
+    rows = pas.since(two.reader(), 0, 100)
+    assert [r["id"] for r in rows] == [*(f"pa-{i}" for i in range(5)), "pa-later"]
+
+
 def test_feed_read_in_a_loop_while_three_daemons_write_sees_every_change_once(
     fleet: list[PgStore],
 ) -> None:
@@ -147,8 +176,15 @@ def test_a_callback_delivered_to_two_daemons_at_once_is_stored_once(
 
     t = threading.Thread(target=lambda: kept.update(one=one.write(first, timeout=20)))
     t.start()
+    # the first insert holds its row: a lock on this schema's callbacks table (the
+    # server's other sessions, other tests', do not count)
     wait_until(
-        lambda: one.query("SELECT 1 AS x FROM pg_stat_activity WHERE state = 'idle in transaction'")
+        lambda: one.query(
+            "SELECT 1 AS x FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE c.relname = 'callbacks' AND c.relnamespace = current_schema()::regnamespace"
+            " AND l.mode = 'RowExclusiveLock' AND l.granted"
+        ),
+        what="the first insert to hold its row",
     )
     t2 = threading.Thread(
         target=lambda: kept.update(
@@ -406,6 +442,117 @@ def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
     msg = str(ei.value)
     assert msg.startswith("cannot open the database at postgresql://pa_bridge_test:***@127.0.0.1")
     assert "not-the-password" not in msg and "password authentication failed" in msg
+
+
+def test_a_daemons_connections_stay_within_its_cap_under_many_readers(pg: Any, pg_url: str) -> None:
+    """40 threads reading, taking claim and queue-item locks and snapshots at once on a
+    store capped at 4 connections: never more than 4 open (the writer and 3 pooled),
+    the readers wait for one instead, and every one of them gets its answer."""
+    name = f"cap-{time.monotonic_ns()}"
+    store = PgStore(f"{pg_url}&application_name={name}", max_connections=4)
+    seen: list[int] = []
+    waited: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(pg.url(), autocommit=True) as admin:
+            while not done.is_set():
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
+                ).fetchone()
+                seen.append(int(row[0]) if row else 0)
+                waited.append(store.connections["requests_waiting"])
+
+    def work(k: int) -> None:
+        try:
+            for i in range(6):
+                slow = "SELECT pg_sleep(0.01) AS s"
+                if k % 4 == 0:
+                    with store.claim_lock(f"claim-{k % 3}"):
+                        store.query(slow)  # on the connection holding the lock
+                elif k % 4 == 1:
+                    with store.item_lock(k * 100 + i) as got:
+                        assert got
+                        store.query(slow)
+                elif k % 4 == 2:
+                    with store.snapshot() as db:
+                        assert db.execute("SELECT 1").fetchone()[0] == 1
+                        store.query(slow)
+                else:
+                    store.query(slow)
+                    store.write(lambda db, v=str(i): meta.put(db, f"cap.{k}", v))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(40)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        done.set()
+        sampler.join(10)
+        store.close()
+    assert errors == []
+    assert max(seen) <= 4
+    assert max(seen) >= 3 and max(waited) > 0  # the cap was reached and readers queued
+    assert store.connections["pool_max"] == 3
+
+
+def test_a_lock_held_past_the_timeout_fails_the_batch_as_unavailable(pg_url: str) -> None:
+    """Another session holds a table the batch writes (an admin's LOCK, a stuck
+    migration): each job is told "not stored" (a 503 to its caller), nothing of the
+    batch is kept, and the next batch commits once the lock is gone."""
+    store = PgStore(pg_url, lock_timeout_ms=200)
+    other = psycopg.connect(pg_url, autocommit=True)
+    try:
+        other.execute("BEGIN")
+        other.execute("LOCK TABLE audit IN EXCLUSIVE MODE")
+
+        def job(i: int) -> Any:
+            return lambda db: db.execute(
+                "INSERT INTO audit (at, action, object_id) VALUES (?, 'locked', ?)",
+                [now_iso(), str(i)],
+            )
+
+        results = store.write_all([job(i) for i in range(8)])
+        assert all(not ok and isinstance(v, StoreUnavailable) for ok, v in results)
+        assert "lock" in str(results[0][1])
+        other.execute("ROLLBACK")
+        store.write(job(99))
+        assert [r["object_id"] for r in store.query("SELECT object_id FROM audit")] == ["99"]
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_daemon_on_the_database_host_can_use_the_unix_socket(pg: Any, pg_url: str) -> None:
+    """libpq's socket URL (``postgresql://user@/db?host=/dir``), the password given
+    apart as with ``password_file``: writes, reads, locks and the redacted name."""
+    from pa_bridge.config import StorageSettings
+
+    schema = pg_url.rsplit("%3D", 1)[1]
+    socket_url = pg.url("pa_bridge_tests", password=False, unix=True)
+    settings = StorageSettings(
+        url=f"{socket_url}&options=-csearch_path%3D{schema}", password=pg_server.PASSWORD
+    )
+    url = settings.database_url()
+    assert url is not None and "@/pa_bridge_tests?host=" in url
+    store = PgStore(url)
+    try:
+        assert pg_server.PASSWORD not in store.location
+        store.write(lambda db: meta.put(db, "over", "socket"))
+        assert meta.get(store.reader(), "over") == "socket"
+        with store.claim_lock("k"), store.item_lock(7) as got:
+            assert got
+        row = store.query("SELECT inet_server_addr() IS NULL AS unix")
+        assert row == [{"unix": True}]  # not over TCP
+    finally:
+        store.close()
 
 
 def test_healthz_on_postgresql_shows_the_database_and_the_fleets_queue(

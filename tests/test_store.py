@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +66,56 @@ def test_a_failing_job_rolls_back_only_itself(store: Store) -> None:
     good.result(5)
     actions = {r["action"] for r in store.query("SELECT action FROM audit")}
     assert actions == {"kept"}
+
+
+def test_a_failing_statement_whose_result_nobody_reads_fails_only_its_own_job(
+    store: Store,
+) -> None:
+    """On PostgreSQL the batch's statements are pipelined: an error arrives after the
+    job that caused it has returned. It must still fail that job alone."""
+
+    def bad(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'half')")
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+        return "bad returned"
+
+    def good(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
+        return "good"
+
+    (g1, b_, g2) = store.write_all([good, bad, good])
+    assert g1 == (True, "good") and g2 == (True, "good")
+    assert b_[0] is False and isinstance(b_[1], Exception)
+    actions = sorted(r["action"] for r in store.query("SELECT action FROM audit"))
+    assert actions == ["kept", "kept"]
+
+
+def test_a_job_that_swallows_a_failed_statement_never_loses_the_batch(store: Store) -> None:
+    """A failed statement aborts a PostgreSQL transaction, and COMMIT then rolls it back
+    without an error: every job reported as stored must be stored all the same."""
+
+    def swallowing(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'swallower')")
+        with contextlib.suppress(Exception):  # the point of the test
+            db.execute("SELECT * FROM no_such_table").fetchall()
+        return "swallowed"
+
+    def good(db: Any) -> str:
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'kept')")
+        return "good"
+
+    def swallowing_many(db: Any) -> str:  # psycopg syncs a pipeline for executemany
+        db.execute("INSERT INTO audit (at, action) VALUES ('x', 'many')")
+        with contextlib.suppress(Exception):
+            db.conn.executemany("INSERT INTO no_such_table VALUES (?)", [[1], [2]])
+        return "swallowed"
+
+    for last, mark in ((swallowing, "swallower"), (swallowing_many, "many")):
+        results = store.write_all([good, last])  # the swallower last in the batch
+        stored = [r["action"] for r in store.query("SELECT action FROM audit")]
+        assert results[0] == (True, "good") and "kept" in stored
+        assert (results[1][0] is True) == (mark in stored)
+        store.write(lambda db: db.execute("DELETE FROM audit"))
 
 
 def test_writes_survive_reopen(tmp_path: Path) -> None:
@@ -165,6 +217,40 @@ def test_a_write_reported_as_not_stored_is_never_committed_later(tmp_path: Path)
         ids = {r["object_id"] for r in s.query("SELECT object_id FROM audit")}
     assert "1" in ids
     assert "late" not in ids, "a write answered as not stored was committed"
+
+
+def test_keep_and_read_keeps_a_callback_once_and_reads_the_pa_it_merges_with(
+    store: Store,
+) -> None:
+    """One statement on PostgreSQL, two on SQLite: the same answers."""
+    from pa_bridge.store import callbacks, pas
+
+    state: pas.CallbackState = {
+        "workflow_status": "PA Request", "plan_outcome": None, "status_time": "2026-01-01",
+        "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+        "urls_json": "[]", "details_json": "{}",
+    }  # fmt: skip
+
+    def keep(key: str) -> Any:
+        def job(db: Any) -> tuple[bool, Any]:
+            store.next_seq(db)
+            return callbacks.keep_and_read(db, key, now_iso(), "PA1", b"{}")
+
+        return job
+
+    def add_pa(db: Any) -> None:
+        pas.insert_from_callback(db, "PA1", state, now=now_iso(), seq=store.next_seq(db))
+
+    assert store.write(keep("k1")) == (True, None)  # no such PA yet
+    store.write(add_pa)
+    assert store.write(keep("k2")) == (True, state)
+    assert store.write(keep("k1")) == (False, state)  # a duplicate: not kept again
+    assert [
+        r["dedupe_key"] for r in store.query("SELECT dedupe_key FROM callbacks ORDER BY 1")
+    ] == [
+        "k1",
+        "k2",
+    ]
 
 
 # ---- deferred writes (decision 0025) -----------------------------------------------------

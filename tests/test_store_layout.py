@@ -18,7 +18,9 @@ OUTSIDE_STORE = [
 SQL = re.compile(
     r"""["'](?:\s*)(SELECT\s|INSERT\s|UPDATE\s\w+\sSET|DELETE\sFROM|PRAGMA\s|CREATE\s|ALTER\s|BEGIN|COMMIT)"""
 )
-DRIVER = re.compile(r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg)\b", re.MULTILINE)
+DRIVER = re.compile(
+    r"^\s*(?:import|from)\s+(sqlite3|sqlite_utils|psycopg|psycopg_pool)\b", re.MULTILINE
+)
 
 
 def test_no_sql_text_outside_the_store() -> None:
@@ -81,11 +83,13 @@ def test_both_engines_have_the_same_tables_columns_and_steps(
     """The parallel migrations (decision 0019) cannot drift: same steps by name, same
     tables, same columns in the same order."""
     from pa_bridge.store import PgStore, pg_migrations
+    from pa_bridge.store.pg import connect
 
     pg = PgStore(pg_url)
     try:
         assert pg_migrations.known() == migrations.known()
-        assert pg_migrations.applied(pg.reader().conn.raw) == migrations.known()
+        with connect(pg_url) as conn:
+            assert pg_migrations.applied(conn) == migrations.known()
         assert pg.schema_current()
         lite_tables = {
             r["name"]

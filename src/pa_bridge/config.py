@@ -13,7 +13,7 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -179,6 +179,9 @@ class StorageSettings(_Section):
     url_file: Path | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
+    #: PostgreSQL: the connections one daemon opens at most, its writer included (the
+    #: rest are pooled for reads, advisory locks and snapshots)
+    max_connections: int = Field(default=10, ge=2, le=1000)
 
     def database_url(self) -> str | None:
         """The PostgreSQL URL with its password, or None for SQLite."""
@@ -444,9 +447,11 @@ def _check_storage(st: StorageSettings, problems: list[str]) -> None:
     except ValueError:
         problems.append("storage.url: not a URL (postgresql://user@host:5432/dbname)")
         return
-    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+    socket = "host" in parse_qs(parts.query)  # libpq's postgresql://user@/db?host=/dir
+    if parts.scheme not in ("postgresql", "postgres") or not (parts.hostname or socket):
         problems.append(
-            "storage.url: must be postgresql://user@host[:port]/dbname"
+            "storage.url: must be postgresql://user@host[:port]/dbname, or"
+            " postgresql://user@/dbname?host=/run/postgresql for a Unix socket"
             " (the SQLite file is storage.path)"
         )
     elif not parts.path.strip("/"):

@@ -80,7 +80,11 @@ class Daemon:
         raise_open_files_limit()
         url = s.storage.database_url()
         if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
-            self.store = PgStore(url)
+            self.store = PgStore(
+                url,
+                max_connections=s.storage.max_connections,
+                lock_timeout_ms=s.storage.busy_timeout_ms,
+            )
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
             self._lock_database()

@@ -466,7 +466,7 @@ class CallbackService:
                 continue
             jobs.append(self._apply_job(cb, body))
             parsed.append(cb)
-        outcomes = self.store.write_all(jobs, timeout=self.commit_timeout_s)
+        outcomes = self._commit(jobs, parsed, items)
         results: list[CallbackResult | BaseException] = []
         for (ok, value), cb_or_reason, (body, _) in zip(outcomes, parsed, items, strict=True):
             results.append(value)
@@ -487,6 +487,37 @@ class CallbackService:
                     workflow_status=cb_or_reason.workflow_status,
                 )
         return results
+
+    def _commit(
+        self,
+        jobs: list[Callable[[Database], CallbackResult]],
+        parsed: list[ParsedCallback | str],
+        items: list[tuple[bytes, str | None]],
+    ) -> list[tuple[bool, Any]]:
+        """Commit the jobs: the callbacks among them as one job (one statement keeps
+        them all, decision 0027), or, if that job fails for a reason of its own (a bad
+        callback), each on its own, so the others are stored all the same."""
+        many = [
+            (cb, body)
+            for cb, (body, _) in zip(parsed, items, strict=True)
+            if not isinstance(cb, str)
+        ]
+        if len(many) < 2:
+            return self.store.write_all(jobs, timeout=self.commit_timeout_s)
+        others = [job for job, cb in zip(jobs, parsed, strict=True) if isinstance(cb, str)]
+        first = self.store.write_all(
+            [lambda db: self._apply_many(db, many), *others], timeout=self.commit_timeout_s
+        )
+        (ok, value), rest = first[0], iter(first[1:])
+        if ok:
+            results = iter(value)
+        elif isinstance(value, StoreUnavailable):  # none of them is stored: 503 each
+            results = iter([value] * len(many))
+        else:  # a bug in one callback: each on its own, so only that one fails
+            alone = [job for job, cb in zip(jobs, parsed, strict=True) if not isinstance(cb, str)]
+            results = iter(self.store.write_all(alone, timeout=self.commit_timeout_s))
+            return [next(rest) if isinstance(cb, str) else next(results) for cb in parsed]
+        return [next(rest) if isinstance(cb, str) else (ok, next(results)) for cb in parsed]
 
     def _apply_job(self, cb: ParsedCallback, body: bytes) -> Callable[[Database], CallbackResult]:
         return lambda db: self._apply(db, cb, body)
@@ -524,9 +555,35 @@ class CallbackService:
         # of the same key) keeps one lock order across daemons, and no deadlock
         # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
         seq = self.store.next_seq(db)
-        if not kept.insert_once(db, cb.dedupe_key, now, cb.pa_id, body):
+        stored, row = kept.keep_and_read(db, cb.dedupe_key, now, cb.pa_id, body)
+        if not stored:
             return CallbackResult("duplicate", cb.pa_id)
-        row = pas.callback_state(db, cb.pa_id)
+        return self._merge(db, cb, row, now, seq)[0]
+
+    def _apply_many(
+        self, db: Database, cbs: list[tuple[ParsedCallback, bytes]]
+    ) -> list[CallbackResult]:
+        """:meth:`_apply` for several callbacks in one job: their bodies kept and
+        their PAs read in one statement (PostgreSQL), each then merged in order; a PA
+        named twice merges its second callback with what the first one made of it."""
+        now = now_iso()
+        seqs = [self.store.next_seq(db) for _ in cbs]  # the first one takes the lock
+        keeps = kept.keep_and_read_many(db, [(cb.dedupe_key, now, cb.pa_id, b) for cb, b in cbs])
+        made: dict[str, pas.CallbackState | None] = {}
+        out = []
+        for (cb, _body), seq, (stored, row) in zip(cbs, seqs, keeps, strict=True):
+            if not stored:
+                out.append(CallbackResult("duplicate", cb.pa_id))
+                continue
+            result, made[cb.pa_id] = self._merge(db, cb, made.get(cb.pa_id, row), now, seq)
+            out.append(result)
+        return out
+
+    def _merge(
+        self, db: Database, cb: ParsedCallback, row: pas.CallbackState | None, now: str, seq: int
+    ) -> tuple[CallbackResult, pas.CallbackState]:
+        """Merge a kept callback with its PA's state ``row`` and write the PA; the
+        result and the PA's state now."""
         note = None
         if row is None:
             placeholder = self._claim_placeholder(db, cb)
@@ -591,6 +648,8 @@ class CallbackService:
         record(
             db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
         )
+        if details_json is None:
+            state = {**state, "details_json": row["details_json"] if row else "{}"}
         pa_history.add(
             db,
             cb.pa_id,
@@ -617,7 +676,7 @@ class CallbackService:
                 "events_json": events_json,
             }
             enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
-        return CallbackResult("stored", cb.pa_id)
+        return CallbackResult("stored", cb.pa_id), state
 
 
 # ---- the answers -------------------------------------------------------------------

@@ -457,7 +457,7 @@ class Store:
         if results is None:
             return
         try:
-            conn.execute("COMMIT")
+            self._commit(conn)
         except self._Error as e:
             with contextlib.suppress(self._Error):
                 conn.execute("ROLLBACK")
@@ -472,6 +472,11 @@ class Store:
         self.commits += 1
         for job, ok, value in results:
             job.finish(ok, value)
+
+    def _commit(self, conn: Any) -> None:
+        """Commit the batch's transaction (PostgreSQL: unless its fast attempt sent the
+        COMMIT already, with its last statements)."""
+        conn.execute("COMMIT")
 
     def _attempt(
         self, conn: Any, db: Database, batch: list[_Job], *, savepoints: bool

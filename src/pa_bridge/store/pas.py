@@ -14,6 +14,7 @@ __all__ = [
     "CallbackState",
     "PaRow",
     "PaWithRequest",
+    "STATE_COLS",
     "SubmitLink",
     "Submitted",
     "all_for_claim",
@@ -294,7 +295,8 @@ _CALLBACK_STATE = (
     "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
     " links_json, urls_json, details_json FROM pas WHERE id = ?"
 )
-_STATE_COLS = (
+#: the columns of a :class:`CallbackState`, in its order
+STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
     "fax_failed", "links_json", "urls_json", "details_json",
 )  # fmt: skip
@@ -302,7 +304,7 @@ _STATE_COLS = (
 
 def callback_state(db: Database, pa_id: str) -> CallbackState | None:
     row = db.conn.execute(_CALLBACK_STATE, (pa_id,)).fetchone()
-    return None if row is None else cast(CallbackState, dict(zip(_STATE_COLS, row, strict=True)))
+    return None if row is None else cast(CallbackState, dict(zip(STATE_COLS, row, strict=True)))
 
 
 def awaiting_placeholders(db: Database, prefix: str) -> list[tuple[str, str | None]]:

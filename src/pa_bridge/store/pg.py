@@ -31,13 +31,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from . import meta
 from . import pg_migrations as schema
 from ._db import Database
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
-__all__ = ["PgDatabase", "PgStore", "connect", "redact_url"]
+__all__ = ["PgDatabase", "PgReader", "PgStore", "connect", "redact_url"]
 
 #: advisory lock classes (two-int form); queue items use the one-bigint form, a
 #: separate key space
@@ -49,6 +50,25 @@ _FLEET_CLASS = 3
 def _pg_sql(sql: str) -> str:
     """The table modules' ``?`` placeholders in psycopg's spelling."""
     return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _Cursor(psycopg.Cursor[Any]):
+    """A cursor whose ``rowcount`` and ``description`` are right in pipeline mode too.
+
+    In pipeline mode (the write path's fast attempt) a statement's result arrives only
+    when something asks for it; psycopg's fetch methods wait for it, its ``rowcount``
+    and ``description`` do not. These two wait for it as well, so table functions need
+    not know whether the statements they send are pipelined."""
+
+    @property
+    def rowcount(self) -> int:
+        self._fetch_pipeline()
+        return super().rowcount
+
+    @property
+    def description(self) -> list[psycopg.Column] | None:
+        self._fetch_pipeline()
+        return super().description
 
 
 class _PgConn:
@@ -88,22 +108,85 @@ class PgDatabase:
         return self._conn.execute(sql, parameters)
 
 
+def _connect_kwargs(
+    url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
+) -> dict[str, Any]:
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    options = f"{given.get('options') or ''} {settings}".strip()
+    if readonly:
+        options += " -c default_transaction_read_only=on"
+    return {
+        "autocommit": True,
+        "cursor_factory": _Cursor,
+        "connect_timeout": max(1, int(timeout_s)),
+        "options": options,
+        "application_name": given.get("application_name") or "pa-bridge",
+    }
+
+
 def connect(
     url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
 ) -> psycopg.Connection[Any]:
     """An autocommit connection; ``settings`` (``-c name=value ...``) after the URL's
-    own ``options`` (a search_path, say), which are kept."""
-    given = psycopg.conninfo.conninfo_to_dict(url).get("options") or ""
-    options = f"{given} {settings}".strip()
-    if readonly:
-        options += " -c default_transaction_read_only=on"
-    return psycopg.connect(
-        url,
-        autocommit=True,
-        connect_timeout=max(1, int(timeout_s)),
-        options=options,
-        application_name="pa-bridge",
-    )
+    own ``options`` (a search_path, say), which are kept, as is its
+    ``application_name`` (else ``pa-bridge``)."""
+    kwargs = _connect_kwargs(url, readonly=readonly, timeout_s=timeout_s, settings=settings)
+    return psycopg.connect(url, **kwargs)
+
+
+class _Rows:
+    """A read's answer, fetched in full before its connection went back to the pool."""
+
+    __slots__ = ("_rows", "description", "rowcount")
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.description = cur.description
+        self.rowcount = cur.rowcount
+        self._rows = iter(cur.fetchall() if cur.description is not None else ())
+
+    def fetchone(self) -> Any:
+        return next(self._rows, None)
+
+    def fetchall(self) -> list[Any]:
+        return list(self._rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._rows
+
+
+class _PooledConn:
+    """A reader's ``execute``: on the connection this thread holds for a lock or a
+    snapshot, if any, else on one borrowed from the pool for the one statement
+    (readers are autocommit: each statement sees the latest commits anyway)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: PgStore) -> None:
+        self._store = store
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        held: psycopg.Connection[Any] | None = getattr(self._store._local, "held", None)
+        if held is not None:
+            return held.execute(_pg_sql(sql), list(parameters or ()))
+        with self._store._pool.connection() as raw:
+            return _Rows(raw.execute(_pg_sql(sql), list(parameters or ())))
+
+
+class PgReader:
+    """What :meth:`PgStore.reader` gives (see ``_db.Database``)."""
+
+    dialect = "postgresql"
+    __slots__ = ("_conn",)
+
+    def __init__(self, store: PgStore) -> None:
+        self._conn = _PooledConn(store)
+
+    @property
+    def conn(self) -> _PooledConn:
+        return self._conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._conn.execute(sql, parameters)
 
 
 def redact_url(url: str) -> str:
@@ -120,10 +203,12 @@ def redact_url(url: str) -> str:
 
 #: SQLSTATE classes that mean the database (or the way to it) is failing, not the job:
 #: 08 connection, 53 resources (disk full), 57 operator intervention (shutdown),
-#: 58 system error, 25006 read-only transaction
-_FAILING = ("08", "53", "57", "58", "25006")
+#: 58 system error, 25006 read-only transaction, 55P03 a lock another session holds
+#: past the lock timeout (SQLite's "database is locked")
+_FAILING = ("08", "53", "57", "58", "25006", "55P03")
 #: a batch that hit one of these lost to another daemon's transaction: run it again
 _RETRY = ("40001", "40P01")
+_IN_ERROR = psycopg.pq.TransactionStatus.INERROR
 
 
 class PgStore(Store):
@@ -171,8 +256,13 @@ class PgStore(Store):
         *,
         max_batch: int = 256,
         connect_timeout_s: float = 10.0,
-        lock_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = 5_000,
+        claim_wait_ms: int = 30_000,
+        max_connections: int = 10,
+        pool_timeout_s: float = 30.0,
     ) -> None:
+        if max_connections < 2:
+            raise StoreError("a daemon needs at least 2 connections (a writer and a reader)")
         self.url = url
         #: what messages and logs name (never the password)
         self.location = redact_url(url)
@@ -180,7 +270,16 @@ class PgStore(Store):
         self._connect_timeout = max(1, int(connect_timeout_s))
         #: deferred writes committing in the background (flush() waits for them)
         self._in_background: set[Future[Any]] = set()
+        #: how long a write waits for a row or table another session holds before its
+        #: batch fails as unavailable (``storage.busy_timeout_ms``, as SQLite's)
         self._lock_timeout_ms = lock_timeout_ms
+        #: in the fast attempt: this transaction holds the feed's counter row, and the
+        #: last position it handed out / wrote to the row (see next_seq)
+        self._fast = False
+        self._held_seq: int | None = None
+        self._written_seq: int | None = None
+        #: the fast attempt sent COMMIT in its pipeline and it succeeded
+        self._committed = False
         try:
             self._wconn = self._connect()
             schema.apply(self._wconn)
@@ -189,7 +288,26 @@ class PgStore(Store):
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
         self.checkpoints = 0
+        #: every connection but the writer: readers borrow one per statement, a lock
+        #: or a snapshot holds one until it ends (decision 0027)
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            kwargs=_connect_kwargs(
+                url,
+                readonly=True,
+                timeout_s=self._connect_timeout,
+                # a second click waits for the first one's service call (claim_lock)
+                settings=f"-c lock_timeout={int(claim_wait_ms)}",
+            ),
+            min_size=1,
+            max_size=max_connections - 1,
+            timeout=pool_timeout_s,
+            num_workers=1,
+            name="pa-bridge-readers",
+            open=True,
+        )
         self._start_writer(max_batch)
+        self._reader = PgReader(self)
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
         return connect(
@@ -223,7 +341,9 @@ class PgStore(Store):
         )
 
     def _as_unavailable(self, e: BaseException) -> BaseException:
-        if not isinstance(e, psycopg.Error):
+        if not isinstance(e, psycopg.Error) or isinstance(e, psycopg.errors.PipelineAborted):
+            # PipelineAborted: a statement skipped because an earlier one in the
+            # pipeline failed; that one's error, not this, says what went wrong
             return e
         state = e.sqlstate or ""
         if not (isinstance(e, psycopg.OperationalError) and not state) and not state.startswith(
@@ -235,6 +355,69 @@ class PgStore(Store):
         self.last_error = (str(err), time.monotonic())
         return err
 
+    def _attempt(
+        self, conn: Any, db: Any, batch: list[_Job], *, savepoints: bool
+    ) -> list[tuple[_Job, bool, Any]] | None:
+        """The fast attempt (no savepoints) runs in psycopg's pipeline mode: a statement
+        whose result no job reads is sent without waiting for its answer, so a batch
+        costs a round trip per statement whose result is read, not per statement. A
+        failure then shows at a later statement or at the pipeline's end rather than
+        where it happened; the fast attempt only needs to know that something failed
+        (the batch is rolled back and run again with a savepoint per job, outside the
+        pipeline, which names the failing job)."""
+        self._held_seq = self._written_seq = None
+        self._committed = False
+        if savepoints:
+            return super()._attempt(conn, db, batch, savepoints=True)
+        self._fast = True
+        commit = None
+        try:
+            with conn.pipeline():
+                results = super()._attempt(conn, db, batch, savepoints=False)
+                if results is not None and all(ok for _, ok, _ in results):
+                    self._write_held_seq(db)
+                    # the COMMIT goes with the last statements: one round trip for both
+                    # (if one of them failed, the pipeline skips it: nothing commits)
+                    commit = conn.execute("COMMIT")
+        except psycopg.Error as e:
+            results = [(batch[0], False, self._as_unavailable(e))] if batch else None
+        finally:
+            self._fast = False
+            self._held_seq = None
+        if commit is not None and results is not None and all(ok for _, ok, _ in results):
+            # PostgreSQL answers COMMIT in a failed transaction with ROLLBACK, no error:
+            # a job that swallowed a failed statement. Then the savepoint way finds it.
+            self._committed = commit.statusmessage == "COMMIT"
+            if not self._committed:
+                return [(batch[0], False, _RolledBack("the transaction was rolled back"))]
+        failed = [v for _, ok, v in results or () if not ok]
+        if failed and isinstance(failed[0], StoreUnavailable):
+            # the database is failing (gone, full, a lock held past the timeout): the
+            # savepoint run would meet it once per job; the batch fails now, as a
+            # batch whose BEGIN fails does
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+            for job in batch:
+                job.finish(False, failed[0])
+            return None
+        if results is not None and conn.info.transaction_status == _IN_ERROR:
+            # a statement failed and a job swallowed the error: COMMIT would roll back
+            # without a word, so the batch goes the savepoint way, which finds the job
+            err = StoreUnavailable("a statement of the batch failed")
+            return [(batch[0], False, err)] if batch else None
+        return results
+
+    def _commit(self, conn: Any) -> None:
+        if self._committed:
+            self._committed = False
+            return
+        conn.execute("COMMIT")
+
+    def _write_held_seq(self, db: Any) -> None:
+        if self._held_seq is not None and self._held_seq != self._written_seq:
+            db.conn.execute("UPDATE feed_clock SET seq = ?", [self._held_seq])
+            self._written_seq = self._held_seq
+
     def next_seq(self, db: Any) -> int:
         """The next position of the PA feed; call only inside a write job.
 
@@ -242,45 +425,64 @@ class PgStore(Store):
         daemon's change waits here and gets a later position only once this one is
         visible: positions are in commit order and a reader holding a cursor never
         skips a change that commits later (decision 0021). Like SQLite's, a time in
-        microseconds that never goes back, above a restore's floor (decision 0009)."""
+        microseconds that never goes back, above a restore's floor (decision 0009).
+
+        In the fast attempt, once this transaction holds the row, nobody else can move
+        it: the next positions are counted here and the row is written once, at the
+        end of the batch (one round trip for the batch, not one per change)."""
+        now_us = int(time.time() * 1_000_000)
+        if self._held_seq is not None:
+            self._held_seq = max(self._held_seq + 1, now_us)
+            return self._held_seq
         row = db.conn.execute(
             "UPDATE feed_clock SET seq = greatest(seq + 1, ?, coalesce((SELECT CAST(value AS"
             " BIGINT) FROM meta WHERE key = 'feed.seq_floor'), 0)) RETURNING seq",
-            [int(time.time() * 1_000_000)],
+            [now_us],
         ).fetchone()
-        return int(row[0])
+        seq = int(row[0])
+        if self._fast:
+            self._held_seq = self._written_seq = seq
+        return seq
 
     # ---- reading -------------------------------------------------------------------------
-    def reader(self) -> PgDatabase:
-        """This thread's read-only connection (autocommit: each statement sees the
-        latest commits, as SQLite's readers do)."""
-        db: PgDatabase | None = getattr(self._local, "db", None)
-        if db is not None and (db.conn.raw.closed or db.conn.raw.broken):
-            db = None
-        if db is None:
-            conn = self._connect(readonly=True)
-            with self._readers_lock:
-                self._readers.append(conn)
-            db = PgDatabase(conn)
-            self._local.db = db
-        return db
+    def reader(self) -> PgReader:
+        """Reads, each statement on a connection borrowed from the pool (or on the one
+        this thread holds for a lock or a snapshot)."""
+        return self._reader
 
     @contextlib.contextmanager
-    def snapshot(self) -> Iterator[PgDatabase]:
-        db = self.reader()
-        db.conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            yield db
-        finally:
-            db.conn.raw.execute("COMMIT")
+    def _held(self) -> Iterator[psycopg.Connection[Any]]:
+        """One pooled connection for this thread until the block ends: a session
+        advisory lock stays on the connection that took it. Nested blocks share it,
+        so a thread holds at most one and the pool cannot deadlock on itself."""
+        held: psycopg.Connection[Any] | None = getattr(self._local, "held", None)
+        if held is not None:
+            yield held
+            return
+        with self._pool.connection() as raw:
+            self._local.held = raw
+            try:
+                yield raw
+            finally:
+                self._local.held = None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PgReader]:
+        with self._held() as raw:
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield self._reader
+            finally:
+                raw.execute("COMMIT")
 
     def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        cur = self.reader().conn.execute(sql, params)
+        cur = self._reader.conn.execute(sql, params)
         cols = [c[0] for c in cur.description] if cur.description else []
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def schema_current(self) -> bool:
-        return not schema.pending(self.reader().conn.raw)
+        with self._held() as raw:
+            return not schema.pending(raw)
 
     def problem(self, timeout: float = 2.0) -> str | None:
         if self._closed:
@@ -289,64 +491,81 @@ class PgStore(Store):
             return "the database writer thread has stopped"
         return probe_round_trip(self, psycopg.Error, _why, timeout)
 
+    @property
+    def connections(self) -> dict[str, int]:
+        """Open connections: the pool's (``pool_size``, of at most ``pool_max``) and
+        its borrowers waiting now (``waiting``); the writer is one more."""
+        stats = self._pool.get_stats()
+        return {k: int(stats.get(k, 0)) for k in ("pool_size", "pool_max", "requests_waiting")}
+
+    def close(self, timeout: float = 10.0) -> None:
+        super().close(timeout)
+        with contextlib.suppress(psycopg.Error):
+            self._pool.close(timeout)
+
     # ---- coordination between daemons ------------------------------------------------------
     @contextlib.contextmanager
     def claim_lock(self, key: str) -> Iterator[None]:
         """An advisory lock on the claim key, held by this thread's connection: a
         second daemon submitting the same claim waits, then finds the PA stored."""
-        raw = self.reader().conn.raw
         args = [_CLAIM_CLASS, key]
-        try:
-            raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
-        except psycopg.Error as e:
-            raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
-        try:
-            yield
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+        with self._held() as raw:
+            try:
+                raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
+            try:
+                yield
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
 
     @contextlib.contextmanager
     def item_lock(self, item_id: int) -> Iterator[bool]:
         """Try to take queue item ``item_id`` (an advisory lock, released by the
         database if this daemon dies): False when another daemon is delivering it."""
-        raw = self.reader().conn.raw
-        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
-        try:
-            yield got
-        finally:
-            if got:
-                with contextlib.suppress(psycopg.Error):
-                    raw.execute("SELECT pg_advisory_unlock(%s)", [item_id])
+        with self._held() as raw:
+            got = _one(raw.execute("SELECT pg_try_advisory_lock(%s)", [item_id]))
+            try:
+                yield got
+            finally:
+                if got:
+                    with contextlib.suppress(psycopg.Error):
+                        raw.execute("SELECT pg_advisory_unlock(%s)", [item_id])
 
     @contextlib.contextmanager
     def fleet_once(self, name: str, every_s: float) -> Iterator[bool]:
         """True on one daemon, at most once per half ``every_s``: an advisory lock
         while it runs, and when it last ran in ``meta`` (``fleet.<name>``)."""
-        raw = self.reader().conn.raw
         args = [_FLEET_CLASS, name]
-        got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
-        if not got:
-            yield False
-            return
-        try:
-            key = f"fleet.{name}"
-            last = meta.get(self.reader(), key)
-            now = time.time()
-            if last is not None and now - float(last) < every_s / 2:
+        with self._held() as raw:
+            got = _one(raw.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", args))
+            if not got:
                 yield False
                 return
-            self.write(lambda db: meta.put(db, key, repr(now)))
-            yield True
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
+            try:
+                key = f"fleet.{name}"
+                last = meta.get(self._reader, key)
+                now = time.time()
+                if last is not None and now - float(last) < every_s / 2:
+                    yield False
+                    return
+                self.write(lambda db: meta.put(db, key, repr(now)))
+                yield True
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", args)
 
     def vacuum_analyze(self) -> None:
-        """VACUUM (ANALYZE) the database, on a connection of its own (it cannot run in
-        a transaction and does not block writes)."""
-        with self._connect() as conn:
+        """VACUUM (ANALYZE) the database, on a pooled connection (it cannot run in a
+        transaction and does not block writes)."""
+        with self._held() as conn:
             conn.execute("VACUUM (ANALYZE)")
+
+
+class _RolledBack(Exception):
+    """A fast attempt whose COMMIT rolled back (a statement had failed): run it again
+    with savepoints."""
 
 
 def _one(cur: psycopg.Cursor[Any]) -> bool:
