@@ -17,7 +17,6 @@ daemon's process (see store.create_private).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from .restore import BACKUP_MARK
 from .store import DatabaseError, now_iso
-from .store.files import Snapshot, destination_problem
+from .store.files import Snapshot, destination_problem, publish
 
 __all__ = ["BackupError", "BackupResult", "backup_database"]
 
@@ -84,21 +83,9 @@ def backup_database(
         if integrity != "ok":
             raise BackupError(f"the copy failed its integrity check: {integrity[:500]}")
         os.chmod(tmp, 0o600)
-        try:
-            if force:
-                os.replace(tmp, dest_p)
-            else:
-                os.link(tmp, dest_p)  # fails if someone created dest meanwhile
-                tmp.unlink()
-        except FileExistsError:
-            raise BackupError(f"{dest_p} exists; choose another name or pass --force") from None
-        except OSError as e:
-            if force or e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                raise BackupError(f"cannot write {dest_p}: {e.strerror}") from None
-            # no hard links on this file system
-            if dest_p.exists():
-                raise BackupError(f"{dest_p} exists; choose another name or pass --force") from None
-            os.replace(tmp, dest_p)
+        problem = publish(tmp, dest_p, force=force)
+        if problem is not None:
+            raise BackupError(problem)
         return BackupResult(dest_p, dest_p.stat().st_size, integrity, total)
     except BaseException:
         with contextlib.suppress(OSError):

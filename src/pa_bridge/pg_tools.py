@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from .store import StoreError, now_iso, redact_url
-from .store.files import destination_problem
+from .store.files import destination_problem, publish
 from .store.pg_backup import BackupSession, pa_bridge_sessions, settle_restored
 
 __all__ = [
@@ -218,14 +218,9 @@ def dump_database(
         )  # fmt: skip
         facts = archive_facts(tmp)  # it reads back
         os.chmod(tmp, 0o600)
-        if force:
-            os.replace(tmp, dest_p)
-        else:
-            try:
-                os.link(tmp, dest_p)  # fails if someone created dest meanwhile
-            except FileExistsError:
-                raise PgToolError(f"{dest_p} exists; choose another name or pass --force") from None
-            tmp.unlink()
+        problem = publish(tmp, dest_p, force=force)
+        if problem is not None:
+            raise PgToolError(problem)
         return DumpResult(dest_p, dest_p.stat().st_size, schema, len(facts.tables), in_copy)
     except StoreError as e:
         raise PgToolError(str(e)) from None

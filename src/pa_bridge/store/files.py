@@ -10,6 +10,7 @@ daemon's process (see :func:`create_private`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from .migrations import MIGRATIONS
 from .pg import PgDatabase
 
 __all__ = [
+    "publish",
     "BackupCopy",
     "CannotOpen",
     "CopyFacts",
@@ -55,6 +57,30 @@ def destination_problem(dest: Path, *, force: bool) -> str | None:
         return f"{dest} exists; choose another name or pass --force"
     if not dest.parent.is_dir():
         return f"no directory {dest.parent}"
+    return None
+
+
+def publish(tmp: Path, dest: Path, *, force: bool) -> str | None:
+    """Put a finished backup ``tmp`` in place at ``dest``: replacing it with ``force``,
+    else never over a file someone created meanwhile (a hard link, or a plain rename
+    where the file system has none). None when done, else why not (``tmp`` is left
+    for the caller to remove): the same words for the SQLite copy and the dump."""
+    exists = f"{dest} exists; choose another name or pass --force"
+    try:
+        if force:
+            os.replace(tmp, dest)
+        else:
+            os.link(tmp, dest)  # fails if someone created dest meanwhile
+            tmp.unlink()
+    except FileExistsError:
+        return exists
+    except OSError as e:
+        if force or e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            return f"cannot write {dest}: {e.strerror}"
+        # no hard links on this file system
+        if dest.exists():
+            return exists
+        os.replace(tmp, dest)
     return None
 
 
