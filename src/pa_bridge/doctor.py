@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import SecretStr, ValidationError
+from pydantic_settings import SettingsError
 
 from .client import (
     DASHBOARD_LOGIN_VARIABLES,
@@ -77,7 +78,7 @@ def _partial_settings(path: str | None) -> Settings | None:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
         return Settings(**data)
-    except (OSError, tomllib.TOMLDecodeError, ValidationError):
+    except (OSError, tomllib.TOMLDecodeError, ValidationError, SettingsError):
         return None
 
 
@@ -87,7 +88,12 @@ def check_config(path: str | None) -> tuple[list[Check], Settings | None, bool]:
         settings = load_settings(path)
     except ConfigError as e:
         where = path or "the environment (PA_BRIDGE_*)"
-        checks = [fail("config", p, f"fix this key in {where}") for p in e.problems]
+        checks = [
+            fail("config", p, "fix this environment variable")
+            if p.startswith("PA_BRIDGE_")
+            else fail("config", p, f"fix this key in {where}")
+            for p in e.problems
+        ]
         return checks, _partial_settings(path), False
     if path is None:
         msg = "no --config: the embedded default (SQLite under ./var, sandbox in-process)"
