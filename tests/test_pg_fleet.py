@@ -432,6 +432,37 @@ def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None
             admin.execute("DROP ROLE doctor_reader")
 
 
+def test_doctor_names_a_role_without_any_table_privilege(pg_url: str) -> None:
+    """A role that may log in and see the schema but read no table (the DBA forgot the
+    GRANT): doctor reports it as failed checks, it does not crash on the first read."""
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    PgStore(pg_url).close()  # migrates
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_nobody")
+        admin.execute("CREATE ROLE doctor_nobody LOGIN PASSWORD 'nobody-password-123'")
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO doctor_nobody')
+    try:
+        parts = urlsplit(pg_url)
+        url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_nobody:nobody-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(url)}
+        assert checks["database"].status == "ok"
+        assert checks["database schema"].status == "FAIL"
+        assert "pa_bridge_migrations" in checks["database schema"].message
+        assert checks["database privileges"].status == "FAIL"
+        assert "outbox: SELECT" in checks["database privileges"].message
+        assert all("nobody-password-123" not in c.message for c in checks.values())
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_nobody')
+            admin.execute("DROP ROLE doctor_nobody")
+
+
 def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
     from pa_bridge.store import StoreError
     from tests import pg_server

@@ -216,9 +216,14 @@ def check_postgres(url: str) -> list[Check]:
     if facts.server_version < 120000:
         out.append(fail("database", "PostgreSQL 12 or later is needed", "upgrade the server"))
     known = migrations.known()
-    pending = [n for n in known if n not in facts.applied]
-    unknown = [n for n in facts.applied if n not in known]
-    if unknown:
+    applied = facts.applied or []
+    pending = [n for n in known if n not in applied]
+    unknown = [n for n in applied if n not in known]
+    if facts.applied is None:
+        out.append(fail("database schema", "this user may not read pa_bridge_migrations, so"
+                        " its version is unknown", "GRANT SELECT, INSERT, UPDATE, DELETE on"
+                        " pa-bridge's tables to its user"))  # fmt: skip
+    elif unknown:
         out.append(fail("database schema", f"newer than this version ({', '.join(unknown)})",
                         "run the pa-bridge version that created it"))  # fmt: skip
     elif pending and not facts.can_create:

@@ -143,7 +143,7 @@ class PgFacts:
     """What doctor reads from a PostgreSQL database (``storage.url``)."""
 
     server_version: int  # e.g. 150018
-    applied: list[str]  # migrations applied, in order
+    applied: list[str] | None  # migrations applied, in order (None: may not read them)
     missing_privileges: list[str]  # "table: PRIVILEGE" this user lacks
     can_create: bool  # may create tables in its schema (needed for pending migrations)
     failed: int  # queue items failed for good
@@ -170,13 +170,15 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
         raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
     try:
         version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
-        applied = pg_migrations.applied(raw)
         missing = []
         tables = [
             r[0]
             for r in raw.execute(
-                "SELECT table_name FROM information_schema.tables"
-                " WHERE table_schema = current_schema() ORDER BY table_name"
+                # pg_class, not information_schema: that one hides the tables this
+                # user has no privilege on, which are the ones to report
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
+                " ORDER BY c.relname"
             )
         ]
         for table in tables:
@@ -187,14 +189,18 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
                 ).fetchone()
                 if row is None or not row[0]:
                     missing.append(f"{table}: {priv}")
+        # a table this user may not read is reported above, not read (that would fail)
+        readable = {t for t in tables if f"{t}: SELECT" not in missing}
+        unreadable = "pa_bridge_migrations" in tables and "pa_bridge_migrations" not in readable
+        applied = None if unreadable else pg_migrations.applied(raw)
         row = raw.execute(
             "SELECT has_schema_privilege(current_user, current_schema(), 'CREATE')"
         ).fetchone()
         failed = 0
-        if "outbox" in tables:
+        if "outbox" in readable:
             failed = queue_table.count_failed(PgDatabase(raw))
         mark = None
-        if mark_key is not None and "meta" in tables:
+        if mark_key is not None and "meta" in readable:
             mark = meta.get(PgDatabase(raw), mark_key)
         return PgFacts(version, applied, missing, bool(row and row[0]), failed, mark)
     finally:
