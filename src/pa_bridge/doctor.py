@@ -174,18 +174,18 @@ def check_pharmacies(s: Settings) -> list[Check]:
         missing = [f"{k} {msg}" for k, (present, msg) in states.items() if not present]
         if not p.username:
             missing.insert(0, "username missing")
+        fixes = []
+        if missing:
+            fixes.append(
+                "give this store's username, password(_file) and api_key(_file)"
+                " under its [[pharmacies]] entry"
+            )
         if p.provider_id in seen:
             missing.append("provider id listed more than once")
+            fixes.append("keep one [[pharmacies]] entry per provider id")
         seen.add(p.provider_id)
         if missing:
-            out.append(
-                fail(
-                    name,
-                    "; ".join(missing),
-                    "give this store's username, password(_file) and api_key(_file)"
-                    " under its [[pharmacies]] entry",
-                )
-            )
+            out.append(fail(name, "; ".join(missing), "; ".join(fixes)))
         else:
             out.append(ok(name, "credentials present (username, password, api_key)"))
     if s.intake.scoped_tokens:
