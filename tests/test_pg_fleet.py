@@ -463,6 +463,36 @@ def test_doctor_names_a_role_without_any_table_privilege(pg_url: str) -> None:
             admin.execute("DROP ROLE doctor_nobody")
 
 
+def test_doctor_names_a_schema_the_role_may_not_use(pg_url: str) -> None:
+    """A role without USAGE on the schema (what a PostgreSQL restore leaves, as it
+    re-creates the schema) sees no table at all: doctor says so, instead of "6
+    migrations to apply" on a database that has them all."""
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    PgStore(pg_url).close()  # migrates
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_outside")
+        admin.execute("CREATE ROLE doctor_outside LOGIN PASSWORD 'outside-password-123'")
+    try:
+        parts = urlsplit(pg_url)
+        url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_outside:outside-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(url)}
+        assert checks["database"].status == "ok"
+        assert checks["database schema"].status == "FAIL"
+        assert f"schema {schema}" in checks["database schema"].message
+        assert "USAGE" in checks["database schema"].message
+        assert "migrations" not in checks["database schema"].message
+        assert all("outside-password-123" not in c.message for c in checks.values())
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("DROP ROLE doctor_outside")
+
+
 def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:
     from pa_bridge.store import StoreError
     from tests import pg_server

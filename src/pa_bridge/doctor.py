@@ -215,6 +215,12 @@ def check_postgres(url: str) -> list[Check]:
     out = [ok("database", f"PostgreSQL {facts.server_version // 10000} at {where}")]
     if facts.server_version < 120000:
         out.append(fail("database", "PostgreSQL 12 or later is needed", "upgrade the server"))
+    if facts.schema_problem is not None:
+        out.append(fail("database schema", facts.schema_problem, "GRANT USAGE ON SCHEMA to the"
+                        " service's user (a `pa-bridge restore` re-creates the schema, owned"
+                        " by the user that ran it), or fix the search_path in storage.url"))  # fmt: skip
+        out.append(check_backup_tools(facts.server_version // 10000))
+        return out
     known = migrations.known()
     applied = facts.applied or []
     pending = [n for n in known if n not in applied]

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -148,10 +149,32 @@ class PgFacts:
     can_create: bool  # may create tables in its schema (needed for pending migrations)
     failed: int  # queue items failed for good
     restore_mark: str | None = None  # a restored copy no daemon has served yet
+    # why this user has no schema to work in (its search_path names none it may use)
+    schema_problem: str | None = None
 
 
 #: what the daemon does to each table
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def _pg_schema_problem(raw: Any) -> str | None:
+    """None when the search_path gives this user a schema (``current_schema()``);
+    else why not: a schema it names lacks USAGE for this user, or none exists."""
+    row = raw.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    if row is None or row[0] is not None:
+        return None
+    path = str(row[1])
+    for name in (n.strip().strip('"') for n in path.split(",")):
+        if not name or name == "$user":
+            continue
+        found = raw.execute(
+            "SELECT has_schema_privilege(current_user, oid, 'USAGE') FROM pg_namespace"
+            " WHERE nspname = %s",
+            [name],
+        ).fetchone()
+        if found is not None and not found[0]:
+            return f"this user may not use schema {name} (no USAGE privilege on it)"
+    return f"no schema of its search_path ({path}) exists"
 
 
 def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
@@ -170,6 +193,9 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
         raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
     try:
         version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+        problem = _pg_schema_problem(raw)
+        if problem is not None:  # every read below would look at nothing
+            return PgFacts(version, None, [], False, 0, None, problem)
         missing = []
         tables = [
             r[0]
