@@ -15,7 +15,16 @@ import pytest
 
 from pa_bridge.config import QueueSettings
 from pa_bridge.outbox import Outbox
-from pa_bridge.store import Database, PgStore, StoreUnavailable, callbacks, meta, now_iso, pas
+from pa_bridge.store import (
+    Database,
+    PgStore,
+    StoreError,
+    StoreUnavailable,
+    callbacks,
+    meta,
+    now_iso,
+    pas,
+)
 from pa_bridge.store import outbox as queue_items
 from tests import builders as b
 from tests import pg_server
@@ -488,6 +497,9 @@ def test_doctor_names_a_schema_the_role_may_not_use(pg_url: str) -> None:
         assert "USAGE" in checks["database schema"].message
         assert "migrations" not in checks["database schema"].message
         assert all("outside-password-123" not in c.message for c in checks.values())
+        with pytest.raises(StoreError) as ei:  # and serve says what to grant
+            PgStore(url)
+        assert "GRANT USAGE" in str(ei.value) and "outside-password-123" not in str(ei.value)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("DROP ROLE doctor_outside")
