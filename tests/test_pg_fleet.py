@@ -500,6 +500,14 @@ def test_doctor_names_a_schema_the_role_may_not_use(pg_url: str) -> None:
         with pytest.raises(StoreError) as ei:  # and serve says what to grant
             PgStore(url)
         assert "GRANT USAGE" in str(ei.value) and "outside-password-123" not in str(ei.value)
+        # queue list names the schema too, not "is not a pa-bridge database"
+        from click.testing import CliRunner
+
+        from pa_bridge.cli import main
+
+        r = CliRunner().invoke(main, ["queue", "list"], env={"PA_BRIDGE_STORAGE__URL": url})
+        assert r.exit_code == 1 and f"schema {schema}" in r.output, r.output
+        assert "not a pa-bridge database" not in r.output
     finally:
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("DROP ROLE doctor_outside")

@@ -133,9 +133,23 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
     except psycopg.Error as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
-    if not pg_migrations.applied(raw):
+    try:
+        problem = _pg_schema_problem(raw)
+        if problem is not None:
+            raise StoreError(f"{redact_url(url)}: {problem} (`pa-bridge doctor` tells more)")
+        if not pg_migrations.applied(raw):
+            raise StoreError(
+                f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)"
+            )
+    except psycopg.errors.InsufficientPrivilege:
         raw.close()
-        raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
+        raise StoreError(
+            f"{redact_url(url)}: this user may not read pa-bridge's tables"
+            " (`pa-bridge doctor` lists the privileges it lacks)"
+        ) from None
+    except StoreError:
+        raw.close()
+        raise
     return PgDatabase(raw)
 
 
