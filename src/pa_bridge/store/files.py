@@ -138,9 +138,7 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
         if problem is not None:
             raise StoreError(f"{redact_url(url)}: {problem} (`pa-bridge doctor` tells more)")
         if not pg_migrations.applied(raw):
-            raise StoreError(
-                f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)"
-            )
+            raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
     except psycopg.errors.InsufficientPrivilege:
         raw.close()
         raise StoreError(
