@@ -174,3 +174,23 @@ def test_storage_url_problems_are_named_at_start(storage: dict[str, str], named:
         load_settings(storage=storage)
     assert any(p.startswith(named) for p in ei.value.problems), ei.value.problems
     assert "p@h" not in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "names"),
+    [
+        ("PA_BRIDGE_PHARMACIES", '[{"provider_id": "1234567", "password": "pw-not-shown-1"', "PA_BRIDGE_PHARMACIES"),
+        ("PA_BRIDGE_INTAKE__TOKENS", '["token-not-shown-1', "PA_BRIDGE_INTAKE"),
+    ],
+)  # fmt: skip
+def test_environment_value_that_is_not_json_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, names: str
+) -> None:
+    """A list given by environment must be JSON; a broken one is a config error naming
+    the variable (one line, exit 2 at start), not a traceback, and never echoes it."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as ei:
+        load_settings()
+    text = "\n".join(ei.value.problems)
+    assert names in text and "JSON" in text
+    assert "not-shown" not in text

@@ -194,6 +194,19 @@ def test_invalid_config_lists_every_problem(tmp_path: Path, doctor: Doctor) -> N
     assert any("nonsense" in ln and "unknown key" in ln for ln in fails)
 
 
+def test_environment_list_that_is_not_json_fails_as_a_check(
+    tmp_path: Path, doctor: Doctor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken JSON list in the environment is one FAIL naming the variable (not a
+    traceback), and its value, which may hold a password, is not printed."""
+    monkeypatch.setenv("PA_BRIDGE_PHARMACIES", '[{"provider_id": "1234567", "password": "pw-zq9')
+    r = doctor(write_config(tmp_path, ""))
+    assert r.exit_code == 1, r.output
+    fails = lines(r, "FAIL")
+    assert any("PA_BRIDGE_PHARMACIES" in ln and "JSON" in ln for ln in fails), r.output
+    assert "Traceback" not in r.output and "pw-zq9" not in r.output
+
+
 def test_the_database_directory_is_checked_before_the_file(tmp_path: Path, doctor: Doctor) -> None:
     def directory_line(storage_path: Path) -> str:
         cfg = tmp_path / "dir.toml"

@@ -181,6 +181,19 @@ def test_a_failing_database_answers_503_and_the_log_names_it(
 
 
 # ---- the service's state ------------------------------------------------------------------
+def _assert_health_matches_the_document(body: dict[str, Any], status: int) -> None:
+    """An integrator validating /healthz against /openapi.json accepts this answer."""
+    import jsonschema_rs
+
+    from pa_bridge.web.openapi import document
+
+    doc = document()
+    declared = doc["paths"]["/healthz"]["get"]["responses"][str(status)]
+    schema = {**declared["content"]["application/json"]["schema"], "components": doc["components"]}
+    errors = [e.message for e in jsonschema_rs.Draft202012Validator(schema).iter_errors(body)]
+    assert errors == [], errors
+
+
 def test_unreachable_service_shows_on_healthz_and_metrics(make_daemon: Any) -> None:
     d = make_daemon(service={**NO_SERVICE, "probe_seconds": 0.2})
     with _api(d) as api:
@@ -192,6 +205,7 @@ def test_unreachable_service_shows_on_healthz_and_metrics(make_daemon: Any) -> N
         assert h.status_code == 200  # the daemon itself works
         body = h.json()
         assert body["status"] == "degraded" and "service_unreachable" in body["degraded"]
+        _assert_health_matches_the_document(body, h.status_code)
         assert body["service"]["last_failure"]["reason"] in ("unreachable", "timeout")
         # a reversal that cannot go out: its failure counted by kind and reason
         r = api.post(

@@ -19,7 +19,7 @@ from pa_bridge import pg_tools
 from pa_bridge.cli import main
 from pa_bridge.doctor import check_postgres
 from pa_bridge.restore import BACKUP_MARK, FEED_FLOOR, adopt_restored
-from pa_bridge.store import PgStore, meta
+from pa_bridge.store import PgStore, Store, meta
 from pa_bridge.store.pg_backup import BackupSession
 from tests import builders as b
 from tests import pg_server
@@ -245,6 +245,31 @@ def test_restore_refuses_a_file_that_is_not_a_pa_bridge_backup(
         main, ["restore", str(tmp_path / "none"), "--yes", "--config", str(config)]
     )
     assert r.exit_code == 1 and "no backup file at" in r.output
+
+
+def test_restore_names_a_backup_of_the_other_engine(
+    database: str, config: Path, tmp_path: Path
+) -> None:
+    """Store IT gives a SQLite backup to a PostgreSQL config, or a pg_dump archive to
+    a SQLite config: the error says which engine the file is for, not "file is not a
+    database"."""
+    store = Store(tmp_path / "sq" / "pa.sqlite3")
+    store.close()
+    sq_backup = tmp_path / "sq.bak"
+    runner = CliRunner()
+    sq_cfg = tmp_path / "sq.toml"
+    sq_cfg.write_text(f'[storage]\npath = "{tmp_path / "sq" / "pa.sqlite3"}"\n')
+    r = runner.invoke(main, ["backup", str(sq_backup), "--config", str(sq_cfg)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["restore", str(sq_backup), "--yes", "--config", str(config)])
+    assert r.exit_code == 1 and "SQLite" in r.output and "storage.url" in r.output, r.output
+
+    PgStore(_with_password(database)).close()  # migrates
+    pg_backup = tmp_path / "pg.dump"
+    r = runner.invoke(main, ["backup", str(pg_backup), "--config", str(config)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["restore", str(pg_backup), "--yes", "--config", str(sq_cfg)])
+    assert r.exit_code == 1 and "PostgreSQL" in r.output and "storage.path" in r.output, r.output
 
 
 def test_backup_without_pg_dump_says_what_to_install(

@@ -15,7 +15,16 @@ import pytest
 
 from pa_bridge.config import QueueSettings
 from pa_bridge.outbox import Outbox
-from pa_bridge.store import Database, PgStore, StoreUnavailable, callbacks, meta, now_iso, pas
+from pa_bridge.store import (
+    Database,
+    PgStore,
+    StoreError,
+    StoreUnavailable,
+    callbacks,
+    meta,
+    now_iso,
+    pas,
+)
 from pa_bridge.store import outbox as queue_items
 from tests import builders as b
 from tests import pg_server
@@ -430,6 +439,78 @@ def test_doctor_checks_the_connection_schema_and_privileges(pg_url: str) -> None
             admin.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM doctor_reader')
             admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_reader')
             admin.execute("DROP ROLE doctor_reader")
+
+
+def test_doctor_names_a_role_without_any_table_privilege(pg_url: str) -> None:
+    """A role that may log in and see the schema but read no table (the DBA forgot the
+    GRANT): doctor reports it as failed checks, it does not crash on the first read."""
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    PgStore(pg_url).close()  # migrates
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_nobody")
+        admin.execute("CREATE ROLE doctor_nobody LOGIN PASSWORD 'nobody-password-123'")
+        admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO doctor_nobody')
+    try:
+        parts = urlsplit(pg_url)
+        url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_nobody:nobody-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(url)}
+        assert checks["database"].status == "ok"
+        assert checks["database schema"].status == "FAIL"
+        assert "pa_bridge_migrations" in checks["database schema"].message
+        assert checks["database privileges"].status == "FAIL"
+        assert "outbox: SELECT" in checks["database privileges"].message
+        assert all("nobody-password-123" not in c.message for c in checks.values())
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM doctor_nobody')
+            admin.execute("DROP ROLE doctor_nobody")
+
+
+def test_doctor_names_a_schema_the_role_may_not_use(pg_url: str) -> None:
+    """A role without USAGE on the schema (what a PostgreSQL restore leaves, as it
+    re-creates the schema) sees no table at all: doctor says so, instead of "6
+    migrations to apply" on a database that has them all."""
+    from urllib.parse import urlsplit
+
+    from pa_bridge.doctor import check_postgres
+
+    PgStore(pg_url).close()  # migrates
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS doctor_outside")
+        admin.execute("CREATE ROLE doctor_outside LOGIN PASSWORD 'outside-password-123'")
+    try:
+        parts = urlsplit(pg_url)
+        url = pg_url.replace(
+            f"{parts.username}:{parts.password}@", "doctor_outside:outside-password-123@"
+        )
+        checks = {c.name: c for c in check_postgres(url)}
+        assert checks["database"].status == "ok"
+        assert checks["database schema"].status == "FAIL"
+        assert f"schema {schema}" in checks["database schema"].message
+        assert "USAGE" in checks["database schema"].message
+        assert "migrations" not in checks["database schema"].message
+        assert all("outside-password-123" not in c.message for c in checks.values())
+        with pytest.raises(StoreError) as ei:  # and serve says what to grant
+            PgStore(url)
+        assert "GRANT USAGE" in str(ei.value) and "outside-password-123" not in str(ei.value)
+        # queue list names the schema too, not "is not a pa-bridge database"
+        from click.testing import CliRunner
+
+        from pa_bridge.cli import main
+
+        r = CliRunner().invoke(main, ["queue", "list"], env={"PA_BRIDGE_STORAGE__URL": url})
+        assert r.exit_code == 1 and f"schema {schema}" in r.output, r.output
+        assert "not a pa-bridge database" not in r.output
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("DROP ROLE doctor_outside")
 
 
 def test_a_wrong_password_is_named_without_it(pg_url: str) -> None:

@@ -478,6 +478,25 @@ def test_doctor_lists_each_pharmacy_and_whether_its_credentials_are_there(
         assert secret not in out and secret not in r.stderr
 
 
+def test_doctor_tells_to_remove_a_duplicate_store_not_to_add_credentials(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A provider id listed twice with complete credentials: the fix is to keep one
+    entry, not to "give this store's username, password and api_key"."""
+    entry = 'username = "store-a"\npassword = "store-a-password-1"\napi_key = "store-a-api-key-1"\n'
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(
+        f'[storage]\npath = "{tmp_path / "db" / "pa.sqlite3"}"\n'
+        f'[[pharmacies]]\nprovider_id = "{A}"\n{entry}[[pharmacies]]\nprovider_id = "{A}"\n{entry}'
+    )
+    r = cli("doctor", "--config", str(cfg))
+    assert r.exit_code == 1
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith(f"FAIL  pharmacy {A}:"))
+    assert "listed more than once" in line and "one [[pharmacies]] entry" in line, line
+    assert "give this store's username" not in line
+    assert "store-a-password-1" not in r.stdout and "store-a-api-key-1" not in r.stdout
+
+
 def test_a_chains_client_uses_the_first_stores_credentials_only_when_service_has_none() -> None:
     """The client's own credentials (the health probe's) in a chain: [service]'s when
     given, else the first store's; each claim's call passes its store's anyway."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +25,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 __all__ = [
     "ConfigError",
@@ -510,6 +516,17 @@ def _check(s: Settings, problems: list[str]) -> None:
         problems.append("storage.metadata_retention_days: must be at least storage.retention_days")
 
 
+def _format_env_error(e: SettingsError) -> list[str]:
+    """An environment variable pydantic-settings could not decode (a list or table
+    must be JSON there): name the variable, never its value (it may hold a secret)."""
+    m = re.search(r'field "([^"]+)"', str(e))
+    name = f"PA_BRIDGE_{m.group(1).upper()}" if m else "PA_BRIDGE_*"
+    return [
+        f"{name} (environment): not valid JSON; a list or table given by environment"
+        " must be JSON, e.g. PA_BRIDGE_INTAKE__TOKENS='[\"...\"]'"
+    ]
+
+
 def _format_validation(e: ValidationError) -> list[str]:
     out = []
     for err in e.errors():
@@ -562,6 +579,8 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
         st = _StorageOnly(storage=data.get("storage", {})).storage
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
+    except SettingsError as e:
+        raise ConfigError(_format_env_error(e)) from None
     problems: list[str] = []
     for key in ("url", "password"):  # PostgreSQL's URL and password: secrets in files
         file = getattr(st, f"{key}_file")
@@ -589,6 +608,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         settings = Settings(**data)
     except ValidationError as e:
         raise ConfigError(_format_validation(e)) from None
+    except SettingsError as e:
+        raise ConfigError(_format_env_error(e)) from None
     problems: list[str] = []
     _resolve_secret_files(settings, problems, data)
     _check(settings, problems)

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import SecretStr, ValidationError
+from pydantic_settings import SettingsError
 
 from .client import (
     DASHBOARD_LOGIN_VARIABLES,
@@ -77,7 +78,7 @@ def _partial_settings(path: str | None) -> Settings | None:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
         return Settings(**data)
-    except (OSError, tomllib.TOMLDecodeError, ValidationError):
+    except (OSError, tomllib.TOMLDecodeError, ValidationError, SettingsError):
         return None
 
 
@@ -87,7 +88,12 @@ def check_config(path: str | None) -> tuple[list[Check], Settings | None, bool]:
         settings = load_settings(path)
     except ConfigError as e:
         where = path or "the environment (PA_BRIDGE_*)"
-        checks = [fail("config", p, f"fix this key in {where}") for p in e.problems]
+        checks = [
+            fail("config", p, "fix this environment variable")
+            if p.startswith("PA_BRIDGE_")
+            else fail("config", p, f"fix this key in {where}")
+            for p in e.problems
+        ]
         return checks, _partial_settings(path), False
     if path is None:
         msg = "no --config: the embedded default (SQLite under ./var, sandbox in-process)"
@@ -168,18 +174,18 @@ def check_pharmacies(s: Settings) -> list[Check]:
         missing = [f"{k} {msg}" for k, (present, msg) in states.items() if not present]
         if not p.username:
             missing.insert(0, "username missing")
+        fixes = []
+        if missing:
+            fixes.append(
+                "give this store's username, password(_file) and api_key(_file)"
+                " under its [[pharmacies]] entry"
+            )
         if p.provider_id in seen:
             missing.append("provider id listed more than once")
+            fixes.append("keep one [[pharmacies]] entry per provider id")
         seen.add(p.provider_id)
         if missing:
-            out.append(
-                fail(
-                    name,
-                    "; ".join(missing),
-                    "give this store's username, password(_file) and api_key(_file)"
-                    " under its [[pharmacies]] entry",
-                )
-            )
+            out.append(fail(name, "; ".join(missing), "; ".join(fixes)))
         else:
             out.append(ok(name, "credentials present (username, password, api_key)"))
     if s.intake.scoped_tokens:
@@ -209,10 +215,21 @@ def check_postgres(url: str) -> list[Check]:
     out = [ok("database", f"PostgreSQL {facts.server_version // 10000} at {where}")]
     if facts.server_version < 120000:
         out.append(fail("database", "PostgreSQL 12 or later is needed", "upgrade the server"))
+    if facts.schema_problem is not None:
+        out.append(fail("database schema", facts.schema_problem, "GRANT USAGE ON SCHEMA to the"
+                        " service's user (a `pa-bridge restore` re-creates the schema, owned"
+                        " by the user that ran it), or fix the search_path in storage.url"))  # fmt: skip
+        out.append(check_backup_tools(facts.server_version // 10000))
+        return out
     known = migrations.known()
-    pending = [n for n in known if n not in facts.applied]
-    unknown = [n for n in facts.applied if n not in known]
-    if unknown:
+    applied = facts.applied or []
+    pending = [n for n in known if n not in applied]
+    unknown = [n for n in applied if n not in known]
+    if facts.applied is None:
+        out.append(fail("database schema", "this user may not read pa_bridge_migrations, so"
+                        " its version is unknown", "GRANT SELECT, INSERT, UPDATE, DELETE on"
+                        " pa-bridge's tables to its user"))  # fmt: skip
+    elif unknown:
         out.append(fail("database schema", f"newer than this version ({', '.join(unknown)})",
                         "run the pa-bridge version that created it"))  # fmt: skip
     elif pending and not facts.can_create:

@@ -140,9 +140,22 @@ _LIST_TABLE_DATA = re.compile(r"^\d+; \d+ \d+ TABLE DATA (\S+) (\S+) ")
 _LIST_CREATED = re.compile(r"^;\s+Archive created at (.+)$")
 
 
+def _starts_with(file: Path, magic: bytes) -> bool:
+    try:
+        with open(file, "rb") as fh:
+            return fh.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def archive_facts(file: Path) -> ArchiveFacts:
     """What ``pg_restore --list`` says of a pa-bridge backup; PgToolError if it is not
     one."""
+    if _starts_with(file, b"SQLite format 3\x00"):
+        raise PgToolError(
+            f"{file} is a SQLite backup, but this config's storage is PostgreSQL"
+            " (storage.url): restore it with the config that has its storage.path"
+        )
     tool = find_tool("pg_restore")
     r = subprocess.run(
         [str(tool), "--list", str(file)], capture_output=True, text=True, errors="replace",

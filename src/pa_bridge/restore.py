@@ -136,6 +136,16 @@ def _check_backup(backup: Path) -> tuple[str | None, int]:
     if not backup.is_file():
         raise RestoreError(f"no backup file at {backup}")
     try:
+        with open(backup, "rb") as fh:
+            pg_dump = fh.read(5) == b"PGDMP"  # pg_dump's custom format
+    except OSError:
+        pg_dump = False
+    if pg_dump:
+        raise RestoreError(
+            f"{backup} is a PostgreSQL backup (pg_dump archive), but this config's storage"
+            " is SQLite (storage.path): restore it with the config that has its storage.url"
+        )
+    try:
         facts = files.copy_facts(backup, BACKUP_MARK)
     except CannotOpen as e:
         raise RestoreError(f"cannot open {backup}: {e}") from None

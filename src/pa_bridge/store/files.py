@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -132,9 +133,21 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
     except psycopg.Error as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
-    if not pg_migrations.applied(raw):
+    try:
+        problem = _pg_schema_problem(raw)
+        if problem is not None:
+            raise StoreError(f"{redact_url(url)}: {problem} (`pa-bridge doctor` tells more)")
+        if not pg_migrations.applied(raw):
+            raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
+    except psycopg.errors.InsufficientPrivilege:
         raw.close()
-        raise StoreError(f"{redact_url(url)} is not a pa-bridge database (has the daemon run?)")
+        raise StoreError(
+            f"{redact_url(url)}: this user may not read pa-bridge's tables"
+            " (`pa-bridge doctor` lists the privileges it lacks)"
+        ) from None
+    except StoreError:
+        raw.close()
+        raise
     return PgDatabase(raw)
 
 
@@ -143,15 +156,37 @@ class PgFacts:
     """What doctor reads from a PostgreSQL database (``storage.url``)."""
 
     server_version: int  # e.g. 150018
-    applied: list[str]  # migrations applied, in order
+    applied: list[str] | None  # migrations applied, in order (None: may not read them)
     missing_privileges: list[str]  # "table: PRIVILEGE" this user lacks
     can_create: bool  # may create tables in its schema (needed for pending migrations)
     failed: int  # queue items failed for good
     restore_mark: str | None = None  # a restored copy no daemon has served yet
+    # why this user has no schema to work in (its search_path names none it may use)
+    schema_problem: str | None = None
 
 
 #: what the daemon does to each table
 _PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def _pg_schema_problem(raw: Any) -> str | None:
+    """None when the search_path gives this user a schema (``current_schema()``);
+    else why not: a schema it names lacks USAGE for this user, or none exists."""
+    row = raw.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    if row is None or row[0] is not None:
+        return None
+    path = str(row[1])
+    for name in (n.strip().strip('"') for n in path.split(",")):
+        if not name or name == "$user":
+            continue
+        found = raw.execute(
+            "SELECT has_schema_privilege(current_user, oid, 'USAGE') FROM pg_namespace"
+            " WHERE nspname = %s",
+            [name],
+        ).fetchone()
+        if found is not None and not found[0]:
+            return f"this user may not use schema {name} (no USAGE privilege on it)"
+    return f"no schema of its search_path ({path}) exists"
 
 
 def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
@@ -170,13 +205,18 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
         raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
     try:
         version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
-        applied = pg_migrations.applied(raw)
+        problem = _pg_schema_problem(raw)
+        if problem is not None:  # every read below would look at nothing
+            return PgFacts(version, None, [], False, 0, None, problem)
         missing = []
         tables = [
             r[0]
             for r in raw.execute(
-                "SELECT table_name FROM information_schema.tables"
-                " WHERE table_schema = current_schema() ORDER BY table_name"
+                # pg_class, not information_schema: that one hides the tables this
+                # user has no privilege on, which are the ones to report
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
+                " ORDER BY c.relname"
             )
         ]
         for table in tables:
@@ -187,14 +227,18 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
                 ).fetchone()
                 if row is None or not row[0]:
                     missing.append(f"{table}: {priv}")
+        # a table this user may not read is reported above, not read (that would fail)
+        readable = {t for t in tables if f"{t}: SELECT" not in missing}
+        unreadable = "pa_bridge_migrations" in tables and "pa_bridge_migrations" not in readable
+        applied = None if unreadable else pg_migrations.applied(raw)
         row = raw.execute(
             "SELECT has_schema_privilege(current_user, current_schema(), 'CREATE')"
         ).fetchone()
         failed = 0
-        if "outbox" in tables:
+        if "outbox" in readable:
             failed = queue_table.count_failed(PgDatabase(raw))
         mark = None
-        if mark_key is not None and "meta" in tables:
+        if mark_key is not None and "meta" in readable:
             mark = meta.get(PgDatabase(raw), mark_key)
         return PgFacts(version, applied, missing, bool(row and row[0]), failed, mark)
     finally:

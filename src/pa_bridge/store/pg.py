@@ -282,9 +282,15 @@ class PgStore(Store):
         self._committed = False
         try:
             self._wconn = self._connect()
-            schema.apply(self._wconn)
         except psycopg.Error as e:
             raise StoreError(f"cannot open the database at {self.location}: {_why(e)}") from None
+        try:
+            schema.apply(self._wconn)
+        except psycopg.Error as e:
+            self._wconn.close()  # the daemon does not start: nothing else will close it
+            raise StoreError(
+                f"cannot open the database at {self.location}: {_why(e)}{_hint(e)}"
+            ) from None
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
         self.checkpoints = 0
@@ -577,6 +583,18 @@ def _why(e: BaseException) -> str:
     """The driver's message, first line, without anything the URL carried."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:300]
+
+
+def _hint(e: psycopg.Error) -> str:
+    """What store IT does about a start that failed on privileges (doctor says more)."""
+    if isinstance(e, psycopg.errors.InvalidSchemaName):  # no schema of the search_path
+        return (
+            " (this user may use no schema of its search_path: GRANT USAGE, CREATE ON SCHEMA"
+            " to it, or set the search_path in storage.url; `pa-bridge doctor` tells more)"
+        )
+    if isinstance(e, psycopg.errors.InsufficientPrivilege):
+        return " (`pa-bridge doctor` lists the privileges this user lacks)"
+    return ""
 
 
 # re-exported for web/errors.py, which must not import the driver itself

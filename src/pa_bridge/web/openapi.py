@@ -96,7 +96,17 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["status", "database", "queue_depth"],
         "properties": {
-            "status": {"enum": ["ok", "unavailable"]},
+            "status": {
+                "enum": ["ok", "degraded", "unavailable"],
+                "description": "degraded (200): it works, but `degraded` lists what needs"
+                " store IT; unavailable (503): a check is false",
+            },
+            "degraded": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "service_unreachable, service_credentials_refused,"
+                " queue_failed, queue_held_after_restore (docs/operations.md)",
+            },
             "database": {"type": "boolean"},
             "queue_depth": {"type": "integer", "minimum": 0},
             "queue_oldest_age_s": {"type": ["number", "null"]},
