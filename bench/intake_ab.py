@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ncpdp
 from bench._common import ROOT, Daemon, Sandbox, free_port, machine_facts, wait_healthy
-from bench.intake_bench import RELAY_APP, cpu_per_claim
+from bench.intake_bench import RELAY_APP, claim_body, cpu_per_claim
 from pa_bridge.client import form_encode, outcome_variables
 from pa_bridge.sandbox import SANDBOX_API_KEY
 from tests import builders as b
@@ -41,17 +41,7 @@ def main() -> None:
     for tree in trees:
         if not (tree / "src" / "pa_bridge").is_dir():
             raise SystemExit(f"{tree} has no src/pa_bridge")
-    req = b.request_bytes()
-    cases = {
-        "reject 75": {
-            "request": req.decode("latin-1"),
-            "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
-        },
-        "paid": {
-            "request": req.decode("latin-1"),
-            "response": b.response_bytes([b.PAID]).decode("latin-1"),
-        },
-    }
+    cases = {"reject 75": claim_body([b.REJECT_75]), "paid": claim_body([b.PAID])}
     env = [{"PYTHONPATH": os.pathsep.join([str(t / "src"), str(t)])} for t in trees]
     print(f"intake_ab: {machine_facts()}; A = {trees[0]}, B = {trees[1]}")
     with (
@@ -61,7 +51,7 @@ def main() -> None:
     ):
         form = form_encode(
             outcome_variables(
-                ncpdp.parse(req),
+                ncpdp.parse(b.request_bytes()),
                 ncpdp.parse(b.response_bytes([b.REJECT_75])),
                 api_key=SANDBOX_API_KEY,
             )

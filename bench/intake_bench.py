@@ -111,6 +111,16 @@ def _drained(url: str, timeout: float = 30.0) -> None:
     raise RuntimeError("the daemon's queue did not drain")
 
 
+def claim_body(response: list[str], **request: str) -> dict[str, str]:
+    """A synthetic claim's JSON body for ``POST /v1/claims``: the builders' request
+    (``request`` overrides its fields) and a response with ``response``'s reject codes
+    (``[b.PAID]``: paid)."""
+    return {
+        "request": b.request_bytes(**request).decode("latin-1"),
+        "response": b.response_bytes(response).decode("latin-1"),
+    }
+
+
 def cpu_per_claim(pid: int, url: str, body: dict[str, str], n: int, drain: str | None) -> float:
     """CPU milliseconds per claim used by ``pid`` and its children for ``n`` sequential
     claims POSTed to ``url`` (and, with ``drain``, the queue work they left)."""
@@ -169,18 +179,9 @@ def main() -> None:
     cost_only = "--cost-only" in sys.argv
     print(f"intake_bench: {machine_facts()}; {CLIENTS} concurrent clients")
     req = b.request_bytes()
-    paid = {
-        "request": req.decode("latin-1"),
-        "response": b.response_bytes([b.PAID]).decode("latin-1"),
-    }
-    r75 = {
-        "request": req.decode("latin-1"),
-        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
-    }
-    stall = {
-        "request": b.request_bytes(bin="999998").decode("latin-1"),
-        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
-    }
+    paid = claim_body([b.PAID])
+    r75 = claim_body([b.REJECT_75])
+    stall = claim_body([b.REJECT_75], bin="999998")
     with Sandbox() as sb, Daemon(config=sb.service_config()) as d:
         sandbox = sb.url
         form = form_encode(

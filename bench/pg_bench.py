@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from bench._common import Daemon, Sandbox, machine_facts, pct, run_clients, tree_cpu_s
-from bench.intake_bench import cpu_per_claim
+from bench.intake_bench import claim_body, cpu_per_claim
 from tests import builders as b
 from tests import pg_server
 
@@ -115,16 +115,9 @@ def main() -> None:
         print(f"skipped: {why}")
         return
     run = str(int(time.time()))
-    req = b.request_bytes()
     claims = {
-        "reject 75": {
-            "request": req.decode("latin-1"),
-            "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
-        },
-        "paid (report queued)": {
-            "request": req.decode("latin-1"),
-            "response": b.response_bytes([b.PAID]).decode("latin-1"),
-        },
+        "reject 75": claim_body([b.REJECT_75]),
+        "paid (report queued)": claim_body([b.PAID]),
     }
     lite_rounds: list[dict[str, float]] = []
     pg_rounds: list[dict[str, float]] = []
