@@ -717,6 +717,7 @@ def test_healthz_and_callbacks_answer_503_while_postgresql_refuses_and_recover(
             body = h.json()
             assert body["database"] is False and body["status"] == "unavailable"
             assert "connection" in body["database_error"] and secret not in h.text
+            assert body["queue_depth"] is None  # unknown while the queue cannot be read
             callback = {"request": {"id": "PGDOWN1", "workflow_status": "New"}}
             hook = f"{d.callback_server.url}/callbacks/pharmacy"
             r = httpx.post(hook, json=callback, timeout=20)  # not committed: not acknowledged

@@ -59,7 +59,9 @@ class Services:
     def health(self) -> dict[str, Any]:
         """The database and the queue, for ``/healthz``."""
         db_ok = True
-        depth, oldest = (0, None)
+        # unknown (null), not 0, while the queue cannot be read
+        depth: int | None = None
+        oldest: float | None = None
         try:
             depth, oldest = self.outbox.depth()
         except Exception:  # the daemon's own check names the problem

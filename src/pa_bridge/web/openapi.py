@@ -108,7 +108,7 @@ _SCHEMAS: dict[str, Any] = {
                 " queue_failed, queue_held_after_restore (docs/operations.md)",
             },
             "database": {"type": "boolean"},
-            "queue_depth": {"type": "integer", "minimum": 0},
+            "queue_depth": {"type": ["integer", "null"], "minimum": 0},
             "queue_oldest_age_s": {"type": ["number", "null"]},
             "scheduler": {"type": "boolean"},
             "writer": {"type": "boolean"},
