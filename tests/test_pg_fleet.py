@@ -241,10 +241,16 @@ def test_each_queue_item_is_delivered_by_one_daemon(fleet: list[PgStore]) -> Non
     fleet[0].write(lambda db: [queue_items.enqueue(db, "webhook", {"i": i}) for i in range(n)])
     delivered: list[int] = []
     lock = threading.Lock()
+    started = threading.Condition(lock)
+    drainers: set[int] = set()
 
     def deliver(payload: dict[str, Any]) -> None:
-        time.sleep(0.005)  # long enough for the daemons to reach for the same items
-        with lock:
+        with started:
+            # every daemon's first delivery waits until all are delivering (or a second
+            # has passed): the daemons reach for the same items at the same time
+            drainers.add(threading.get_ident())
+            started.notify_all()
+            started.wait_for(lambda: len(drainers) >= len(fleet), timeout=1.0)
             delivered.append(payload["i"])
 
     boxes = [Outbox(s, {"webhook": deliver}, QueueSettings(batch_size=n)) for s in fleet]
