@@ -301,11 +301,19 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
     except RestoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
-    click.echo(f"restored: {result.path} from the backup taken at {result.backup_taken_at}")
-    if result.moved_aside is not None:
-        click.echo(f"previous database: {result.moved_aside}")
+    _say_restored(
+        str(result.path), result.backup_taken_at, result.moved_aside, result.queued, "the"
+    )
+
+
+def _say_restored(what: str, taken_at: object, before: object, queued: int, daemon: str) -> None:
+    """What a restore did, the same lines for both engines (``daemon``: "the" daemon of
+    a SQLite file, "a" daemon of a PostgreSQL fleet)."""
+    click.echo(f"restored: {what} from the backup taken at {taken_at}")
+    if before is not None:
+        click.echo(f"previous database: {before}")
     click.echo(
-        f"held for review when the daemon starts: {result.queued} queue item(s); "
+        f"held for review when {daemon} daemon starts: {queued} queue item(s); "
         "list them with `pa-bridge queue list --status held`"
     )
 
@@ -324,10 +332,4 @@ def _restore_postgres(url: str, file: str, yes: bool) -> None:
     except PgToolError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
-    click.echo(f"restored: schema {result.schema} from the backup taken at {result.mark}")
-    if result.before is not None:
-        click.echo(f"previous database: {result.before}")
-    click.echo(
-        f"held for review when a daemon starts: {result.queued} queue item(s); "
-        "list them with `pa-bridge queue list --status held`"
-    )
+    _say_restored(f"schema {result.schema}", result.mark, result.before, result.queued, "a")

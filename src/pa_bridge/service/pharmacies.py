@@ -35,9 +35,14 @@ __all__ = [
 Scope = frozenset[str] | None
 
 
+def _pid(provider_id: str | None) -> str:
+    """A 201-B1 value as the config lists it: without the field's padding."""
+    return (provider_id or "").strip()
+
+
 def unknown_pharmacy(provider_id: str | None) -> BridgeError:
     """422: the claim's pharmacy is not one this deployment serves (nothing sent)."""
-    pid = (provider_id or "").strip()
+    pid = _pid(provider_id)
     return BridgeError(
         422,
         "unknown_pharmacy",
@@ -49,7 +54,7 @@ def unknown_pharmacy(provider_id: str | None) -> BridgeError:
 
 def not_allowed(provider_id: str | None) -> BridgeError:
     """403: the intake token is limited to other pharmacies."""
-    pid = (provider_id or "").strip()
+    pid = _pid(provider_id)
     return BridgeError(
         403,
         "pharmacy_not_allowed",
@@ -60,7 +65,7 @@ def not_allowed(provider_id: str | None) -> BridgeError:
 
 def check_scope(scope: Scope, provider_id: str | None) -> None:
     """Raise 403 when ``scope`` does not include ``provider_id``."""
-    if scope is not None and (provider_id or "").strip() not in scope:
+    if scope is not None and _pid(provider_id) not in scope:
         raise not_allowed(provider_id)
 
 
@@ -104,7 +109,7 @@ class Pharmacies:
         return list(self._by_id.values())
 
     def known(self, provider_id: str | None) -> bool:
-        return (provider_id or "").strip() in self._by_id
+        return _pid(provider_id) in self._by_id
 
     def credentials_for(self, provider_id: str | None) -> Credentials | None:
         """The credentials a claim from ``provider_id`` goes with: None for a single
@@ -112,13 +117,14 @@ class Pharmacies:
         from a store it does not list."""
         if not self._by_id:
             return None
-        found = self._by_id.get((provider_id or "").strip())
+        pid = _pid(provider_id)
+        found = self._by_id.get(pid)
         if found is None:
             # a provider id names a store, not a person: store IT needs it to act
             log_event(
                 "pharmacy.unknown",
                 level=logging.WARNING,
-                provider_id=(provider_id or "").strip(),
+                provider_id=pid,
                 configured=len(self._by_id),
             )
             raise unknown_pharmacy(provider_id)

@@ -218,38 +218,6 @@ class PgStore(Store):
     _Error = psycopg.Error
     _BEGIN = "BEGIN"
 
-    def defer(
-        self, fn: Callable[[Database], Any], then: Callable[[bool], None] | None = None
-    ) -> None:
-        """On PostgreSQL a deferred write is committed at once, in the background, as
-        before decision 0025: every daemon of the fleet reads what any of them wrote,
-        so a claim's answer must not wait a second to be seen by the daemon that
-        answers the dispensing system's next request. :meth:`flush` waits for it."""
-        future = self.submit(fn)
-        with self._state_lock:
-            self._in_background.add(future)
-
-        def settled(f: Future[Any]) -> None:
-            with self._state_lock:
-                self._in_background.discard(f)
-            ok = f.exception() is None
-            if not ok:
-                self.deferred_lost += 1
-            if then is not None:
-                then(ok)
-
-        future.add_done_callback(settled)
-
-    def flush(self, timeout: float | None = 10.0) -> bool:
-        """Wait for the deferred writes still committing (this daemon's; another
-        daemon's reader sees them once they are committed, a few milliseconds on)."""
-        with self._state_lock:
-            waiting = list(self._in_background)
-        if not waiting:
-            return True
-        done, _ = futures_wait(waiting, timeout=timeout)
-        return len(done) == len(waiting) and all(f.exception() is None for f in done)
-
     def __init__(
         self,
         url: str,
@@ -451,6 +419,38 @@ class PgStore(Store):
         return seq
 
     # ---- reading -------------------------------------------------------------------------
+    def defer(
+        self, fn: Callable[[Database], Any], then: Callable[[bool], None] | None = None
+    ) -> None:
+        """On PostgreSQL a deferred write is committed at once, in the background, as
+        before decision 0025: every daemon of the fleet reads what any of them wrote,
+        so a claim's answer must not wait a second to be seen by the daemon that
+        answers the dispensing system's next request. :meth:`flush` waits for it."""
+        future = self.submit(fn)
+        with self._state_lock:
+            self._in_background.add(future)
+
+        def settled(f: Future[Any]) -> None:
+            with self._state_lock:
+                self._in_background.discard(f)
+            ok = f.exception() is None
+            if not ok:
+                self.deferred_lost += 1
+            if then is not None:
+                then(ok)
+
+        future.add_done_callback(settled)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait for the deferred writes still committing (this daemon's; another
+        daemon's reader sees them once they are committed, a few milliseconds on)."""
+        with self._state_lock:
+            waiting = list(self._in_background)
+        if not waiting:
+            return True
+        done, _ = futures_wait(waiting, timeout=timeout)
+        return len(done) == len(waiting) and all(f.exception() is None for f in done)
+
     def reader(self) -> PgReader:
         """Reads, each statement on a connection borrowed from the pool (or on the one
         this thread holds for a lock or a snapshot)."""
