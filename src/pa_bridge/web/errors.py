@@ -1,11 +1,16 @@
-"""Every error body is ``{"error": {"code", "message", "detail"}}``."""
+"""Every error body is ``{"error": {"code", "message", "detail"}}``.
+
+:func:`error_body` makes its bytes and :func:`failure` says what an exception from a
+use case answers, for Flask's error handlers and for ``ClaimRoute`` (decision 0028).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
-from flask import Flask, Response, current_app, jsonify
+from flask import Flask, Response, current_app
 from werkzeug.exceptions import HTTPException
 
 from ..logs import log_event
@@ -13,21 +18,48 @@ from ..service.bodies import Error, ErrorInfo
 from ..service.errors import BridgeError
 from ..store import DatabaseError, PgError, StoreError
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["error_body", "error_response", "failure", "install_error_handlers"]
+
+#: (status, code, message, detail) of an error answer
+Failure = tuple[int, str, str, Any]
+
+
+def error_body(status: int, code: str, message: str, detail: Any = None) -> bytes:
+    """The bytes of an error answer: compact JSON, ASCII only, and a newline (what
+    Flask's ``jsonify`` has always sent here)."""
+    body = Error(error=ErrorInfo(code=code, message=message, detail=detail)).model_dump()
+    return (json.dumps(body, separators=(",", ":"), default=str) + "\n").encode()
 
 
 def error_response(
     status: int, code: str, message: str, detail: Any = None
 ) -> tuple[Response, int]:
-    body = Error(error=ErrorInfo(code=code, message=message, detail=detail))
-    return jsonify(body.model_dump()), status
+    return Response(error_body(status, code, message, detail), mimetype="application/json"), status
+
+
+def failure(e: Exception) -> Failure:
+    """What an exception raised by a use case answers (and logs, when it is ours to
+    log): a :class:`BridgeError` its own status, the database 503, anything else 500."""
+    if isinstance(e, BridgeError):
+        return e.status, e.code, e.message, e.detail
+    if isinstance(e, StoreError | DatabaseError | PgError):
+        # SQLite's and the store's messages name the problem ("disk I/O error",
+        # "database is locked") and never carry row values
+        log_event(
+            "database.error", level=logging.ERROR, error=str(e)[:300], error_type=type(e).__name__
+        )
+        return (
+            503,
+            "database_unavailable",
+            "pa-bridge cannot use its database right now; nothing was stored. Send it again "
+            "in a moment; store IT: see /healthz and the log",
+            None,
+        )
+    log_event("http.unexpected_error", level=logging.ERROR, error=type(e).__name__)
+    return 500, "internal_error", "pa-bridge hit an unexpected error; it was logged", None
 
 
 def install_error_handlers(app: Flask) -> None:
-    @app.errorhandler(BridgeError)
-    def _bridge(e: BridgeError) -> tuple[Response, int]:
-        return error_response(e.status, e.code, e.message, e.detail)
-
     @app.errorhandler(HTTPException)
     def _http(e: HTTPException) -> tuple[Response, int]:
         status = e.code or 500
@@ -53,25 +85,10 @@ def install_error_handlers(app: Flask) -> None:
                     resp.headers["Allow"] = value
         return resp, status
 
+    @app.errorhandler(BridgeError)
     @app.errorhandler(StoreError)
     @app.errorhandler(DatabaseError)
     @app.errorhandler(PgError)
-    def _database(e: Exception) -> tuple[Response, int]:
-        # SQLite's and the store's messages name the problem ("disk I/O error",
-        # "database is locked") and never carry row values
-        log_event(
-            "database.error", level=logging.ERROR, error=str(e)[:300], error_type=type(e).__name__
-        )
-        return error_response(
-            503,
-            "database_unavailable",
-            "pa-bridge cannot use its database right now; nothing was stored. Send it again "
-            "in a moment; store IT: see /healthz and the log",
-        )
-
     @app.errorhandler(Exception)
-    def _unexpected(e: Exception) -> tuple[Response, int]:
-        log_event("http.unexpected_error", level=logging.ERROR, error=type(e).__name__)
-        return error_response(
-            500, "internal_error", "pa-bridge hit an unexpected error; it was logged"
-        )
+    def _failure(e: Exception) -> tuple[Response, int]:
+        return error_response(*failure(e))

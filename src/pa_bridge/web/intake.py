@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import socket
 from typing import Any
 
@@ -12,11 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
-from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..service import BridgeError, Services, idempotency
 from ..service.bodies import ClaimAnswer, dump
 from ..service.pharmacies import Scope
-from . import console, openapi
+from . import checks, claim_route, console, openapi
 from .errors import error_response, install_error_handlers
 
 __all__ = ["create_intake_app"]
@@ -31,74 +28,25 @@ def _services() -> Services:
 
 def _json_body() -> dict[str, Any]:
     raw = request.get_data()  # enforces MAX_CONTENT_LENGTH (413) before JSON parsing
-    if not request.is_json:
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
-    try:
-        body = loads_bounded(raw)
-    except TooDeep:
-        raise BridgeError(
-            400, "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
-        ) from None
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
-    return body
+    return checks.json_object(raw, (request.mimetype or "").lower())
 
 
 _UNGUARDED = ("/healthz", "/metrics")  # no PHI, and monitors may use any name
-_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
-
-
-def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
-    """DNS rebinding: a page on a name the attacker controls, resolved to this box,
-    sends that name in ``Host``. IP literals and ``localhost`` are fine (the browser
-    went to the address itself); other names must be configured."""
-    name = host.strip().lower()
-    if name.startswith("["):  # [::1]:8470
-        return True
-    name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
-    if name in allowed or name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 @bp.before_app_request
 def _guard_origin() -> tuple[Response, int] | None:
-    """Cross-site requests and foreign host names (issue 19, decision 0012): a page
-    on another origin may not change anything here, and a rebound name may not read."""
+    """The Host and Origin guard (:func:`checks.guard`) for every path but health
+    and metrics."""
     if request.path in _UNGUARDED:
         return None
-    allowed: frozenset[str] = current_app.config["PA_BRIDGE_ALLOWED_HOSTS"]
-    if not _host_allowed(request.host, allowed):
-        return error_response(
-            403,
-            "forbidden_host",
-            "this server answers only to its address, localhost, or a name in intake.allowed_hosts",
-        )
-    if request.method in _SAFE_METHODS:
-        return None
-    site = request.headers.get("Sec-Fetch-Site")
-    origin = request.headers.get("Origin")
-    if (site is not None and site not in ("same-origin", "none")) or (
-        origin is not None and origin != f"{request.scheme}://{request.host}"
-    ):
-        return error_response(
-            403, "cross_origin", "a page from another site may not send requests here"
-        )
-    length = request.content_length or 0
-    if length > (current_app.config.get("MAX_CONTENT_LENGTH") or length):
-        return None  # 413 comes first, whatever the type
-    ctype = (request.mimetype or "").lower()
-    if ctype in _FORM_TYPES or (request.content_length and ctype != "application/json"):
-        return error_response(
-            415, "unsupported_media_type", "send the body as JSON (Content-Type: application/json)"
-        )
+    refused = checks.guard(
+        request.environ,
+        current_app.config["PA_BRIDGE_ALLOWED_HOSTS"],
+        current_app.config.get("MAX_CONTENT_LENGTH"),
+    )
+    if refused is not None:
+        return error_response(refused.status, refused.code, refused.message)
     return None
 
 
@@ -110,31 +58,22 @@ def scope() -> Scope:
 
 @bp.before_app_request
 def _authenticate() -> tuple[Response, int] | None:
-    tokens: list[str] = current_app.config["PA_BRIDGE_TOKENS"]
-    scoped: list[tuple[str, frozenset[str]]] = current_app.config["PA_BRIDGE_SCOPED_TOKENS"]
     g.actor = request.remote_addr or "unknown"
     g.scope = None
-    if (
-        not (tokens or scoped)
-        or request.path in ("/healthz", "/metrics")
-        or console.is_public_path(request.path)
-    ):
+    if request.path in _UNGUARDED or console.is_public_path(request.path):
         return None
-    header = request.headers.get("Authorization", "")
-    scheme, _, presented = header.partition(" ")
-    if scheme.lower() == "bearer" and presented:
-        for i, t in enumerate(tokens):
-            if hmac.compare_digest(presented.encode(), t.encode()):
-                g.actor = f"token#{i + 1}@{request.remote_addr}"
-                return None
-        for i, (t, pharmacies) in enumerate(scoped):
-            if hmac.compare_digest(presented.encode(), t.encode()):
-                g.actor = f"token#scoped-{i + 1}@{request.remote_addr}"
-                g.scope = pharmacies
-                return None
+    who = checks.identify(request.environ, _tokens(current_app))
+    if who is not None:
+        g.actor, g.scope = who
+        return None
     resp, status = error_response(401, "unauthorized", "a valid intake token is required")
     resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
     return resp, status
+
+
+def _tokens(app: Flask) -> checks.Tokens:
+    tokens: checks.Tokens = app.extensions["pa_bridge.tokens"]
+    return tokens
 
 
 def _idempotency_key() -> str | None:
@@ -146,9 +85,11 @@ def _idempotency_key() -> str | None:
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
     if isinstance(model, ClaimAnswer):  # its JSON is made once, for the store too
-        resp = Response(model.json_text() + "\n", mimetype="application/json")
-    else:
-        resp = jsonify(dump(model))
+        data, extra = claim_route.claim_answer(model)
+        resp = Response(data, mimetype="application/json")
+        resp.headers.extend(extra)
+        return resp, status
+    resp = jsonify(dump(model))
     if isinstance(model, idempotency.Replayed):
         resp.headers["Idempotent-Replayed"] = "true"
     return resp, status
@@ -267,8 +208,13 @@ def create_intake_app(
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["pa_bridge"] = services
+    app.extensions["pa_bridge.tokens"] = checks.Tokens.of(list(tokens), list(scoped_tokens or ()))
     app.register_blueprint(bp)
     app.register_blueprint(console.bp)
     app.register_blueprint(openapi.bp)
     install_error_handlers(app)
+    # POST /v1/claims, the one hot path, is served before Flask (decision 0028)
+    app.wsgi_app = claim_route.ClaimRoute(  # type: ignore[method-assign]
+        app, app.wsgi_app, hooks=(_guard_origin, _authenticate)
+    )
     return app

@@ -1,0 +1,165 @@
+"""What every request to the intake listener must pass, read from the WSGI environ:
+the Host and Origin guard (decision 0012), the intake token, the JSON body.
+
+One copy, used by the Flask hooks in :mod:`.intake` and by :class:`.claim_route.ClaimRoute`,
+which serves ``POST /v1/claims`` without Flask (decision 0028): the two cannot drift.
+Each function reads the environ exactly as werkzeug's ``Request`` reads it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from werkzeug.http import parse_options_header
+from werkzeug.wsgi import get_content_length, get_host
+
+from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
+from ..service import BridgeError
+from ..service.pharmacies import Scope
+
+__all__ = [
+    "Refusal",
+    "Tokens",
+    "guard",
+    "host_allowed",
+    "identify",
+    "is_json",
+    "json_object",
+    "mimetype",
+]
+
+Environ = dict[str, Any]
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An error answer a check gives: ``{"error": {"code", "message"}}`` with ``status``."""
+
+    status: int
+    code: str
+    message: str
+
+
+FORBIDDEN_HOST = Refusal(
+    403,
+    "forbidden_host",
+    "this server answers only to its address, localhost, or a name in intake.allowed_hosts",
+)
+CROSS_ORIGIN = Refusal(403, "cross_origin", "a page from another site may not send requests here")
+NOT_JSON = Refusal(
+    415, "unsupported_media_type", "send the body as JSON (Content-Type: application/json)"
+)
+
+
+def host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    """DNS rebinding: a page on a name the attacker controls, resolved to this box,
+    sends that name in ``Host``. IP literals and ``localhost`` are fine (the browser
+    went to the address itself); other names must be configured."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:8470
+        return True
+    name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    if name in allowed or name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def mimetype(environ: Environ) -> str:
+    """``request.mimetype``: the Content-Type without parameters, lower case."""
+    return parse_options_header(environ.get("CONTENT_TYPE", ""))[0].lower()
+
+
+def is_json(ctype: str) -> bool:
+    """``request.is_json`` for a :func:`mimetype`."""
+    return ctype == "application/json" or (
+        ctype.startswith("application/") and ctype.endswith("+json")
+    )
+
+
+def guard(environ: Environ, allowed: frozenset[str], max_body: int | None) -> Refusal | None:
+    """Cross-site requests and foreign host names (issue 19, decision 0012): a page on
+    another origin may not change anything here, and a rebound name may not read. A
+    body over ``max_body`` passes (its 413 comes first, whatever its type). Which
+    paths are exempt is the caller's business."""
+    host = get_host(environ)
+    if not host_allowed(host, allowed):
+        return FORBIDDEN_HOST
+    if environ.get("REQUEST_METHOD", "GET").upper() in SAFE_METHODS:
+        return None
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    origin = environ.get("HTTP_ORIGIN")
+    if (site is not None and site not in ("same-origin", "none")) or (
+        origin is not None and origin != f"{environ['wsgi.url_scheme']}://{host}"
+    ):
+        return CROSS_ORIGIN
+    length = get_content_length(environ)
+    n = length or 0
+    if n > (max_body or n):
+        return None
+    ctype = mimetype(environ)
+    if ctype in _FORM_TYPES or (length and ctype != "application/json"):
+        return NOT_JSON
+    return None
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The intake tokens: ``everyone``'s act for every pharmacy, each ``scoped`` one
+    for its provider ids only. None at all: no token is asked for."""
+
+    everyone: tuple[bytes, ...] = ()
+    scoped: tuple[tuple[bytes, frozenset[str]], ...] = ()
+
+    @classmethod
+    def of(cls, everyone: list[str], scoped: list[tuple[str, frozenset[str]]]) -> Tokens:
+        return cls(tuple(t.encode() for t in everyone), tuple((t.encode(), p) for t, p in scoped))
+
+    @property
+    def required(self) -> bool:
+        return bool(self.everyone or self.scoped)
+
+
+def identify(environ: Environ, tokens: Tokens) -> tuple[str, Scope] | None:
+    """Who sends this request (the actor written in the audit trail) and the
+    pharmacies it may act for; None when a token is required and this one is not
+    valid (401)."""
+    remote = environ.get("REMOTE_ADDR")
+    if not tokens.required:
+        return remote or "unknown", None
+    scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() == "bearer" and presented:
+        raw = presented.encode()
+        for i, t in enumerate(tokens.everyone):
+            if hmac.compare_digest(raw, t):
+                return f"token#{i + 1}@{remote}", None
+        for i, (t, pharmacies) in enumerate(tokens.scoped):
+            if hmac.compare_digest(raw, t):
+                return f"token#scoped-{i + 1}@{remote}", pharmacies
+    return None
+
+
+def json_object(raw: bytes, ctype: str) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 ``invalid_body``."""
+    if not is_json(ctype):
+        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+    try:
+        body = loads_bounded(raw)
+    except TooDeep:
+        raise BridgeError(
+            400, "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
+        ) from None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+    return body
