@@ -152,7 +152,7 @@ def test_other_methods_and_paths_reach_flask(app: Any) -> None:
 
 def test_an_answer_and_its_replay_match_flasks(app: Any) -> None:
     key = str(uuid.uuid4())
-    kw = {
+    kw: dict[str, Any] = {
         "data": JSON,
         "content_type": "application/json",
         "headers": {**AUTH, "Idempotency-Key": key},
