@@ -4,13 +4,16 @@ misbehaving fake server for every fault drill. Real HTTP on 127.0.0.1 only."""
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import logging
 import select
+import socket
 import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -47,6 +50,7 @@ from pa_bridge.client import (
     outcome_variables,
     patient_age,
 )
+from pa_bridge.client._outcomes_http import OutcomesConnection, OutcomesHttp
 from pa_bridge.sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SandboxConfig, SandboxServer
 
 from .builders import (
@@ -697,6 +701,109 @@ def test_client_repr_hides_secrets(tmp_path: Path) -> None:
 @given(st.dictionaries(st.text(max_size=12), st.text(max_size=30), max_size=8))
 def test_form_encode_is_urlencode_byte_for_byte(form: dict[str, str]) -> None:
     assert form_encode(form) == urlencode(form).encode()
+
+
+# An answer and how http.client read it; the outcomes connections read it with httptools
+# (decision 0028). Where llhttp is stricter, the answer is refused: the fallback message.
+ANSWERS: dict[str, bytes] = {
+    "json": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    "continue, chunked": b"HTTP/1.1 100 Continue\r\nX-A: 1\r\n\r\nHTTP/1.1 200 OK\r\n"
+    b"Transfer-Encoding: Chunked\r\ncontent-type: text/plain; charset=utf-8\r\n\r\n"
+    b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    "close": b"HTTP/1.1 503 Busy\r\nConnection: close\r\nContent-Length: 2\r\n\r\nno",
+    "until the end": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",
+    "1.0": b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+    "1.0 keep-alive": b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 3\r\n\r\nabc",
+    "204": b"HTTP/1.1 204 No Content\r\nServer: x\r\n\r\n",
+    "two types": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Type: a/b\r\n"
+    b"Content-Length: 1\r\n\r\nx",
+    "empty body": b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    "nothing": b"",
+    "cut in the body": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
+    "too many headers": b"HTTP/1.1 200 OK\r\n" + b"X-Many: 1\r\n" * 101 + b"\r\n",
+    "too long a header": b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n",
+    "not http": b"SSH-2.0-OpenSSH_9.2\r\n",
+}
+STRICTER = {  # http.client read these; llhttp refuses them
+    "bare newlines": b"HTTP/1.1 200 OK\nContent-Length: 3\n\nabc",
+    "bad length": b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\nbody",
+    "two lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 7\r\n\r\nbody",
+    "length and chunked": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\n",
+}
+
+
+def _over_a_socket(raw: bytes, read: Any) -> tuple[object, ...]:
+    ours, theirs = socket.socketpair()  # a real socket, as the outcomes call reads
+    with ours, theirs:
+        theirs.sendall(raw)
+        theirs.shutdown(socket.SHUT_WR)
+        try:
+            return tuple(read(ours))
+        except (OSError, http.client.HTTPException) as e:
+            return ("failed", isinstance(e, OSError | http.client.HTTPException))
+
+
+def _stdlib(sock: socket.socket) -> tuple[object, ...]:
+    """What the outcomes connections took from http.client (the code before 0028)."""
+    resp = http.client.HTTPResponse(sock, method="POST")
+    resp.begin()
+    body = resp.read()
+    keep = resp.isclosed() and not resp.will_close
+    return resp.status, resp.getheader("Content-Type") or "", body, keep
+
+
+def _ours(sock: socket.socket) -> tuple[object, ...]:
+    pool = OutcomesHttp("http://127.0.0.1:9/outcomes", ssl_context=None, headers={})
+    conn = OutcomesConnection()
+    conn.sock = sock.dup()
+    status, ctype, body = pool.receive(conn, time.monotonic() + 5, limit=1 << 20)
+    kept = conn in pool._idle
+    pool.close()
+    return status, ctype, body, kept
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+def test_outcomes_answers_are_read_as_http_client_read_them(case: str) -> None:
+    assert _over_a_socket(ANSWERS[case], _ours) == _over_a_socket(ANSWERS[case], _stdlib)
+
+
+@pytest.mark.parametrize("case", sorted(STRICTER))
+def test_an_answer_http_client_took_with_doubtful_framing_is_refused(case: str) -> None:
+    assert _over_a_socket(STRICTER[case], _stdlib)[0] == 200
+    assert _over_a_socket(STRICTER[case], _ours) == ("failed", True)
+
+
+def _bytes_sent(send: Any) -> bytes:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        send(ours)
+        return theirs.recv(65536)
+
+
+def test_the_request_goes_out_as_http_client_sent_it() -> None:
+    """The outcomes POST, byte for byte what ``http.client`` sent before decision 0028."""
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "User-Agent": "pa-bridge"}
+    for url in ("http://pa.test:8080/outcomes.json?x=1", "https://pa.test/o", "http://[::1]:81/"):
+        parts = urlsplit(url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        kind = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        stdlib = kind(parts.hostname or "", parts.port)
+
+        def theirs(sock: socket.socket, stdlib: Any = stdlib, path: str = path) -> None:
+            stdlib.sock = sock
+            stdlib.request("POST", path, body=b"a=1&b=2", headers=headers)
+
+        def ours(sock: socket.socket, url: str = url) -> None:
+            pool = OutcomesHttp(url, ssl_context=None, headers=headers)
+            conn = OutcomesConnection()
+            conn.sock = sock.dup()  # plain: the bytes TLS would carry
+            pool.send(conn, b"a=1&b=2", time.monotonic() + 5)
+            conn.close()
+
+        assert _bytes_sent(ours) == _bytes_sent(theirs), url
 
 
 def test_outcomes_keep_one_connection_alive(client: PaServiceClient) -> None:

@@ -8,8 +8,8 @@ timeout set to the remaining budget and checks a monotonic deadline between chun
 and a caller that gives up shuts the worker's socket, so an abandoned worker stops at
 once. See docs/decisions/0002-outcomes-deadline.md.
 
-The bytes go through kept-alive ``http.client`` connections (:mod:`._outcomes_http`,
-docs/decisions/0007-outcomes-http-path.md), or through httpx when a proxy applies.
+The bytes go through kept-alive connections read by httptools (:mod:`._outcomes_http`,
+decisions 0007 and 0028), or through httpx when a proxy applies.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import httpx
 from ..logs import log_event
 from ._answers import BadOutcome, OutcomeResult, read_outcome
 from ._outcomes_http import Deadline as FastDeadline
-from ._outcomes_http import OutcomesHttp, TooLarge, direct_route
+from ._outcomes_http import OutcomesConnection, OutcomesHttp, TooLarge, direct_route
 from ._tls import is_tls_failure
 
 __all__ = ["FORM_HEADERS", "OutcomesCall", "OutcomesTransport", "form_encode"]
@@ -77,7 +77,7 @@ class OutcomesCall:
         self.in_use: list[Any] = []
         self.future: concurrent.futures.Future[tuple[str, str]] | None = None
         #: (transport, connection) when the request went out on the caller's thread
-        self.inline: tuple[OutcomesTransport, http.client.HTTPConnection] | None = None
+        self.inline: tuple[OutcomesTransport, OutcomesConnection] | None = None
         self._fallback = fallback_message
         self._budget_ms = budget_ms
         self._result: OutcomeResult | None = None
@@ -135,8 +135,8 @@ class OutcomesCall:
 
 
 class OutcomesTransport:
-    """POST an outcomes form to one URL: the fast path (kept-alive ``http.client``
-    connections) when no proxy applies, httpx otherwise. Runs on the call's worker."""
+    """POST an outcomes form to one URL: the fast path (kept-alive connections,
+    :mod:`._outcomes_http`) when no proxy applies, httpx otherwise. Runs on the call's worker."""
 
     def __init__(
         self,
@@ -179,9 +179,7 @@ class OutcomesTransport:
             raise BadOutcome(f"http_status: HTTP {status}")
         return read_outcome(content_type, body)
 
-    def start_inline(
-        self, form: dict[str, str], deadline: float
-    ) -> http.client.HTTPConnection | None:
+    def start_inline(self, form: dict[str, str], deadline: float) -> OutcomesConnection | None:
         """Send the form now, on the caller's thread, over a kept-alive connection, and
         return that connection for :meth:`finish_inline`; None when there is no idle
         connection (or it failed): the caller then hands the call to a worker.
@@ -202,7 +200,7 @@ class OutcomesTransport:
             return None  # closed by send(); a worker starts afresh
         return conn
 
-    def finish_inline(self, conn: http.client.HTTPConnection, deadline: float) -> tuple[str, str]:
+    def finish_inline(self, conn: OutcomesConnection, deadline: float) -> tuple[str, str]:
         """(button_label, message) of a call :meth:`start_inline` sent. An answer that
         is already here is read even when the caller comes back after the deadline
         (as a worker's finished answer would be); otherwise each read waits for the

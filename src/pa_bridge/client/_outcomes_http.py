@@ -1,21 +1,27 @@
-"""The outcomes call's HTTP path: kept-alive stdlib ``http.client`` connections.
+"""The outcomes call's HTTP path: kept-alive connections of our own, the answer read
+by httptools (llhttp, the parser uvicorn serves the daemon's listeners with).
 
-Every 70/75/76 claim waits on one outcomes call, so its CPU cost is a claim's cost.
-Measured on the project's 2-vCPU machine against the sandbox, one small form POST
-costs about 0.28 ms of CPU through ``http.client`` and 0.97 ms through
-``httpx.Client.post`` (see docs/decisions/0007-outcomes-http-path.md). The claim
-and dashboard interfaces, which are rare and not latency bound, stay on httpx.
+Every 70/75/76 claim waits on one outcomes call, and every paid claim's report is
+one more, so its CPU cost is a claim's cost. One small form POST cost about 0.97 ms
+of CPU through ``httpx.Client.post`` and 0.28 ms through ``http.client``
+(decision 0007); of ``http.client``'s, the ``email`` package reading the header block
+was the largest part (py-spy, issue 15). Here the request is written in one
+``sendall`` (the same head ``http.client`` sends) and the answer fed to
+``httptools.HttpResponseParser``: status, headers, ``Content-Length``, chunked, an
+interim 1xx, a body that ends when the connection does, and keep-alive by version and
+``Connection``, each by llhttp's rules. Decision 0028. The claim and dashboard
+interfaces, rare and not latency bound, stay on httpx.
 
 This module only moves bytes: the caller (``PaServiceClient.outcomes``) owns the
 deadline, the answer's meaning and the fallback. Each blocking step gets the time
 left as its socket timeout, and :meth:`OutcomesHttp.abort` lets a caller that gave up
-at its deadline shut the socket under a worker still reading a trickle.
+at its deadline shut the socket under a worker still reading a trickle. Failures are
+``OSError`` (timeouts included) or ``http.client``'s exception classes, as before.
 """
 
 from __future__ import annotations
 
 import http.client
-import os
 import select
 import socket
 import ssl
@@ -24,9 +30,13 @@ import time
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-__all__ = ["OutcomesHttp", "Deadline", "TooLarge", "direct_route"]
+import httptools
 
-_CHUNK = 16 * 1024
+__all__ = ["OutcomesConnection", "OutcomesHttp", "Deadline", "TooLarge", "direct_route"]
+
+_CHUNK = 64 * 1024
+MAX_HEAD_BYTES = 64 * 1024  # the status line and header block of one answer
+MAX_HEADERS = 100  # http.client's limit
 
 
 class Deadline(Exception):
@@ -49,6 +59,20 @@ def direct_route(url: str) -> bool:
     return bool(proxy_bypass(parts.hostname))
 
 
+class OutcomesConnection:
+    """One connection to the outcomes interface: its socket once connected."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+
 class OutcomesHttp:
     """POST a body to one URL over a small LIFO pool of kept-alive connections."""
 
@@ -57,21 +81,16 @@ class OutcomesHttp:
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
-        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._ctx = ssl_context
-        self._headers = headers
-        self._idle: list[http.client.HTTPConnection] = []
+        if self._https and self._ctx is None:
+            self._ctx = ssl.create_default_context()
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._head = _request_head(target, self._host, self._port, self._https, headers)
+        self._idle: list[OutcomesConnection] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def _new(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=timeout, context=self._ctx
-            )
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-
-    def _take(self) -> http.client.HTTPConnection | None:
+    def _take(self) -> OutcomesConnection | None:
         while True:
             with self._lock:
                 if not self._idle:
@@ -81,83 +100,81 @@ class OutcomesHttp:
             # An idle connection the server closed (or wrote to) is readable: drop it.
             if sock is not None and not _readable(sock):
                 return conn
-            _close(conn, sock)
+            conn.close()
 
-    def _give(self, conn: http.client.HTTPConnection) -> None:
+    def _give(self, conn: OutcomesConnection) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < 32:
                 self._idle.append(conn)
                 return
         conn.close()
 
-    def take_idle(self) -> http.client.HTTPConnection | None:
+    def take_idle(self) -> OutcomesConnection | None:
         """A kept-alive connection that is still open, or None."""
         return self._take()
 
     def post(
-        self, body: bytes, deadline: float, *, limit: int, started: list[http.client.HTTPConnection]
+        self, body: bytes, deadline: float, *, limit: int, started: list[OutcomesConnection]
     ) -> tuple[int, str, bytes]:
         """(status, content type, body). ``started`` receives the connection in use, so
         that :meth:`abort` can reach it from another thread."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline - time.monotonic() <= 0:
             raise Deadline("budget spent before the call started")
-        conn = self._take() or self._new(remaining)
+        conn = self._take() or OutcomesConnection()
         started.append(conn)
         self.send(conn, body, deadline)
         return self.receive(conn, deadline, limit=limit)
 
-    def send(self, conn: http.client.HTTPConnection, body: bytes, deadline: float) -> None:
+    def send(self, conn: OutcomesConnection, body: bytes, deadline: float) -> None:
         """Send the request on ``conn`` (connecting it first when new); on failure the
         connection is closed."""
-        sock = conn.sock
         try:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise Deadline("budget spent before the call started")
-            if sock is not None:
-                sock.settimeout(remaining)
+            sock = conn.sock
+            if sock is None:
+                sock = conn.sock = self._connect(remaining)
             else:
-                conn.timeout = remaining
-            conn.request("POST", self._target, body=body, headers=self._headers)
+                sock.settimeout(remaining)
+            head, rest = self._head
+            sock.sendall(b"%s%d\r\n%s%s" % (head, len(body), rest, body))
         except BaseException:
-            _close(conn, conn.sock or sock)
+            conn.close()
             raise
 
+    def _connect(self, timeout: float) -> socket.socket:
+        sock = socket.create_connection((self._host, self._port), timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ctx is not None:
+                return self._ctx.wrap_socket(sock, server_hostname=self._host)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     def receive(
-        self, conn: http.client.HTTPConnection, deadline: float, *, limit: int
+        self, conn: OutcomesConnection, deadline: float, *, limit: int
     ) -> tuple[int, str, bytes]:
         """(status, content type, body) of the answer to what :meth:`send` sent; the
         connection goes back to the pool when it can be used again, else is closed."""
         ok = False
-        sock = conn.sock
         try:
-            _set_timeout(conn, deadline)
-            resp = conn.getresponse()
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                _set_timeout(conn, deadline)
-                if resp.length == 0:  # read1 leaves a complete body "open": finish it
-                    resp.read()
-                    break
-                chunk = resp.read1(_CHUNK)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge("answer too large")
-                chunks.append(chunk)
-            ok = resp.isclosed() and not resp.will_close
-            return resp.status, resp.getheader("Content-Type") or "", b"".join(chunks)
+            sock = conn.sock
+            if sock is None:
+                raise http.client.RemoteDisconnected("the connection is closed")
+            answer = _read_answer(sock, deadline, limit)
+            ok = answer.keep_alive
+            return answer.status, answer.content_type, b"".join(answer.body)
         finally:
             if ok and time.monotonic() < deadline:
                 self._give(conn)
             else:
-                _close(conn, sock)
+                conn.close()
 
     @staticmethod
-    def abort(started: list[http.client.HTTPConnection]) -> None:
+    def abort(started: list[OutcomesConnection]) -> None:
         """Shut the socket of a call that its caller gave up on (from any thread)."""
         for conn in started:
             sock = conn.sock
@@ -172,17 +189,146 @@ class OutcomesHttp:
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            _close(conn, conn.sock)
+            conn.close()
 
 
-def _close(conn: http.client.HTTPConnection, sock: socket.socket | None) -> None:
-    """Close the connection and its socket. When ``getresponse`` fails inside the
-    response's first read, http.client closes the socket object but the half-made
-    response still holds a file on it, which keeps the descriptor open until garbage
-    collection: free the descriptor now."""
-    conn.close()
-    if sock is not None and sock.fileno() != -1:
-        os.close(sock.detach())
+def _request_head(
+    target: str, host: str, port: int, https: bool, headers: dict[str, str]
+) -> tuple[bytes, bytes]:
+    """What ``http.client`` sends before a POST body, in two parts around the length's
+    digits: the request line, ``Host`` (bracketed for IPv6, with the port unless it is
+    the scheme's), ``Accept-Encoding: identity`` and ``Content-Length: ``; then the
+    caller's headers and the blank line."""
+    try:
+        name = host.encode("ascii")
+    except UnicodeEncodeError:
+        name = host.encode("idna")
+    if b":" in name:
+        name = b"[" + name + b"]"
+    if port != (443 if https else 80):
+        name += b":%d" % port
+    head = b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept-Encoding: identity\r\nContent-Length: " % (
+        target.encode("ascii"),
+        name,
+    )
+    rest = b"".join(
+        k.encode("latin-1") + b": " + v.encode("latin-1") + b"\r\n"
+        for k, v in headers.items()
+        if k.lower() != "content-length"
+    )
+    return head, rest + b"\r\n"
+
+
+class _Answer:
+    """httptools' callbacks for one answer (an interim 1xx answer is read past)."""
+
+    __slots__ = (
+        "body",
+        "content_type",
+        "done",
+        "fault",
+        "framed",
+        "head_done",
+        "headers",
+        "keep_alive",
+        "limit",
+        "parser",
+        "size",
+        "status",
+    )
+
+    def __init__(self, limit: int) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.limit = limit
+        self.status = 0
+        self.content_type = ""
+        self.headers = 0
+        self.framed = False  # Content-Length or chunked: the body's end is known
+        self.head_done = False
+        self.body: list[bytes] = []
+        self.size = 0
+        self.done = False
+        self.keep_alive = False
+        self.fault: Exception | None = None
+
+    def on_message_begin(self) -> None:
+        if self.done:  # bytes after the answer: this connection is not reused
+            self.keep_alive = False
+            self.fault = self.fault or http.client.HTTPException("data after the answer")
+            return
+        self.content_type = ""
+        self.headers = 0
+        self.framed = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers += 1
+        if self.headers > MAX_HEADERS:
+            self.fault = self.fault or http.client.HTTPException(
+                f"got more than {MAX_HEADERS} headers"
+            )
+            return
+        key = name.lower()
+        if key == b"content-type":  # several: joined, as http.client's getheader does
+            text = value.decode("latin-1").strip()
+            self.content_type = f"{self.content_type}, {text}" if self.content_type else text
+        elif key in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.head_done = not (100 <= self.status < 200)
+
+    def on_body(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            self.fault = self.fault or TooLarge("answer too large")
+            return
+        self.body.append(data)
+
+    def on_message_complete(self) -> None:
+        if not self.head_done:  # 100 Continue and its kin: the answer is still to come
+            return
+        if not self.done:
+            self.done = True
+            self.keep_alive = self.parser.should_keep_alive()
+
+
+def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
+    answer = _Answer(limit)
+    head = 0
+    while not answer.done:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Deadline("answer still arriving at the deadline")
+        sock.settimeout(remaining)
+        data = sock.recv(_CHUNK)
+        if not data:
+            if answer.head_done and not answer.framed and answer.status not in (204, 304):
+                answer.done = True  # the body ended with the connection
+                answer.keep_alive = False
+                break
+            if head == 0:
+                raise http.client.RemoteDisconnected("the service closed without an answer")
+            raise http.client.IncompleteRead(b"".join(answer.body))
+        if not answer.head_done:
+            head += len(data)
+            if head > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("the answer's header block")
+        try:
+            answer.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            raise http.client.HTTPException("the service switched protocols") from None
+        except httptools.HttpParserError as e:
+            if answer.fault is not None:
+                raise answer.fault from None
+            if not answer.head_done:
+                raise http.client.BadStatusLine(f"not an HTTP answer: {e}") from None
+            raise http.client.HTTPException(f"bad answer: {e}") from None
+        if answer.fault is not None:
+            if isinstance(answer.fault, TooLarge) or not answer.done:
+                raise answer.fault
+            break  # the answer is whole; only what came after it was wrong
+    return answer
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -190,11 +336,3 @@ def _readable(sock: socket.socket) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise Deadline("answer still arriving at the deadline")
-    if conn.sock is not None:
-        conn.sock.settimeout(remaining)
