@@ -17,8 +17,11 @@ from typing import Any
 
 import flask
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from werkzeug.test import Client
 
+from pa_bridge.service.bodies import ClaimAnswer, TransactionAnswer, dump
 from pa_bridge.store import StoreUnavailable
 from pa_bridge.web.claim_route import ClaimRoute
 from pa_bridge.web.intake import create_intake_app
@@ -255,3 +258,51 @@ def test_a_new_flask_hook_stops_the_app_from_being_built(make_app: Any) -> None:
         ClaimRoute(fresh, route.inner, hooks=())
     with pytest.raises(RuntimeError, match="audit_every_request"):
         ClaimRoute(fresh, route.inner, hooks=tuple(fresh.before_request_funcs[None][:2]))
+
+
+_texts = st.text(alphabet=st.characters(max_codepoint=127), max_size=40) | st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40
+)
+_ms = st.floats(min_value=0, max_value=1e7, allow_nan=False).map(lambda x: round(x, 1)) | st.floats(
+    min_value=0, max_value=1e-3
+)
+
+
+@given(
+    message=_texts,
+    label=_texts,
+    codes=st.lists(st.text(alphabet="0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", max_size=3)),
+    elapsed=_ms,
+    outcomes=st.none() | _ms,
+    tolerated=st.none() | st.lists(_texts, min_size=1, max_size=3),
+    several=st.booleans(),
+)
+def test_the_answer_json_is_what_json_dumps_made(
+    message: str,
+    label: str,
+    codes: list[str],
+    elapsed: float,
+    outcomes: float | None,
+    tolerated: list[str] | None,
+    several: bool,
+) -> None:
+    """``ClaimAnswer.json_text`` takes pydantic's serializer for an ASCII answer: the
+    bytes are those of ``json.dumps`` (what the API has always sent and stored)."""
+    t = TransactionAnswer(
+        index=0,
+        transaction_status="R",
+        reject_codes=codes,
+        pa_eligible=bool(codes),
+        message=message,
+        button_label=label,
+        message_source="outcomes" if outcomes is not None else "payer",
+        outcomes_elapsed_ms=outcomes,
+    )
+    answer = ClaimAnswer(
+        claim_id="c" * 32,
+        **t.model_dump(exclude={"index"}),
+        transactions=[t, t] if several else None,
+        tolerated=tolerated,
+        elapsed_ms=elapsed,
+    )
+    assert answer.json_text() == json.dumps(dump(answer), separators=(",", ":"))

@@ -95,6 +95,11 @@ def configure_logging(level: str = "INFO", stream: Any = None) -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # the JSON lines carry no thread or process names: do not look them up for each
+    # record (every claim logs; the documented switches of the logging module)
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # libraries that might echo URLs with credentials or bodies stay quiet
     for noisy in ("httpx", "httpcore", "apscheduler", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -288,8 +288,20 @@ class ClaimAnswer(_Transaction, _ClaimId):
         """The answer as compact JSON, made once: the body the API sends (as Flask's
         ``jsonify`` would) and the record the store keeps."""
         if self._text is None:
-            self._text = json.dumps(dump(self), separators=(",", ":"))
+            # pydantic's serializer writes the same compact JSON, but non-ASCII text
+            # as UTF-8 where json.dumps escapes it, and a float under 1e-4 without an
+            # exponent: only answers free of both take the fast way
+            text = self.model_dump_json(exclude_none=True)
+            floats = [self.elapsed_ms, self.outcomes_elapsed_ms]
+            floats += [t.outcomes_elapsed_ms for t in self.transactions or ()]
+            if not text.isascii() or _tiny(*floats):
+                text = json.dumps(dump(self), separators=(",", ":"))
+            self._text = text
         return self._text
+
+
+def _tiny(*values: float | None) -> bool:
+    return any(v is not None and 0 < abs(v) < 1e-4 for v in values)
 
 
 # ---- PAs --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ Each function reads the environ exactly as werkzeug's ``Request`` reads it.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from dataclasses import dataclass
@@ -57,10 +58,12 @@ NOT_JSON = Refusal(
 )
 
 
+@functools.lru_cache(maxsize=256)
 def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     """DNS rebinding: a page on a name the attacker controls, resolved to this box,
     sends that name in ``Host``. IP literals and ``localhost`` are fine (the browser
-    went to the address itself); other names must be configured."""
+    went to the address itself); other names must be configured. (A box is asked for
+    by a handful of names: the last 256 answers are kept.)"""
     name = host.strip().lower()
     if name.startswith("["):  # [::1]:8470
         return True
