@@ -519,6 +519,18 @@ def test_untrusted_certificate_is_a_tls_error(tls_material: tuple[ssl.SSLContext
             assert c.submit_claim(request_bytes()).pa_id == "TLS001"
 
 
+def test_outcomes_over_tls_with_the_configured_ca(tls_material: tuple[ssl.SSLContext, str]) -> None:
+    server_ctx, ca_path = tls_material
+    with (
+        FakeHttpServer(Reply(body=JSON_OK), tls=server_ctx) as fake,
+        fake_client(fake.url, verify=ca_path) as c,
+    ):
+        for _ in range(2):
+            got = c.outcomes(rejected_vars(), fallback_message="o")
+            assert (got.source, got.button_label) == ("outcomes", "Start PA"), got.error
+        assert len(fake.requests) == 2
+
+
 # --------------------------------------------------------------------------- outcomes: sandbox
 
 
