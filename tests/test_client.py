@@ -716,7 +716,7 @@ def test_form_encode_is_urlencode_byte_for_byte(form: dict[str, str]) -> None:
 
 
 # An answer and how http.client read it; the outcomes connections read it with httptools
-# (decision 0028). Where llhttp is stricter, the answer is refused: the fallback message.
+# (decision 0029). Where llhttp is stricter, the answer is refused: the fallback message.
 ANSWERS: dict[str, bytes] = {
     "json": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
     "continue, chunked": b"HTTP/1.1 100 Continue\r\nX-A: 1\r\n\r\nHTTP/1.1 200 OK\r\n"
@@ -757,7 +757,7 @@ def _over_a_socket(raw: bytes, read: Any) -> tuple[object, ...]:
 
 
 def _stdlib(sock: socket.socket) -> tuple[object, ...]:
-    """What the outcomes connections took from http.client (the code before 0028)."""
+    """What the outcomes connections took from http.client (the code before 0029)."""
     resp = http.client.HTTPResponse(sock, method="POST")
     resp.begin()
     body = resp.read()
@@ -794,7 +794,7 @@ def _bytes_sent(send: Any) -> bytes:
 
 
 def test_the_request_goes_out_as_http_client_sent_it() -> None:
-    """The outcomes POST, byte for byte what ``http.client`` sent before decision 0028."""
+    """The outcomes POST, byte for byte what ``http.client`` sent before decision 0029."""
     headers = {"Content-Type": "application/x-www-form-urlencoded", "User-Agent": "pa-bridge"}
     for url in ("http://pa.test:8080/outcomes.json?x=1", "https://pa.test/o", "http://[::1]:81/"):
         parts = urlsplit(url)

@@ -3,7 +3,7 @@
 Three interfaces, each with its own pool of connections (httpx for the claim
 interface and the dashboard; kept-alive connections of our own, read by httptools, for
 the outcomes call, which is on every 70/75/76 claim's path: see ``_outcomes_http``
-and docs/decisions/0007-outcomes-http-path.md and 0028):
+and docs/decisions/0007-outcomes-http-path.md and 0029):
 
 * the pharmacy **claim interface** (:meth:`PaServiceClient.submit_claim`): B1 starts a
   PA, B2 deletes it. Both are **safe to retry**: the service answers a duplicate B1 or

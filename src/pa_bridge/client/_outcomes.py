@@ -9,7 +9,7 @@ and a caller that gives up shuts the worker's socket, so an abandoned worker sto
 once. See docs/decisions/0002-outcomes-deadline.md.
 
 The bytes go through kept-alive connections read by httptools (:mod:`._outcomes_http`,
-decisions 0007 and 0028), or through httpx when a proxy applies.
+decisions 0007 and 0029), or through httpx when a proxy applies.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ was the largest part (py-spy, issue 15). Here the request is written in one
 ``sendall`` (the same head ``http.client`` sends) and the answer fed to
 ``httptools.HttpResponseParser``: status, headers, ``Content-Length``, chunked, an
 interim 1xx, a body that ends when the connection does, and keep-alive by version and
-``Connection``, each by llhttp's rules. Decision 0028. The claim and dashboard
+``Connection``, each by llhttp's rules. Decision 0029. The claim and dashboard
 interfaces, rare and not latency bound, stay on httpx.
 
 This module only moves bytes: the caller (``PaServiceClient.outcomes``) owns the
