@@ -306,3 +306,9 @@ def test_the_answer_json_is_what_json_dumps_made(
         elapsed_ms=elapsed,
     )
     assert answer.json_text() == json.dumps(dump(answer), separators=(",", ":"))
+
+
+def test_the_tokens_are_kept_once_and_never_shown(app: Any) -> None:
+    tokens = app.extensions["pa_bridge.tokens"]
+    assert TOKEN not in repr(tokens) and TOKEN not in str(tokens)
+    assert not any(TOKEN in repr(v) for v in app.config.values())

@@ -115,13 +115,16 @@ def guard(environ: Environ, allowed: frozenset[str], max_body: int | None) -> Re
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Tokens:
     """The intake tokens: ``everyone``'s act for every pharmacy, each ``scoped`` one
     for its provider ids only. None at all: no token is asked for."""
 
     everyone: tuple[bytes, ...] = ()
     scoped: tuple[tuple[bytes, frozenset[str]], ...] = ()
+
+    def __repr__(self) -> str:  # secrets are never shown
+        return f"Tokens({len(self.everyone)} for every pharmacy, {len(self.scoped)} scoped)"
 
     @classmethod
     def of(cls, everyone: list[str], scoped: list[tuple[str, frozenset[str]]]) -> Tokens:

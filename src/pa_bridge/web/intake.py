@@ -200,8 +200,6 @@ def create_intake_app(
     names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
     app.config.update(
         MAX_CONTENT_LENGTH=max_body_bytes,
-        PA_BRIDGE_TOKENS=list(tokens),
-        PA_BRIDGE_SCOPED_TOKENS=list(scoped_tokens or ()),
         PA_BRIDGE_ALLOWED_HOSTS=frozenset(names),
         PA_BRIDGE_HEALTH=health,
         JSON_SORT_KEYS=False,
