@@ -312,3 +312,16 @@ def test_the_tokens_are_kept_once_and_never_shown(app: Any) -> None:
     tokens = app.extensions["pa_bridge.tokens"]
     assert TOKEN not in repr(tokens) and TOKEN not in str(tokens)
     assert not any(TOKEN in repr(v) for v in app.config.values())
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "+5", " 5", "-1", "5 ", "0x10"])
+def test_an_odd_content_length_reads_as_flask_reads_it(app: Any, length: str) -> None:
+    a, f = _both(
+        app,
+        data=JSON,
+        content_type="application/json",
+        headers={**AUTH},
+        environ_overrides={"CONTENT_LENGTH": length},
+    )
+    assert a.status_code != 500
+    _same(a, f)
