@@ -735,6 +735,11 @@ ANSWERS: dict[str, bytes] = {
     "too many headers": b"HTTP/1.1 200 OK\r\n" + b"X-Many: 1\r\n" * 101 + b"\r\n",
     "too long a header": b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n",
     "not http": b"SSH-2.0-OpenSSH_9.2\r\n",
+    "garbage after a closing answer": b"HTTP/1.1 200 OK\r\nConnection: close\r\n"
+    b"Content-Length: 3\r\n\r\nabc\x00\x01garbage",
+    "too many headers, with a length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+    + b"X-Many: 1\r\n" * 101
+    + b"\r\nok",
 }
 STRICTER = {  # http.client read these; llhttp refuses them
     "bare newlines": b"HTTP/1.1 200 OK\nContent-Length: 3\n\nabc",
@@ -778,6 +783,17 @@ def _ours(sock: socket.socket) -> tuple[object, ...]:
 @pytest.mark.parametrize("case", sorted(ANSWERS))
 def test_outcomes_answers_are_read_as_http_client_read_them(case: str) -> None:
     assert _over_a_socket(ANSWERS[case], _ours) == _over_a_socket(ANSWERS[case], _stdlib)
+
+
+def test_bytes_after_the_answer_are_not_read_into_it_nor_kept_for_the_next() -> None:
+    """http.client would give this connection back (the pool then found it readable
+    and dropped it); the answer's reader never keeps it."""
+    raw = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+        b"HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\nContent-Length: 4\r\n\r\nnope"
+    )
+    assert _over_a_socket(raw, _stdlib) == (200, "", b"abc", True)
+    assert _over_a_socket(raw, _ours) == (200, "", b"abc", False)
 
 
 @pytest.mark.parametrize("case", sorted(STRICTER))

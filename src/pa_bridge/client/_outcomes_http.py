@@ -220,7 +220,8 @@ def _request_head(
 
 
 class _Answer:
-    """httptools' callbacks for one answer (an interim 1xx answer is read past)."""
+    """httptools' callbacks for one answer. An interim 1xx answer is read past; bytes
+    after the answer are not read as part of it, and the connection is not reused."""
 
     __slots__ = (
         "body",
@@ -235,6 +236,7 @@ class _Answer:
         "parser",
         "size",
         "status",
+        "trailing",
     )
 
     def __init__(self, limit: int) -> None:
@@ -249,18 +251,20 @@ class _Answer:
         self.size = 0
         self.done = False
         self.keep_alive = False
+        self.trailing = False  # bytes came after the answer
         self.fault: Exception | None = None
 
     def on_message_begin(self) -> None:
-        if self.done:  # bytes after the answer: this connection is not reused
-            self.keep_alive = False
-            self.fault = self.fault or http.client.HTTPException("data after the answer")
+        if self.done:
+            self.trailing = True
             return
         self.content_type = ""
         self.headers = 0
         self.framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.done:
+            return
         self.headers += 1
         if self.headers > MAX_HEADERS:
             self.fault = self.fault or http.client.HTTPException(
@@ -275,10 +279,14 @@ class _Answer:
             self.framed = True
 
     def on_headers_complete(self) -> None:
+        if self.done:
+            return
         self.status = self.parser.get_status_code()
         self.head_done = not (100 <= self.status < 200)
 
     def on_body(self, data: bytes) -> None:
+        if self.done:
+            return
         self.size += len(data)
         if self.size > self.limit:
             self.fault = self.fault or TooLarge("answer too large")
@@ -286,11 +294,10 @@ class _Answer:
         self.body.append(data)
 
     def on_message_complete(self) -> None:
-        if not self.head_done:  # 100 Continue and its kin: the answer is still to come
+        if self.done or not self.head_done:  # 100 Continue and kin: the answer is to come
             return
-        if not self.done:
-            self.done = True
-            self.keep_alive = self.parser.should_keep_alive()
+        self.done = True
+        self.keep_alive = self.parser.should_keep_alive()
 
 
 def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
@@ -305,7 +312,6 @@ def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
         if not data:
             if answer.head_done and not answer.framed and answer.status not in (204, 304):
                 answer.done = True  # the body ended with the connection
-                answer.keep_alive = False
                 break
             if head == 0:
                 raise http.client.RemoteDisconnected("the service closed without an answer")
@@ -317,17 +323,21 @@ def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
         try:
             answer.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            raise http.client.HTTPException("the service switched protocols") from None
+            if not answer.done:
+                raise http.client.HTTPException("the service switched protocols") from None
+            answer.trailing = True
         except httptools.HttpParserError as e:
             if answer.fault is not None:
                 raise answer.fault from None
-            if not answer.head_done:
-                raise http.client.BadStatusLine(f"not an HTTP answer: {e}") from None
-            raise http.client.HTTPException(f"bad answer: {e}") from None
+            if not answer.done:
+                if not answer.head_done:
+                    raise http.client.BadStatusLine(f"not an HTTP answer: {e}") from None
+                raise http.client.HTTPException(f"bad answer: {e}") from None
+            answer.trailing = True  # the answer is whole; what came after it is not
         if answer.fault is not None:
-            if isinstance(answer.fault, TooLarge) or not answer.done:
-                raise answer.fault
-            break  # the answer is whole; only what came after it was wrong
+            raise answer.fault
+    if answer.trailing:
+        answer.keep_alive = False
     return answer
 
 
