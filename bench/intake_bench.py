@@ -71,7 +71,8 @@ COST_TARGET = 1.5  # times the floor's CPU per claim
 
 # The floor of any intake on this stack: a bare Flask endpoint on our server that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
-# http.client connection (as pa-bridge does) and answers. No parsing, no storage.
+# http.client connection (pa-bridge used http.client too until decision 0029) and answers.
+# No parsing, no storage.
 RELAY_APP = floor_app(
     """
     import http.client, sys, threading, urllib.parse
