@@ -306,3 +306,19 @@ def test_the_answer_json_is_what_json_dumps_made(
         elapsed_ms=elapsed,
     )
     assert answer.json_text() == json.dumps(dump(answer), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "\u00b9", "\u0665", "\uff15"])
+def test_a_content_length_of_other_digits_reads_as_flask_reads_it(app: Any, length: str) -> None:
+    """``str.isdigit`` is true of superscripts and other scripts' digits; ``int`` of
+    ``"²"`` raises. werkzeug reads such a length as none; the route must hand the
+    request to Flask rather than raise (a server's bare 500)."""
+    kw: dict[str, Any] = {
+        "data": JSON,
+        "content_type": "application/json",
+        "headers": AUTH,
+        "environ_overrides": {"CONTENT_LENGTH": length},
+    }
+    a, f = _both(app, **kw)
+    assert a.status_code == 400 and a.get_json()["error"]["code"] == "invalid_body"
+    _same(a, f)

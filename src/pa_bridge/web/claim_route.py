@@ -94,7 +94,12 @@ class ClaimRoute:
         """The body, actor, scope and Idempotency-Key of a claim this route serves;
         None for Flask to answer (a refusal, or a shape the route does not take)."""
         length_text = environ.get("CONTENT_LENGTH")
-        if not length_text or not length_text.isdigit() or "HTTP_TRANSFER_ENCODING" in environ:
+        # ASCII digits only: str.isdigit is true of "²", which int() refuses
+        if (
+            not length_text
+            or not (length_text.isascii() and length_text.isdigit())
+            or "HTTP_TRANSFER_ENCODING" in environ
+        ):
             return None
         length = int(length_text)
         if self.max_body is not None and length > self.max_body:
