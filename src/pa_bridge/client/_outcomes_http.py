@@ -261,6 +261,8 @@ class _Answer:
         self.framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.done:  # a message after the answer: none of it is the answer's
+            return
         self.headers += 1
         if self.headers > MAX_HEADERS:
             self.fault = self.fault or http.client.HTTPException(
@@ -275,10 +277,14 @@ class _Answer:
             self.framed = True
 
     def on_headers_complete(self) -> None:
+        if self.done:
+            return
         self.status = self.parser.get_status_code()
         self.head_done = not (100 <= self.status < 200)
 
     def on_body(self, data: bytes) -> None:
+        if self.done:
+            return
         self.size += len(data)
         if self.size > self.limit:
             self.fault = self.fault or TooLarge("answer too large")
