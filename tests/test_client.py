@@ -692,6 +692,8 @@ def test_outcomes_fill_in_the_api_key_and_never_raise() -> None:
     [
         b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n then pay",
         b"HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\nContent-Length: 4\r\n\r\nsorr",
+        b"garbage, not an answer",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
     ],
 )
 def test_outcomes_read_the_answer_and_nothing_sent_after_it(after: bytes) -> None:

@@ -322,9 +322,12 @@ def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
                 raise http.client.LineTooLong("the answer's header block")
         try:
             answer.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            raise http.client.HTTPException("the service switched protocols") from None
-        except httptools.HttpParserError as e:
+        except (httptools.HttpParserUpgrade, httptools.HttpParserError) as e:
+            if answer.done:  # the answer is whole; what came after it is not ours to read
+                answer.keep_alive = False
+                break
+            if isinstance(e, httptools.HttpParserUpgrade):
+                raise http.client.HTTPException("the service switched protocols") from None
             if answer.fault is not None:
                 raise answer.fault from None
             if not answer.head_done:
