@@ -57,7 +57,8 @@ class Reply:
     ``mode``: ``respond`` (status, headers, body), ``trickle`` (headers, then the body
     one byte at a time over ``seconds``), ``stall`` (read the request, never answer),
     ``stall_mid_body`` (headers and part of the body, then silence), ``reset``
-    (headers and part of the body, then a TCP reset), ``close`` (close without a byte).
+    (headers and part of the body, then a TCP reset), ``close`` (close without a byte),
+    ``raw`` (``body`` is the whole answer, status line and headers included, in one write).
     """
 
     status: int = 200
@@ -214,6 +215,9 @@ class FakeHttpServer:
             return
         if reply.mode == "stall":
             self.stop_event.wait(reply.seconds)
+            return
+        if reply.mode == "raw":
+            conn.sendall(reply.body)
             return
         conn.sendall(self._head(reply))
         if reply.mode == "respond":

@@ -314,7 +314,9 @@ def test_the_tokens_are_kept_once_and_never_shown(app: Any) -> None:
     assert not any(TOKEN in repr(v) for v in app.config.values())
 
 
-@pytest.mark.parametrize("length", ["\u00b2", "+5", " 5", "-1", "5 ", "0x10"])
+@pytest.mark.parametrize(
+    "length", ["\u00b2", "\u00b9", "\u0665", "\uff15", "+5", " 5", "-1", "5 ", "0x10"]
+)
 def test_an_odd_content_length_reads_as_flask_reads_it(app: Any, length: str) -> None:
     a, f = _both(
         app,

@@ -687,6 +687,31 @@ def test_outcomes_fill_in_the_api_key_and_never_raise() -> None:
     assert closed.source == "fallback" and closed.message == "after close"
 
 
+@pytest.mark.parametrize(
+    "after",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n then pay",
+        b"HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\nContent-Length: 4\r\n\r\nsorr",
+        b"garbage, not an answer",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
+    ],
+)
+def test_outcomes_read_the_answer_and_nothing_sent_after_it(after: bytes) -> None:
+    """A server that writes more after a whole answer (a stray second answer, junk) in
+    the same packet: the pharmacist sees the answer's own message, nothing of what came
+    after, and the connection is not used again."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 16\r\n\r\n"
+    reply = Reply(mode="raw", body=answer + b"Start PA;Call us" + after)
+    with FakeHttpServer(reply) as fake, fake_client(fake.url) as c:
+        result = c.outcomes(rejected_vars(), budget_ms=400, fallback_message="orig")
+        assert (result.source, result.button_label, result.message) == (
+            "outcomes",
+            "Start PA",
+            "Call us",
+        ), result.error
+        assert c._outcomes_fast._idle == []
+
+
 def test_concurrent_outcomes_against_a_trickle_all_fall_back() -> None:
     with (
         FakeHttpServer(Reply(mode="trickle", body=JSON_OK * 4, seconds=3.0)) as fake,
