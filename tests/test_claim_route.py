@@ -17,7 +17,7 @@ from typing import Any
 
 import flask
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from werkzeug.test import Client
 
@@ -268,6 +268,9 @@ _ms = st.floats(min_value=0, max_value=1e7, allow_nan=False).map(lambda x: round
 )
 
 
+@example(
+    message="\x7f", label="", codes=[], elapsed=0.0, outcomes=None, tolerated=None, several=False
+)
 @given(
     message=_texts,
     label=_texts,

@@ -289,12 +289,12 @@ class ClaimAnswer(_Transaction, _ClaimId):
         ``jsonify`` would) and the record the store keeps."""
         if self._text is None:
             # pydantic's serializer writes the same compact JSON, but non-ASCII text
-            # as UTF-8 where json.dumps escapes it, and a float under 1e-4 without an
-            # exponent: only answers free of both take the fast way
+            # and DEL as they are where json.dumps escapes them, and a float under 1e-4
+            # without an exponent: only answers free of these take the fast way
             text = self.model_dump_json(exclude_none=True)
             floats = [self.elapsed_ms, self.outcomes_elapsed_ms]
             floats += [t.outcomes_elapsed_ms for t in self.transactions or ()]
-            if not text.isascii() or _tiny(*floats):
+            if not text.isascii() or "\x7f" in text or _tiny(*floats):
                 text = json.dumps(dump(self), separators=(",", ":"))
             self._text = text
         return self._text
