@@ -900,3 +900,47 @@ def test_outcomes_go_through_the_proxy_when_one_applies(monkeypatch: pytest.Monk
             result = c.outcomes(rejected_vars(), fallback_message="o")
     assert result.source == "outcomes", result.error
     assert proxy.requests[0].path == "http://pa.invalid/outcomes"
+
+
+_token = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).filter(
+    lambda n: n.strip("-") == n and n not in ("content-length", "transfer-encoding", "connection")
+)
+_value = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=20)
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> bytes:
+    """A well-formed answer: any status, version, fields, framing and connection."""
+    version = draw(st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"]))
+    status = draw(st.integers(200, 599).filter(lambda s: s not in (204, 304)))
+    fields = draw(st.lists(st.tuples(_token, _value), max_size=6))
+    if draw(st.booleans()):
+        ctype = draw(st.sampled_from(["application/json", "text/plain; charset=utf-8", "a/b"]))
+        fields.append(("Content-Type", ctype))
+    connection = draw(st.sampled_from([None, "close", "keep-alive", "Keep-Alive"]))
+    if connection is not None:
+        fields.append(("Connection", connection))
+    body = draw(st.binary(max_size=300))
+    framing = draw(
+        st.sampled_from(
+            ["length", "chunked", "none"] if version == b"HTTP/1.1" else ["length", "none"]
+        )
+    )
+    if framing == "length":
+        fields.append(("Content-Length", str(len(body))))
+        payload = body
+    elif framing == "chunked":
+        fields.append(("Transfer-Encoding", "chunked"))
+        cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=4)))
+        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces if p) + b"0\r\n\r\n"
+    else:
+        payload = body
+    head = b"%s %d Reason\r\n" % (version, status)
+    head += b"".join(f"{k}: {v}\r\n".encode() for k, v in draw(st.permutations(fields)))
+    return head + b"\r\n" + payload
+
+
+@given(_answers())
+def test_any_well_formed_answer_reads_as_http_client_read_it(raw: bytes) -> None:
+    assert _over_a_socket(raw, _ours) == _over_a_socket(raw, _stdlib)
