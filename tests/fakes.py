@@ -58,7 +58,11 @@ class Reply:
     one byte at a time over ``seconds``), ``stall`` (read the request, never answer),
     ``stall_mid_body`` (headers and part of the body, then silence), ``reset``
     (headers and part of the body, then a TCP reset), ``close`` (close without a byte),
-    ``raw`` (``body`` is the whole answer, status line and headers included, in one write).
+    ``raw`` (``body`` is the whole answer, status line and headers included, in one write),
+    ``keep_then_drop`` / ``keep_then_reset`` (answer, then take the next request on the
+    same connection and close it, with a FIN or a reset, without answering: a server
+    timing out a kept-alive connection just as a request goes out; the dropped
+    requests are in ``FakeHttpServer.dropped``).
     """
 
     status: int = 200
@@ -102,6 +106,7 @@ class FakeHttpServer:
         self.reply = reply
         self.tls = tls
         self.requests: list[RecordedRequest] = []
+        self.dropped: list[RecordedRequest] = []
         self.stop_event = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,6 +173,12 @@ class FakeHttpServer:
             self.requests.append(req)
             reply = self.reply(req) if callable(self.reply) else self.reply
             self._answer(conn, reply)
+            if reply.mode in ("keep_then_drop", "keep_then_reset"):
+                dropped = self._read_request(conn)
+                if dropped is not None:
+                    self.dropped.append(dropped)
+                    if reply.mode == "keep_then_reset":
+                        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         except (OSError, ssl.SSLError, ValueError):
             pass
         finally:
@@ -220,7 +231,7 @@ class FakeHttpServer:
             conn.sendall(reply.body)
             return
         conn.sendall(self._head(reply))
-        if reply.mode == "respond":
+        if reply.mode in ("respond", "keep_then_drop", "keep_then_reset"):
             conn.sendall(reply.body)
         elif reply.mode == "trickle":
             interval = reply.seconds / max(len(reply.body), 1)

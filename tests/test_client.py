@@ -602,7 +602,7 @@ def test_outcomes_answer_that_came_is_used_by_a_late_caller(sandbox: SandboxServ
         c.outcomes(rejected_vars(), fallback_message="o")  # a kept-alive connection
         call = c.start_outcomes(rejected_vars(), budget_ms=1000, fallback_message="o")
         assert call.inline is not None
-        sock = call.inline[1].sock
+        sock = call.inline[1][0].sock
         assert sock is not None
         wait_until(lambda: select.select([sock], [], [], 0)[0], what="the answer")
         wait_until(lambda: time.monotonic() > call.deadline + 0.05, what="the deadline")
@@ -879,6 +879,35 @@ def test_outcomes_drop_a_connection_the_server_closed() -> None:
             for t in fake._threads:  # the fake has closed its end of every connection
                 t.join(5)
         assert len(fake.requests) == 3 and len(fake._threads) == 3
+
+
+@pytest.mark.parametrize("mode", ["keep_then_drop", "keep_then_reset"])
+def test_a_kept_alive_connection_closed_as_the_request_goes_out_is_replaced(mode: str) -> None:
+    """The server times the kept-alive connection out just as the next request goes
+    out (it closes without a byte of answer): the request goes once more on a fresh
+    connection, inside the budget, and the pharmacist gets the service's message."""
+    with (
+        FakeHttpServer(Reply(body=JSON_OK, keep_alive=True, mode=mode)) as fake,
+        fake_client(fake.url) as c,
+    ):
+        results = [
+            c.outcomes(rejected_vars(), budget_ms=800, fallback_message="o") for _ in range(6)
+        ]
+        # and the same through start_outcomes, whose request goes out on the caller's thread
+        for _ in range(3):
+            call = c.start_outcomes(rejected_vars(), budget_ms=800, fallback_message="o")
+            results.append(call.result())
+        wait_until(lambda: len(fake.dropped) >= 8, what="the dropped requests")
+    assert [r.source for r in results] == ["outcomes"] * 9, [r.error for r in results]
+    assert len(fake.requests) == 9  # each call answered once, on a fresh connection
+    assert len(fake.dropped) >= 8  # each reused connection was dropped under a request
+
+
+def test_a_fresh_connection_closed_without_an_answer_is_not_tried_again() -> None:
+    with FakeHttpServer(Reply(mode="close")) as fake, fake_client(fake.url) as c:
+        result = c.outcomes(rejected_vars(), budget_ms=800, fallback_message="o")
+    assert result.source == "fallback" and result.error.startswith("unreachable")
+    assert len(fake.requests) == 1
 
 
 def test_outcomes_through_a_proxy_setting_use_httpx(monkeypatch: pytest.MonkeyPatch) -> None:

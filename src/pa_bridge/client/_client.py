@@ -331,9 +331,9 @@ class PaServiceClient:
             form.setdefault("api_key", self._credentials.api_key)
             if self._closed:
                 raise BadOutcome("closed: client is closed")
-            conn = self._outcomes.start_inline(form, call.deadline)
-            if conn is not None:
-                call.inline = (self._outcomes, conn)
+            sent = self._outcomes.start_inline(form, call.deadline)
+            if sent is not None:
+                call.inline = (self._outcomes, sent)
             else:
                 call.future = self._pool.submit(
                     self._outcomes.call, form, call.deadline, call.in_use

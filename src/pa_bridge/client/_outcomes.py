@@ -77,7 +77,7 @@ class OutcomesCall:
         self.in_use: list[Any] = []
         self.future: concurrent.futures.Future[tuple[str, str]] | None = None
         #: (transport, connection) when the request went out on the caller's thread
-        self.inline: tuple[OutcomesTransport, OutcomesConnection] | None = None
+        self.inline: tuple[OutcomesTransport, tuple[OutcomesConnection, bytes]] | None = None
         self._fallback = fallback_message
         self._budget_ms = budget_ms
         self._result: OutcomeResult | None = None
@@ -104,9 +104,9 @@ class OutcomesCall:
         future = self.future
         try:
             if self.inline is not None:
-                transport, conn = self.inline
+                transport, sent = self.inline
                 self.inline = None
-                label, message = transport.finish_inline(conn, self.deadline)
+                label, message = transport.finish_inline(sent, self.deadline)
             elif future is None:
                 raise BadOutcome("error: the call did not start")
             else:
@@ -179,7 +179,9 @@ class OutcomesTransport:
             raise BadOutcome(f"http_status: HTTP {status}")
         return read_outcome(content_type, body)
 
-    def start_inline(self, form: dict[str, str], deadline: float) -> OutcomesConnection | None:
+    def start_inline(
+        self, form: dict[str, str], deadline: float
+    ) -> tuple[OutcomesConnection, bytes] | None:
         """Send the form now, on the caller's thread, over a kept-alive connection, and
         return that connection for :meth:`finish_inline`; None when there is no idle
         connection (or it failed): the caller then hands the call to a worker.
@@ -194,20 +196,32 @@ class OutcomesTransport:
         conn = fast.take_idle()
         if conn is None:
             return None
+        body = form_encode(form)
         try:
-            fast.send(conn, form_encode(form), deadline)
+            fast.send(conn, body, deadline)
         except (OSError, http.client.HTTPException, FastDeadline):
             return None  # closed by send(); a worker starts afresh
-        return conn
+        return conn, body
 
-    def finish_inline(self, conn: OutcomesConnection, deadline: float) -> tuple[str, str]:
+    def finish_inline(
+        self, sent: tuple[OutcomesConnection, bytes], deadline: float
+    ) -> tuple[str, str]:
         """(button_label, message) of a call :meth:`start_inline` sent. An answer that
         is already here is read even when the caller comes back after the deadline
         (as a worker's finished answer would be); otherwise each read waits for the
         time left at most."""
-        deadline = max(deadline, time.monotonic() + _LATE_READ_S)
+        conn, form_body = sent
+        read_until = max(deadline, time.monotonic() + _LATE_READ_S)
         status, content_type, body = self._fast(
-            lambda fast: fast.receive(conn, deadline, limit=_OUTCOMES_BODY_LIMIT), deadline
+            lambda fast: fast.receive_again(
+                conn,
+                form_body,
+                deadline,
+                limit=_OUTCOMES_BODY_LIMIT,
+                started=[],
+                read_until=read_until,
+            ),
+            read_until,
         )
         if status != 200:
             raise BadOutcome(f"http_status: HTTP {status}")

@@ -116,14 +116,51 @@ class OutcomesHttp:
     def post(
         self, body: bytes, deadline: float, *, limit: int, started: list[OutcomesConnection]
     ) -> tuple[int, str, bytes]:
-        """(status, content type, body). ``started`` receives the connection in use, so
-        that :meth:`abort` can reach it from another thread."""
+        """(status, content type, body). ``started`` receives each connection in use, so
+        that :meth:`abort` can reach it from another thread. A kept-alive connection
+        the server closed just before this call is replaced by a fresh one (see
+        :meth:`receive_again`)."""
         if deadline - time.monotonic() <= 0:
             raise Deadline("budget spent before the call started")
-        conn = self._take() or OutcomesConnection()
+        conn = self._take()
+        if conn is not None:
+            started.append(conn)
+            try:
+                self.send(conn, body, deadline)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it had been closed: the request did not go out; a fresh one below
+            else:
+                return self.receive_again(conn, body, deadline, limit=limit, started=started)
+        conn = OutcomesConnection()
         started.append(conn)
         self.send(conn, body, deadline)
         return self.receive(conn, deadline, limit=limit)
+
+    def receive_again(
+        self,
+        conn: OutcomesConnection,
+        body: bytes,
+        deadline: float,
+        *,
+        limit: int,
+        started: list[OutcomesConnection],
+        read_until: float | None = None,
+    ) -> tuple[int, str, bytes]:
+        """:meth:`receive` on a kept-alive connection. When the server closed it before
+        a single byte of the answer came (it had timed the connection out as the
+        request went out), ``body`` goes once more on a fresh connection, within
+        ``deadline``: the race every client of kept-alive connections meets
+        (decision 0029). ``read_until``: how long an answer already arriving may
+        still be read (a later time than ``deadline``)."""
+        try:
+            return self.receive(conn, read_until or deadline, limit=limit)
+        except http.client.RemoteDisconnected:
+            if time.monotonic() >= deadline:
+                raise
+        fresh = OutcomesConnection()
+        started.append(fresh)
+        self.send(fresh, body, deadline)
+        return self.receive(fresh, deadline, limit=limit)
 
     def send(self, conn: OutcomesConnection, body: bytes, deadline: float) -> None:
         """Send the request on ``conn`` (connecting it first when new); on failure the
@@ -308,7 +345,12 @@ def _read_answer(sock: socket.socket, deadline: float, limit: int) -> _Answer:
         if remaining <= 0:
             raise Deadline("answer still arriving at the deadline")
         sock.settimeout(remaining)
-        data = sock.recv(_CHUNK)
+        try:
+            data = sock.recv(_CHUNK)
+        except ConnectionResetError:
+            if head == 0:  # closed before a byte of the answer: say so as for a FIN
+                raise http.client.RemoteDisconnected("the service reset the connection") from None
+            raise
         if not data:
             if answer.head_done and not answer.framed and answer.status not in (204, 304):
                 answer.done = True  # the body ended with the connection
