@@ -252,6 +252,25 @@ def test_chunked_bodies_are_read_whole_and_refused_whole(echo: WsgiServer) -> No
         assert r.status_code == 200 and r.json() == {"n": 1000}
 
 
+def test_a_body_in_another_transfer_coding_is_501(echo: WsgiServer) -> None:
+    """Only the chunked framing is taken off; a body still gzip-coded (or in any
+    other coding) is refused, not handed to the app as if it were plain."""
+    for coding in ("gzip, chunked", "deflate,chunked", "x-custom , Chunked"):
+        with socket.create_connection(("127.0.0.1", echo.port), timeout=5) as s:
+            s.sendall(
+                b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: "
+                + coding.encode()
+                + b"\r\n\r\n5\r\nabcde\r\n0\r\n\r\n"
+            )
+            got = _read_all(s)
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 501"), (coding, head)
+        assert json.loads(body)["error"]["code"] == "unsupported_transfer_encoding"
+    with httpx.Client(timeout=10) as c:  # plain chunked still works
+        r = c.post(f"{echo.url}/echo", content=iter([b"abc", b"de"]))
+        assert r.status_code == 200 and r.json() == {"n": 5}
+
+
 def test_stop_finishes_a_request_in_flight() -> None:
     app = Flask("slowapp")
     entered = threading.Event()

@@ -149,6 +149,15 @@ async def read_body(
     408 is sent); ``too_large`` past ``limit`` (some of the rest is read and dropped,
     so the client reads the answer). None when there is nothing to answer: the 408 is
     sent, or the client went before its body was in."""
+    coding = _transfer_coding(scope)
+    if coding is not None and coding != "chunked":
+        # llhttp took the chunked framing off; another coding would reach the app as
+        # it was sent (RFC 9112, 6.1: a server answers an unknown coding with 501)
+        answer = json_error(
+            501, "unsupported_transfer_encoding", "send the body plain or chunked, not encoded"
+        )
+        await send_answer(send, answer, close=True)
+        return None
     body = RequestBody()
     declared = _declared_length(scope)
     if declared is not None and declared > limit + _DRAIN_BYTES:
@@ -179,6 +188,16 @@ async def read_body(
     if not body.complete and not body.too_large:
         return None
     return body
+
+
+def _transfer_coding(scope: dict[str, Any]) -> str | None:
+    """The request's transfer codings, lower case and joined ("chunked" alone for a
+    plain chunked body); None without the header."""
+    values = [v for k, v in scope["headers"] if k == b"transfer-encoding"]
+    if not values:
+        return None
+    codings = [c.strip().lower() for v in values for c in v.decode("latin-1").split(",")]
+    return ", ".join(c for c in codings if c)
 
 
 class WsgiAdapter:
