@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .restore import BACKUP_MARK
 from .store import DatabaseError, now_iso
-from .store.files import Snapshot, destination_problem, publish
+from .store.files import Snapshot, destination_problem, staged
 
 __all__ = ["BackupError", "BackupResult", "backup_database"]
 
@@ -59,39 +59,29 @@ def backup_database(
     with contextlib.suppress(OSError):
         if dest_p.resolve() == src_p.resolve():
             raise BackupError("the backup file must not be the database itself")
-    tmp = dest_p.with_name(dest_p.name + ".partial")
-    old_umask = os.umask(0o077)
     source = None
     try:
-        source = Snapshot(src_p, BackupError)
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()  # a leftover of an interrupted backup
-        try:
-            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            os.close(fd)
-        except OSError as e:
-            raise BackupError(f"cannot create {tmp}: {e.strerror}") from None
-        try:
-            # the restore mark: a daemon serving this copy holds its queued work
-            # and moves the feed's cursor on (decision 0009, restore.py)
-            copy = source.copy_to(
-                tmp, pages=pages, progress=progress, mark=(BACKUP_MARK, now_iso())
-            )
-        except DatabaseError as e:
-            raise BackupError(f"backup failed: {e}") from None
-        integrity, total = copy.integrity, copy.pages
-        if integrity != "ok":
-            raise BackupError(f"the copy failed its integrity check: {integrity[:500]}")
-        os.chmod(tmp, 0o600)
-        problem = publish(tmp, dest_p, force=force)
-        if problem is not None:
-            raise BackupError(problem)
+        with staged(dest_p, force=force, error=BackupError) as tmp:
+            source = Snapshot(src_p, BackupError)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # a leftover of an interrupted backup
+            try:
+                fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+                os.close(fd)
+            except OSError as e:
+                raise BackupError(f"cannot create {tmp}: {e.strerror}") from None
+            try:
+                # the restore mark: a daemon serving this copy holds its queued work
+                # and moves the feed's cursor on (decision 0009, restore.py)
+                copy = source.copy_to(
+                    tmp, pages=pages, progress=progress, mark=(BACKUP_MARK, now_iso())
+                )
+            except DatabaseError as e:
+                raise BackupError(f"backup failed: {e}") from None
+            integrity, total = copy.integrity, copy.pages
+            if integrity != "ok":
+                raise BackupError(f"the copy failed its integrity check: {integrity[:500]}")
         return BackupResult(dest_p, dest_p.stat().st_size, integrity, total)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     finally:
-        os.umask(old_umask)
         if source is not None:
             source.close()

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from .store import StoreError, now_iso, redact_url
-from .store.files import destination_problem, publish
+from .store.files import destination_problem, staged
 from .store.pg_backup import BackupSession, pa_bridge_sessions, settle_restored
 
 __all__ = [
@@ -211,38 +211,30 @@ def dump_database(
         session = BackupSession(url)
     except StoreError as e:
         raise PgToolError(str(e)) from None
-    tmp = dest_p.with_name(dest_p.name + ".partial")
-    old_umask = os.umask(0o077)
     try:
-        if not session.take_lock(LOCK_WAIT_S):
-            raise PgToolError("another pa-bridge backup of this database is running; try later")
-        schema = session.schema()
-        if schema is None:
-            raise PgToolError(f"{redact_url(url)}: the schema in its search_path does not exist")
-        snapshot, in_copy = session.snapshot_with_mark(*mark)
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()  # a leftover of an interrupted backup
-        bare, env = _login(url)
-        tell(f"backup: pg_dump {tool} of schema {schema} at {redact_url(url)}")
-        _run(
-            [str(tool), "--format=custom", "--verbose", f"--snapshot={snapshot}",
-             f"--schema={schema}", f"--file={tmp}", f"--dbname={bare}"],
-            env, tell, _DUMPING, "backup: dumped table", env.get("PGPASSWORD"),
-        )  # fmt: skip
-        facts = archive_facts(tmp)  # it reads back
-        os.chmod(tmp, 0o600)
-        problem = publish(tmp, dest_p, force=force)
-        if problem is not None:
-            raise PgToolError(problem)
+        with staged(dest_p, force=force, error=PgToolError) as tmp:
+            if not session.take_lock(LOCK_WAIT_S):
+                raise PgToolError("another pa-bridge backup of this database is running; try later")
+            schema = session.schema()
+            if schema is None:
+                raise PgToolError(
+                    f"{redact_url(url)}: the schema in its search_path does not exist"
+                )
+            snapshot, in_copy = session.snapshot_with_mark(*mark)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # a leftover of an interrupted backup
+            bare, env = _login(url)
+            tell(f"backup: pg_dump {tool} of schema {schema} at {redact_url(url)}")
+            _run(
+                [str(tool), "--format=custom", "--verbose", f"--snapshot={snapshot}",
+                 f"--schema={schema}", f"--file={tmp}", f"--dbname={bare}"],
+                env, tell, _DUMPING, "backup: dumped table", env.get("PGPASSWORD"),
+            )  # fmt: skip
+            facts = archive_facts(tmp)  # it reads back
         return DumpResult(dest_p, dest_p.stat().st_size, schema, len(facts.tables), in_copy)
     except StoreError as e:
         raise PgToolError(str(e)) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     finally:
-        os.umask(old_umask)
         session.close()
 
 

@@ -27,7 +27,6 @@ from .migrations import MIGRATIONS
 from .pg import PgDatabase
 
 __all__ = [
-    "publish",
     "BackupCopy",
     "CannotOpen",
     "CopyFacts",
@@ -42,6 +41,7 @@ __all__ = [
     "PgFacts",
     "pg_facts",
     "Snapshot",
+    "staged",
     "transaction",
 ]
 
@@ -61,11 +61,32 @@ def destination_problem(dest: Path, *, force: bool) -> str | None:
     return None
 
 
-def publish(tmp: Path, dest: Path, *, force: bool) -> str | None:
+@contextlib.contextmanager
+def staged(dest: Path, *, force: bool, error: Callable[[str], Exception]) -> Iterator[Path]:
+    """The private file (``dest.partial``, umask 077) a backup is written to in the
+    block. When the block ends well it is put in place at ``dest`` with mode 0600
+    (:func:`_publish`; ``error`` of why not); on any failure it is removed. The same
+    for the SQLite copy and the dump."""
+    tmp = dest.with_name(dest.name + ".partial")
+    old_umask = os.umask(0o077)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o600)
+        problem = _publish(tmp, dest, force=force)
+        if problem is not None:
+            raise error(problem)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    finally:
+        os.umask(old_umask)
+
+
+def _publish(tmp: Path, dest: Path, *, force: bool) -> str | None:
     """Put a finished backup ``tmp`` in place at ``dest``: replacing it with ``force``,
     else never over a file someone created meanwhile (a hard link, or a plain rename
-    where the file system has none). None when done, else why not (``tmp`` is left
-    for the caller to remove): the same words for the SQLite copy and the dump."""
+    where the file system has none). None when done, else why not."""
     exists = f"{dest} exists; choose another name or pass --force"
     try:
         if force:
