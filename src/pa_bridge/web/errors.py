@@ -85,10 +85,6 @@ def install_error_handlers(app: Flask) -> None:
                     resp.headers["Allow"] = value
         return resp, status
 
-    @app.errorhandler(BridgeError)
-    @app.errorhandler(StoreError)
-    @app.errorhandler(DatabaseError)
-    @app.errorhandler(PgError)
-    @app.errorhandler(Exception)
+    @app.errorhandler(Exception)  # HTTPException takes the closer handler above
     def _failure(e: Exception) -> tuple[Response, int]:
         return error_response(*failure(e))
