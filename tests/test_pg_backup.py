@@ -357,3 +357,19 @@ def test_a_backup_put_back_by_hand_with_pg_restore_carries_its_mark(
     finally:
         store.close()
     assert note is not None and note["backup_taken_at"] == taken_at
+
+
+def test_restore_counts_daemons_that_go_by_the_urls_application_name(database: str) -> None:
+    """A ``storage.url`` may name its connections (``application_name=``); the daemons
+    then go by that name, and ``restore`` must still see them."""
+    from pa_bridge.store.pg import connect
+    from pa_bridge.store.pg_backup import pa_bridge_sessions
+
+    named = (
+        _with_password(database) + ("&" if "?" in database else "?") + "application_name=pharmacy-7"
+    )
+    assert pa_bridge_sessions(named) == 0
+    with connect(named):  # as the daemon's writer and pool connect
+        assert pa_bridge_sessions(named) == 1
+    with connect(_with_password(database)):
+        assert pa_bridge_sessions(named) == 1  # a daemon on the plain URL counts too

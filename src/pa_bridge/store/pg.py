@@ -120,8 +120,14 @@ def _connect_kwargs(
         "cursor_factory": _Cursor,
         "connect_timeout": max(1, int(timeout_s)),
         "options": options,
-        "application_name": given.get("application_name") or "pa-bridge",
+        "application_name": application_name(url),
     }
+
+
+def application_name(url: str) -> str:
+    """The name pa-bridge's connections to ``url`` go by: the URL's own
+    ``application_name``, else ``pa-bridge`` (``pa-bridge restore`` counts them)."""
+    return str(psycopg.conninfo.conninfo_to_dict(url).get("application_name") or "pa-bridge")
 
 
 def connect(

@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 
 from ._db import Database, is_postgres
 from .engine import StoreError
-from .pg import redact_url
+from .pg import application_name, redact_url
 
 __all__ = ["BackupSession", "backup_running", "pa_bridge_sessions", "settle_restored"]
 
@@ -134,12 +134,14 @@ class BackupSession:
 
 
 def pa_bridge_sessions(url: str) -> int:
-    """Connections of pa-bridge daemons and commands to this database now (not ours)."""
+    """Connections of pa-bridge daemons and commands to this database now (not ours):
+    by the name they go by, ``pa-bridge`` or the URL's own ``application_name``."""
     with contextlib.closing(_connect(url, autocommit=True)) as conn:
         try:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'pa-bridge' AND pid <> pg_backend_pid()"
+                " AND application_name IN ('pa-bridge', %s) AND pid <> pg_backend_pid()",
+                [application_name(url)],
             ).fetchone()
         except psycopg.Error as e:
             raise _fail(url, e) from None
