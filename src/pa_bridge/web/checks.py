@@ -30,6 +30,7 @@ __all__ = [
     "is_json",
     "json_object",
     "mimetype",
+    "origin_refusal",
 ]
 
 Environ = dict[str, Any]
@@ -91,9 +92,26 @@ def is_json(ctype: str) -> bool:
 
 def guard(environ: Environ, allowed: frozenset[str], max_body: int | None) -> Refusal | None:
     """Cross-site requests and foreign host names (issue 19, decision 0012): a page on
-    another origin may not change anything here, and a rebound name may not read. A
-    body over ``max_body`` passes (its 413 comes first, whatever its type). Which
-    paths are exempt is the caller's business."""
+    another origin may not change anything here, and a rebound name may not read; and
+    a body that is not JSON (415). A body over ``max_body`` passes (its 413 comes
+    first, whatever its type). Which paths are exempt is the caller's business."""
+    refused = origin_refusal(environ, allowed)
+    if refused is not None or environ.get("REQUEST_METHOD", "GET").upper() in SAFE_METHODS:
+        return refused
+    length = get_content_length(environ)
+    n = length or 0
+    if n > (max_body or n):
+        return None
+    ctype = mimetype(environ)
+    if ctype in _FORM_TYPES or (length and ctype != "application/json"):
+        return NOT_JSON
+    return None
+
+
+def origin_refusal(environ: Environ, allowed: frozenset[str]) -> Refusal | None:
+    """The Host check, and for a method that may change something the
+    ``Sec-Fetch-Site`` and ``Origin`` check: the part of :func:`guard` about who
+    sends the request."""
     host = get_host(environ)
     if not host_allowed(host, allowed):
         return FORBIDDEN_HOST
@@ -105,13 +123,6 @@ def guard(environ: Environ, allowed: frozenset[str], max_body: int | None) -> Re
         origin is not None and origin != f"{environ['wsgi.url_scheme']}://{host}"
     ):
         return CROSS_ORIGIN
-    length = get_content_length(environ)
-    n = length or 0
-    if n > (max_body or n):
-        return None
-    ctype = mimetype(environ)
-    if ctype in _FORM_TYPES or (length and ctype != "application/json"):
-        return NOT_JSON
     return None
 
 

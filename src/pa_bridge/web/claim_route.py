@@ -33,7 +33,7 @@ from ..service.pharmacies import Scope
 from . import checks
 from .errors import error_body, failure
 
-__all__ = ["ClaimRoute", "claim_answer"]
+__all__ = ["ClaimRoute"]
 
 _Headers = list[tuple[str, str]]
 _StartResponse = Callable[..., Any]
@@ -43,7 +43,7 @@ PATH = "/v1/claims"
 _STATUS = {c: f"{c} {p.upper()}" for c, p in HTTP_STATUS_CODES.items()}  # as werkzeug says it
 
 
-def claim_answer(answer: ClaimAnswer) -> tuple[bytes, _Headers]:
+def _claim_answer(answer: ClaimAnswer) -> tuple[bytes, _Headers]:
     """The body of a claim's answer (its JSON, made once, for the store too) and the
     headers besides its type and length."""
     data = (answer.json_text() + "\n").encode()
@@ -78,10 +78,10 @@ class ClaimRoute:
         body, actor, scope, key = admitted
         try:
             answer = self.services.claims.intake(body, actor, idempotency_key=key, scope=scope)
-            status, (data, headers) = 200, claim_answer(answer)
+            status, (data, headers) = 200, _claim_answer(answer)
         except Exception as e:  # what Flask's error handlers answer for it
             status, code, message, detail = failure(e)
-            data, headers = error_body(status, code, message, detail), []
+            data, headers = error_body(code, message, detail), []
         start_response(
             _STATUS.get(status, f"{status} UNKNOWN"),
             [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *headers],
@@ -105,7 +105,8 @@ class ClaimRoute:
             return None
         if checks.mimetype(environ) != "application/json":
             return None
-        if checks.guard(environ, self.allowed, self.max_body) is not None:
+        # the length and the type are checked above: only who sends it is left
+        if checks.origin_refusal(environ, self.allowed) is not None:
             return None
         who = checks.identify(environ, self.tokens)
         if who is None:

@@ -18,7 +18,7 @@ from .. import worklist
 from ..service import Services
 from ..service.pharmacies import Scope
 
-__all__ = ["bp", "is_public_path", "STATIC_PREFIX"]
+__all__ = ["bp", "is_public_path", "scope", "STATIC_PREFIX"]
 
 STATIC_PREFIX = "/console/static"
 PA_PAGE_PREFIX = "/console/pa/"
@@ -76,7 +76,9 @@ def _no_store(resp: Response) -> Response:
     return resp
 
 
-def _scope() -> Scope:
+def scope() -> Scope:
+    """The pharmacies this request's token may act for (None: every pharmacy); the
+    intake hook sets it."""
     found: Scope = g.get("scope")
     return found
 
@@ -85,15 +87,15 @@ def _scope() -> Scope:
 def console_worklist() -> Response:
     """``?pharmacy=<provider id>``: one store's (a scoped token: only its own)."""
     bridge = _bridge()
-    ids = bridge.pas.pharmacy_filter(request.args.get("pharmacy"), _scope())
+    ids = bridge.pas.pharmacy_filter(request.args.get("pharmacy"), scope())
     answer = worklist.worklist(bridge, pharmacies=ids)
-    answer["pharmacies"] = worklist.pharmacy_choices(bridge, _scope())
+    answer["pharmacies"] = worklist.pharmacy_choices(bridge, scope())
     return _no_store(jsonify(answer))
 
 
 @bp.get("/v1/console/pa/<pa_id>")
 def console_pa(pa_id: str) -> Response:
-    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id, scope=_scope())))
+    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id, scope=scope())))
 
 
 def who() -> str:
@@ -116,4 +118,4 @@ def who() -> str:
 @bp.post("/v1/pa/<pa_id>/acknowledge")
 def acknowledge_pa(pa_id: str) -> Response:
     request.get_data()  # any body is ignored (the guard already refused non-JSON)
-    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who(), scope=_scope())))
+    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who(), scope=scope())))

@@ -24,7 +24,7 @@ __all__ = ["error_body", "error_response", "failure", "install_error_handlers"]
 Failure = tuple[int, str, str, Any]
 
 
-def error_body(status: int, code: str, message: str, detail: Any = None) -> bytes:
+def error_body(code: str, message: str, detail: Any = None) -> bytes:
     """The bytes of an error answer: compact JSON, ASCII only, and a newline (what
     Flask's ``jsonify`` has always sent here)."""
     body = Error(error=ErrorInfo(code=code, message=message, detail=detail)).model_dump()
@@ -34,7 +34,7 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> byte
 def error_response(
     status: int, code: str, message: str, detail: Any = None
 ) -> tuple[Response, int]:
-    return Response(error_body(status, code, message, detail), mimetype="application/json"), status
+    return Response(error_body(code, message, detail), mimetype="application/json"), status
 
 
 def failure(e: Exception) -> Failure:

@@ -11,9 +11,9 @@ from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..service import BridgeError, Services, idempotency
-from ..service.bodies import ClaimAnswer, dump
-from ..service.pharmacies import Scope
+from ..service.bodies import dump
 from . import checks, claim_route, console, openapi
+from .console import scope
 from .errors import error_response, install_error_handlers
 
 __all__ = ["create_intake_app"]
@@ -50,30 +50,19 @@ def _guard_origin() -> tuple[Response, int] | None:
     return None
 
 
-def scope() -> Scope:
-    """The pharmacies this request's token may act for (None: every pharmacy)."""
-    found: Scope = g.get("scope")
-    return found
-
-
 @bp.before_app_request
 def _authenticate() -> tuple[Response, int] | None:
     g.actor = request.remote_addr or "unknown"
     g.scope = None
     if request.path in _UNGUARDED or console.is_public_path(request.path):
         return None
-    who = checks.identify(request.environ, _tokens(current_app))
+    who = checks.identify(request.environ, current_app.extensions["pa_bridge.tokens"])
     if who is not None:
         g.actor, g.scope = who
         return None
     resp, status = error_response(401, "unauthorized", "a valid intake token is required")
     resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
     return resp, status
-
-
-def _tokens(app: Flask) -> checks.Tokens:
-    tokens: checks.Tokens = app.extensions["pa_bridge.tokens"]
-    return tokens
 
 
 def _idempotency_key() -> str | None:
@@ -84,11 +73,6 @@ def _idempotency_key() -> str | None:
 
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
-    if isinstance(model, ClaimAnswer):  # its JSON is made once, for the store too
-        data, extra = claim_route.claim_answer(model)
-        resp = Response(data, mimetype="application/json")
-        resp.headers.extend(extra)
-        return resp, status
     resp = jsonify(dump(model))
     if isinstance(model, idempotency.Replayed):
         resp.headers["Idempotent-Replayed"] = "true"
