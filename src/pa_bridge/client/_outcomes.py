@@ -183,7 +183,8 @@ class OutcomesTransport:
         self, form: dict[str, str], deadline: float
     ) -> tuple[OutcomesConnection, bytes] | None:
         """Send the form now, on the caller's thread, over a kept-alive connection, and
-        return that connection for :meth:`finish_inline`; None when there is no idle
+        return that connection and the bytes sent for :meth:`finish_inline` (which
+        sends them again if the server had closed it); None when there is no idle
         connection (or it failed): the caller then hands the call to a worker.
 
         Most claims find a connection kept alive by the last one; sending on it does
@@ -199,7 +200,7 @@ class OutcomesTransport:
         body = form_encode(form)
         try:
             fast.send(conn, body, deadline)
-        except (OSError, http.client.HTTPException, FastDeadline):
+        except (OSError, FastDeadline):
             return None  # closed by send(); a worker starts afresh
         return conn, body
 
@@ -218,7 +219,6 @@ class OutcomesTransport:
                 form_body,
                 deadline,
                 limit=_OUTCOMES_BODY_LIMIT,
-                started=[],
                 read_until=read_until,
             ),
             read_until,

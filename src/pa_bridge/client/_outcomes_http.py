@@ -90,7 +90,8 @@ class OutcomesHttp:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _take(self) -> OutcomesConnection | None:
+    def take_idle(self) -> OutcomesConnection | None:
+        """A kept-alive connection that is still open, or None."""
         while True:
             with self._lock:
                 if not self._idle:
@@ -109,10 +110,6 @@ class OutcomesHttp:
                 return
         conn.close()
 
-    def take_idle(self) -> OutcomesConnection | None:
-        """A kept-alive connection that is still open, or None."""
-        return self._take()
-
     def post(
         self, body: bytes, deadline: float, *, limit: int, started: list[OutcomesConnection]
     ) -> tuple[int, str, bytes]:
@@ -122,7 +119,7 @@ class OutcomesHttp:
         :meth:`receive_again`)."""
         if deadline - time.monotonic() <= 0:
             raise Deadline("budget spent before the call started")
-        conn = self._take()
+        conn = self.take_idle()
         if conn is not None:
             started.append(conn)
             try:
@@ -131,10 +128,7 @@ class OutcomesHttp:
                 pass  # it had been closed: the request did not go out; a fresh one below
             else:
                 return self.receive_again(conn, body, deadline, limit=limit, started=started)
-        conn = OutcomesConnection()
-        started.append(conn)
-        self.send(conn, body, deadline)
-        return self.receive(conn, deadline, limit=limit)
+        return self._fresh(body, deadline, limit, started)
 
     def receive_again(
         self,
@@ -143,7 +137,7 @@ class OutcomesHttp:
         deadline: float,
         *,
         limit: int,
-        started: list[OutcomesConnection],
+        started: list[OutcomesConnection] | None = None,
         read_until: float | None = None,
     ) -> tuple[int, str, bytes]:
         """:meth:`receive` on a kept-alive connection. When the server closed it before
@@ -157,10 +151,17 @@ class OutcomesHttp:
         except http.client.RemoteDisconnected:
             if time.monotonic() >= deadline:
                 raise
-        fresh = OutcomesConnection()
-        started.append(fresh)
-        self.send(fresh, body, deadline)
-        return self.receive(fresh, deadline, limit=limit)
+        return self._fresh(body, deadline, limit, started)
+
+    def _fresh(
+        self, body: bytes, deadline: float, limit: int, started: list[OutcomesConnection] | None
+    ) -> tuple[int, str, bytes]:
+        """``body`` on a new connection (put in ``started``, when given)."""
+        conn = OutcomesConnection()
+        if started is not None:
+            started.append(conn)
+        self.send(conn, body, deadline)
+        return self.receive(conn, deadline, limit=limit)
 
     def send(self, conn: OutcomesConnection, body: bytes, deadline: float) -> None:
         """Send the request on ``conn`` (connecting it first when new); on failure the
