@@ -149,8 +149,7 @@ async def read_body(
     408 is sent); ``too_large`` past ``limit`` (some of the rest is read and dropped,
     so the client reads the answer). None when there is nothing to answer: the 408 is
     sent, or the client went before its body was in."""
-    coding = _transfer_coding(scope)
-    if coding is not None and coding != "chunked":
+    if _coded(scope):
         # llhttp took the chunked framing off; another coding would reach the app as
         # it was sent (RFC 9112, 6.1: a server answers an unknown coding with 501)
         answer = json_error(
@@ -190,14 +189,15 @@ async def read_body(
     return body
 
 
-def _transfer_coding(scope: dict[str, Any]) -> str | None:
-    """The request's transfer codings, lower case and joined ("chunked" alone for a
-    plain chunked body); None without the header."""
-    values = [v for k, v in scope["headers"] if k == b"transfer-encoding"]
-    if not values:
-        return None
-    codings = [c.strip().lower() for v in values for c in v.decode("latin-1").split(",")]
-    return ", ".join(c for c in codings if c)
+def _coded(scope: dict[str, Any]) -> bool:
+    """Whether the request's body comes in a transfer coding besides chunked."""
+    codings = [
+        c.strip().lower()
+        for k, v in scope["headers"]
+        if k == b"transfer-encoding"
+        for c in v.decode("latin-1").split(",")
+    ]
+    return any(codings) and [c for c in codings if c] != ["chunked"]
 
 
 class WsgiAdapter:
