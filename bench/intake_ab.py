@@ -18,17 +18,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ncpdp
-from bench._common import ROOT, Daemon, Sandbox, free_port, machine_facts, wait_healthy
-from bench.intake_bench import RELAY_APP, claim_body, cpu_per_claim
-from pa_bridge.client import form_encode, outcome_variables
-from pa_bridge.sandbox import SANDBOX_API_KEY
+from bench._common import ROOT, Daemon, Sandbox, machine_facts
+from bench.intake_bench import claim_body, cpu_per_claim, relay
 from tests import builders as b
 
 
@@ -49,21 +45,7 @@ def main() -> None:
         Daemon(config=sb.service_config(), env=env[0]) as da,
         Daemon(config=sb.service_config(), env=env[1]) as db,
     ):
-        form = form_encode(
-            outcome_variables(
-                ncpdp.parse(b.request_bytes()),
-                ncpdp.parse(b.response_bytes([b.REJECT_75])),
-                api_key=SANDBOX_API_KEY,
-            )
-        )
-        relay_port = free_port()
-        relay = subprocess.Popen(
-            [sys.executable, "-c", RELAY_APP, str(relay_port), sb.url, form.decode()],
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_healthy(relay_port)
-            relay_url = f"http://127.0.0.1:{relay_port}/v1/claims"
+        with relay(sb.url) as (relay_pid, relay_url):
             daemons = {"A": da, "B": db}
 
             def measure(name: str, case: str, n: int) -> float:
@@ -74,11 +56,11 @@ def main() -> None:
             for name in daemons:  # warm-up
                 for case in cases:
                     measure(name, case, 50)
-            cpu_per_claim(relay.pid, relay_url, cases["reject 75"], 50, None)
+            cpu_per_claim(relay_pid, relay_url, cases["reject 75"], 50, None)
             floor: list[float] = []
             got: dict[tuple[str, str], list[float]] = {(n, c): [] for n in daemons for c in cases}
             for r in range(rounds):
-                floor.append(cpu_per_claim(relay.pid, relay_url, cases["reject 75"], claims, None))
+                floor.append(cpu_per_claim(relay_pid, relay_url, cases["reject 75"], claims, None))
                 order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
                 for case in cases:
                     for name in order:
@@ -88,9 +70,6 @@ def main() -> None:
                     + "".join(f" {n}/{c} {v[-1]:.2f}" for (n, c), v in got.items()),
                     flush=True,
                 )
-        finally:
-            relay.terminate()
-            relay.wait(10)
     f = statistics.median(floor)
     print(f"median of {rounds} rounds of {claims} claims, CPU ms per claim (x floor)")
     print(f"floor {f:.2f}")

@@ -30,11 +30,13 @@ minute, and a difference of two runs made a minute apart says more about the dri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -100,6 +102,33 @@ RELAY_APP = floor_app(
     """,
     16,
 )
+
+
+def outcomes_form() -> bytes:
+    """The fixed outcomes form the relay forwards (a 75-reject of the builders' claim)."""
+    return form_encode(
+        outcome_variables(
+            ncpdp.parse(b.request_bytes()),
+            ncpdp.parse(b.response_bytes([b.REJECT_75])),
+            api_key=SANDBOX_API_KEY,
+        )
+    )
+
+
+@contextlib.contextmanager
+def relay(sandbox_url: str) -> Iterator[tuple[int, str]]:
+    """The relay floor running against ``sandbox_url``: (its pid, its claims URL)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RELAY_APP, str(port), sandbox_url, outcomes_form().decode()],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(port)
+        yield proc.pid, f"http://127.0.0.1:{port}/v1/claims"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _drained(url: str, timeout: float = 30.0) -> None:
@@ -179,19 +208,12 @@ def _rounds(values: list[float]) -> str:
 def main() -> None:
     cost_only = "--cost-only" in sys.argv
     print(f"intake_bench: {machine_facts()}; {CLIENTS} concurrent clients")
-    req = b.request_bytes()
     paid = claim_body([b.PAID])
     r75 = claim_body([b.REJECT_75])
     stall = claim_body([b.REJECT_75], bin="999998")
     with Sandbox() as sb, Daemon(config=sb.service_config()) as d:
         sandbox = sb.url
-        form = form_encode(
-            outcome_variables(
-                ncpdp.parse(req),
-                ncpdp.parse(b.response_bytes([b.REJECT_75])),
-                api_key=SANDBOX_API_KEY,
-            )
-        )
+        form = outcomes_form()
 
         def outcomes_direct(c: httpx.Client, i: int) -> None:
             r = c.post(f"{sandbox}/outcomes.json", content=form, headers=FORM)
@@ -214,22 +236,17 @@ def main() -> None:
 
             return call
 
-        relay_port = free_port()
-        relay = subprocess.Popen(
-            [sys.executable, "-c", RELAY_APP, str(relay_port), sandbox, form.decode()],
-            stderr=subprocess.DEVNULL,
-        )
-        wait_healthy(relay_port)
-        relay_call = post(r75, f"http://127.0.0.1:{relay_port}/v1/claims")
+        floor = contextlib.ExitStack()
+        relay_pid, relay_url = floor.enter_context(relay(sandbox))
+        relay_call = post(r75, relay_url)
         cost(
             d,
-            relay.pid,
-            f"http://127.0.0.1:{relay_port}/v1/claims",
+            relay_pid,
+            relay_url,
             {"reject 75 (outcomes first)": r75, "paid claim (async report)": paid},
         )
         if cost_only:
-            relay.terminate()
-            relay.wait(10)
+            floor.close()
             return
 
         run_clients(CLIENTS, 10, post(paid))  # warm-up
@@ -260,8 +277,7 @@ def main() -> None:
             lat75 += i_lat
             base_wall += b_wall
             wall75 += i_wall
-        relay.terminate()
-        relay.wait(10)
+        floor.close()
         rows.append(("outcomes call itself (baseline)", base, base_wall))
         rows.append(("floor: bare Flask relay, no work", relay_lat, relay_wall))
         lat, wall = run_clients(CLIENTS, PER_CLIENT, post(paid))
