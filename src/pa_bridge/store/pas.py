@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import TypedDict, cast
+from collections.abc import Sequence
+from typing import Any, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, marks, of_pharmacies
@@ -35,6 +36,7 @@ __all__ = [
     "set_drug",
     "since",
     "since_for_pharmacies",
+    "state_of",
     "submit_link",
     "touched_since",
     "unmatched_from_callbacks",
@@ -291,20 +293,22 @@ def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
 
 
 # ---- callbacks ---------------------------------------------------------------------
-_CALLBACK_STATE = (
-    "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-    " links_json, urls_json, details_json FROM pas WHERE id = ?"
-)
 #: the columns of a :class:`CallbackState`, in its order
 STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
     "fax_failed", "links_json", "urls_json", "details_json",
 )  # fmt: skip
+_CALLBACK_STATE = f"SELECT {', '.join(STATE_COLS)} FROM pas WHERE id = ?"  # noqa: S608 - our column names
+
+
+def state_of(values: Sequence[Any]) -> CallbackState:
+    """A :class:`CallbackState` from the values of :data:`STATE_COLS`, in that order."""
+    return cast(CallbackState, dict(zip(STATE_COLS, values, strict=True)))
 
 
 def callback_state(db: Database, pa_id: str) -> CallbackState | None:
     row = db.conn.execute(_CALLBACK_STATE, (pa_id,)).fetchone()
-    return None if row is None else cast(CallbackState, dict(zip(STATE_COLS, row, strict=True)))
+    return None if row is None else state_of(row)
 
 
 def awaiting_placeholders(db: Database, prefix: str) -> list[tuple[str, str | None]]:
