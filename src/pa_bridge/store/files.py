@@ -147,13 +147,12 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
     import psycopg
 
     from . import pg_migrations
-    from .pg import connect, redact_url
+    from .pg import cannot_connect, connect, redact_url
 
     try:
         raw = connect(url, readonly=not write)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
     try:
         problem = _pg_schema_problem(raw)
         if problem is not None:
@@ -217,13 +216,12 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
     import psycopg
 
     from . import pg_migrations
-    from .pg import connect, redact_url
+    from .pg import cannot_connect, connect
 
     try:
         raw = connect(url, readonly=True)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
     try:
         version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
         problem = _pg_schema_problem(raw)

@@ -38,7 +38,15 @@ from . import pg_migrations as schema
 from ._db import Database
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
-__all__ = ["PgDatabase", "PgReader", "PgStore", "connect", "redact_url"]
+__all__ = [
+    "PgDatabase",
+    "PgReader",
+    "PgStore",
+    "cannot_connect",
+    "connect",
+    "redact_url",
+    "why",
+]
 
 #: advisory lock classes (two-int form); queue items use the one-bigint form, a
 #: separate key space
@@ -257,13 +265,13 @@ class PgStore(Store):
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
-            raise StoreError(f"cannot open the database at {self.location}: {_why(e)}") from None
+            raise StoreError(f"cannot open the database at {self.location}: {why(e)}") from None
         try:
             schema.apply(self._wconn)
         except psycopg.Error as e:
             self._wconn.close()  # the daemon does not start: nothing else will close it
             raise StoreError(
-                f"cannot open the database at {self.location}: {_why(e)}{_hint(e)}"
+                f"cannot open the database at {self.location}: {why(e)}{_hint(e)}"
             ) from None
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
@@ -306,7 +314,7 @@ class PgStore(Store):
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
-            self.last_error = (f"cannot connect: {_why(e)}", time.monotonic())
+            self.last_error = (f"cannot connect: {why(e)}", time.monotonic())
             return  # BEGIN fails on the closed connection: the batch is refused
         self._wdb = PgDatabase(self._wconn)
 
@@ -330,7 +338,7 @@ class PgStore(Store):
             _FAILING
         ):
             return e
-        err = StoreUnavailable(f"cannot write: {_why(e)}")
+        err = StoreUnavailable(f"cannot write: {why(e)}")
         err.__cause__ = e
         self.last_error = (str(err), time.monotonic())
         return err
@@ -501,7 +509,7 @@ class PgStore(Store):
             return "the database is closed"
         if not self.writer_alive:
             return "the database writer thread has stopped"
-        return probe_round_trip(self, psycopg.Error, _why, timeout)
+        return probe_round_trip(self, psycopg.Error, why, timeout)
 
     @property
     def connections(self) -> dict[str, int]:
@@ -525,7 +533,7 @@ class PgStore(Store):
             try:
                 raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
             except psycopg.Error as e:
-                raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
+                raise StoreUnavailable(f"cannot lock the claim: {why(e)}") from None
             try:
                 yield
             finally:
@@ -585,10 +593,17 @@ def _one(cur: psycopg.Cursor[Any]) -> bool:
     return row is not None and bool(row[0])
 
 
-def _why(e: BaseException) -> str:
-    """The driver's message, first line, without anything the URL carried."""
+def why(e: BaseException) -> str:
+    """The driver's message, first line (at most 300 characters; the exception's type
+    name when it has none), without anything the URL carried."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:300]
+
+
+def cannot_connect(url: str, e: BaseException) -> StoreError:
+    """The error a command raises when it cannot connect to ``url`` (never its
+    password): ``cannot connect to <url>: <why>``."""
+    return StoreError(f"cannot connect to {redact_url(url)}: {why(e)}")
 
 
 def _hint(e: psycopg.Error) -> str:

@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 
 from ._db import Database, is_postgres
 from .engine import StoreError
-from .pg import application_name, redact_url
+from .pg import application_name, cannot_connect, redact_url, why
 
 __all__ = ["BackupSession", "backup_running", "pa_bridge_sessions", "settle_restored"]
 
@@ -34,13 +34,11 @@ def _connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(url, connect_timeout=10, application_name=_APP, **kw)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
 
 
 def _fail(url: str, e: psycopg.Error) -> StoreError:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return StoreError(f"{redact_url(url)}: {first}")
+    return StoreError(f"{redact_url(url)}: {why(e)}")
 
 
 def backup_running(db: Database) -> bool:
