@@ -423,7 +423,7 @@ class PaService:
         # past the other pharmacies' changes to ``upto`` without skipping any of these.
         db = self.store.reader()
         upto = pas.newest_seq(db)
-        rows = pas.since_for_pharmacies(db, after, upto, ids, limit)
+        rows = pas.since(db, after, limit, upto=upto, provider_ids=ids)
         last = rows[-1]["change_seq"] if len(rows) >= limit else max(after, upto)
         return PaList(pas=[pa_model(r) for r in rows], cursor=str(last))
 

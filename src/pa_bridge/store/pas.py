@@ -35,7 +35,6 @@ __all__ = [
     "rename",
     "set_drug",
     "since",
-    "since_for_pharmacies",
     "state_of",
     "submit_link",
     "touched_since",
@@ -169,36 +168,29 @@ def ids_for_claim_key(db: Database, key: str) -> list[str]:
     return [r[0] for r in db.conn.execute("SELECT id FROM pas WHERE claim_key = ?", [key])]
 
 
-def since(db: Database, after: int, limit: int) -> list[PaRow]:
-    """The feed: PAs changed after cursor ``after``, oldest change first."""
-    return cast(
-        list[PaRow],
-        all_rows(
-            db,
-            "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
-            [after, limit],
-        ),
+def since(
+    db: Database,
+    after: int,
+    limit: int,
+    *,
+    upto: int | None = None,
+    provider_ids: list[str] | None = None,
+) -> list[PaRow]:
+    """The feed: PAs changed after cursor ``after`` (and at or before ``upto``, if
+    given), oldest change first; only these pharmacies' with ``provider_ids``."""
+    bounds = [after] if upto is None else [after, upto]
+    sql = (
+        "SELECT * FROM pas WHERE change_seq > ?"  # noqa: S608 - only placeholders
+        f"{'' if upto is None else ' AND change_seq <= ?'}{of_pharmacies(provider_ids)}"
+        " ORDER BY change_seq LIMIT ?"
     )
+    return cast(list[PaRow], all_rows(db, sql, [*bounds, *(provider_ids or ()), limit]))
 
 
 def newest_seq(db: Database) -> int:
     """The newest change's position (0: none)."""
     row = db.conn.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()
     return int(row[0])
-
-
-def since_for_pharmacies(
-    db: Database, after: int, upto: int, provider_ids: list[str], limit: int
-) -> list[PaRow]:
-    """The feed of these pharmacies' PAs: changed after ``after`` and at or before
-    ``upto``, oldest change first."""
-    if not provider_ids:
-        return []
-    sql = (
-        "SELECT * FROM pas WHERE change_seq > ? AND change_seq <= ?"  # noqa: S608 - only placeholders
-        f" AND provider_id IN ({marks(len(provider_ids))}) ORDER BY change_seq LIMIT ?"
-    )
-    return cast(list[PaRow], all_rows(db, sql, [after, upto, *provider_ids, limit]))
 
 
 def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
