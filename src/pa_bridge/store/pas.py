@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, marks, of_pharmacies
 
 __all__ = [
     "CallbackState",
+    "FeedHead",
     "PaRow",
     "PaWithRequest",
     "STATE_COLS",
@@ -21,6 +22,7 @@ __all__ = [
     "all_for_claim",
     "awaiting_placeholders",
     "callback_state",
+    "feed_head",
     "for_claim",
     "for_claims",
     "for_reversal",
@@ -30,8 +32,6 @@ __all__ = [
     "insert_submitted",
     "link_submitted",
     "live_for_claim_key",
-    "newest_change",
-    "newest_seq",
     "rename",
     "set_drug",
     "since",
@@ -145,14 +145,22 @@ def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
     )
 
 
-def newest_change(db: Database) -> int:
-    """The newest cursor the feed can have handed out: the last change, or the floor a
-    restore set (decision 0009), whichever is later."""
+class FeedHead(NamedTuple):
+    """Where the feed ends, read in one statement."""
+
+    #: the newest change's position (0: none)
+    last_change: int
+    #: the newest cursor the feed can have handed out: the last change, or the floor a
+    #: restore set (decision 0009), whichever is later
+    newest_cursor: int
+
+
+def feed_head(db: Database) -> FeedHead:
     row = db.conn.execute(
         "SELECT coalesce(max(change_seq), 0), coalesce((SELECT CAST(value AS BIGINT)"
         " FROM meta WHERE key = 'feed.seq_floor'), 0) FROM pas"
     ).fetchone()
-    return max(int(row[0]), int(row[1]))
+    return FeedHead(int(row[0]), max(int(row[0]), int(row[1])))
 
 
 def set_drug(db: Database, pa_id: str, rx_number: str | None, product_id: str | None) -> None:
@@ -185,12 +193,6 @@ def since(
         " ORDER BY change_seq LIMIT ?"
     )
     return cast(list[PaRow], all_rows(db, sql, [*bounds, *(provider_ids or ()), limit]))
-
-
-def newest_seq(db: Database) -> int:
-    """The newest change's position (0: none)."""
-    row = db.conn.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()
-    return int(row[0])
 
 
 def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
