@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -79,6 +79,11 @@ class _Cursor(psycopg.Cursor[Any]):
         return super().description
 
 
+def _execute(raw: psycopg.Connection[Any], sql: str, parameters: Any) -> psycopg.Cursor[Any]:
+    """``sql`` with ``?`` placeholders on a psycopg connection."""
+    return raw.execute(_pg_sql(sql), list(parameters or ()))
+
+
 class _PgConn:
     """``execute(sql, params)`` with ``?`` placeholders on a psycopg connection."""
 
@@ -88,7 +93,7 @@ class _PgConn:
         self.raw = raw
 
     def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[Any]:
-        return self.raw.execute(_pg_sql(sql), list(parameters or ()))
+        return _execute(self.raw, sql, parameters)
 
     def close(self) -> None:
         self.raw.close()
@@ -99,21 +104,32 @@ class _PgConn:
         return cur
 
 
-class PgDatabase:
+#: what a handle's ``conn`` is: one connection's, or a store's readers'
+_C = TypeVar("_C", "_PgConn", "_PooledConn")
+
+
+class _Handle(Generic[_C]):
     """The handle table functions take (see ``_db.Database``), on PostgreSQL."""
 
     dialect = "postgresql"
     __slots__ = ("_conn",)
+    _conn: _C
+
+    @property
+    def conn(self) -> _C:
+        return self._conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._conn.execute(sql, parameters)
+
+
+class PgDatabase(_Handle[_PgConn]):
+    """The handle on one connection (a write job's, a command's)."""
+
+    __slots__ = ()
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self._conn = _PgConn(raw)
-
-    @property
-    def conn(self) -> _PgConn:
-        return self._conn
-
-    def execute(self, sql: str, parameters: Any = ()) -> psycopg.Cursor[Any]:
-        return self._conn.execute(sql, parameters)
 
 
 def _connect_kwargs(
@@ -181,26 +197,18 @@ class _PooledConn:
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         held: psycopg.Connection[Any] | None = getattr(self._store._local, "held", None)
         if held is not None:
-            return held.execute(_pg_sql(sql), list(parameters or ()))
+            return _execute(held, sql, parameters)
         with self._store._pool.connection() as raw:
-            return _Rows(raw.execute(_pg_sql(sql), list(parameters or ())))
+            return _Rows(_execute(raw, sql, parameters))
 
 
-class PgReader:
-    """What :meth:`PgStore.reader` gives (see ``_db.Database``)."""
+class PgReader(_Handle[_PooledConn]):
+    """What :meth:`PgStore.reader` gives: each statement on a connection of the pool."""
 
-    dialect = "postgresql"
-    __slots__ = ("_conn",)
+    __slots__ = ()
 
     def __init__(self, store: PgStore) -> None:
         self._conn = _PooledConn(store)
-
-    @property
-    def conn(self) -> _PooledConn:
-        return self._conn
-
-    def execute(self, sql: str, parameters: Any = ()) -> Any:
-        return self._conn.execute(sql, parameters)
 
 
 def redact_url(url: str) -> str:
