@@ -42,6 +42,7 @@ __all__ = [
     "pg_facts",
     "Snapshot",
     "staged",
+    "starts_with",
     "transaction",
 ]
 
@@ -104,6 +105,16 @@ def _publish(tmp: Path, dest: Path, *, force: bool) -> str | None:
             return exists
         os.replace(tmp, dest)
     return None
+
+
+def starts_with(file: Path, magic: bytes) -> bool:
+    """Whether ``file`` begins with ``magic`` (False when it cannot be read): a backup's
+    format by its first bytes."""
+    try:
+        with open(file, "rb") as fh:
+            return fh.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
