@@ -369,6 +369,25 @@ def test_the_feed_filtered_by_pharmacy_never_skips_a_change(make_chain: Any) -> 
 
 
 # ---- the migration's backfill, on both engines --------------------------------------
+def test_a_filtered_page_moves_the_cursor_to_the_last_change_never_the_restore_floor(
+    make_chain: Any,
+) -> None:
+    """After a restore the floor is above every change and a cursor up to it is
+    accepted; a filtered page that is not full moves the cursor to the last change, not
+    to the floor (a change may yet be given the floor's own position)."""
+    from pa_bridge.store import meta
+
+    chain = make_chain()
+    claim = chain.post("/v1/claims", _claim(A, b.REJECT_MR)).get_json()
+    chain.post(f"/v1/claims/{claim['claim_id']}/pa")
+    newest = chain.get("/v1/pa").get_json()["cursor"]
+    floor = str(int(newest) + 5_000_000)
+    chain.services.store.write(lambda db: meta.put(db, "feed.seq_floor", floor))
+    page = chain.get("/v1/pa", pharmacy=B).get_json()
+    assert page == {"pas": [], "cursor": newest}
+    assert chain.get("/v1/pa", pharmacy=B, since=floor).get_json() == {"pas": [], "cursor": floor}
+
+
 def test_the_migration_backfills_each_pas_pharmacy(store_url: str) -> None:
     """A database from before ``m006_pharmacies``: each PA gets the provider id of its
     claim exchange, else the one in its claim key; a PA from a callback gets none."""

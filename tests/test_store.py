@@ -253,6 +253,41 @@ def test_keep_and_read_keeps_a_callback_once_and_reads_the_pa_it_merges_with(
     ]
 
 
+def test_keep_and_read_many_keeps_a_key_once_and_reads_each_pa_as_stored_before(
+    store: Store,
+) -> None:
+    """The batch (one statement on PostgreSQL, also for one callback): a key given
+    twice is kept for its first item; a PA named twice gets its state from before."""
+    from pa_bridge.store import callbacks, pas
+
+    state: pas.CallbackState = {
+        "workflow_status": "New", "plan_outcome": None, "status_time": None,
+        "events_json": "[]", "deleted": 0, "fax_failed": 1, "links_json": "{}",
+        "urls_json": "[]", "details_json": "{}",
+    }  # fmt: skip
+
+    def add_pa(db: Any) -> None:
+        pas.insert_from_callback(db, "PA2", state, now=now_iso(), seq=store.next_seq(db))
+
+    def keep(items: list[callbacks.Keep]) -> Any:
+        def job(db: Any) -> Any:
+            store.next_seq(db)
+            return callbacks.keep_and_read_many(db, items)
+
+        return job
+
+    store.write(add_pa)
+    now = now_iso()
+    assert store.write(keep([("m1", now, "PA2", b"{}")])) == [(True, state)]
+    assert store.write(
+        keep([("m2", now, "PA2", b"{}"), ("m2", now, "PA2", b"{}"), ("m3", now, "NOPE", b"{}"),
+              ("m1", now, "PA2", b"{}")])
+    ) == [(True, state), (False, state), (True, None), (False, state)]  # fmt: skip
+    assert [
+        r["dedupe_key"] for r in store.query("SELECT dedupe_key FROM callbacks ORDER BY 1")
+    ] == ["m1", "m2", "m3"]
+
+
 # ---- deferred writes (decision 0025) -----------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from .store import StoreError, now_iso, redact_url
-from .store.files import destination_problem, staged
+from .store.files import destination_problem, staged, starts_with
 from .store.pg_backup import BackupSession, pa_bridge_sessions, settle_restored
 
 __all__ = [
@@ -140,18 +140,10 @@ _LIST_TABLE_DATA = re.compile(r"^\d+; \d+ \d+ TABLE DATA (\S+) (\S+) ")
 _LIST_CREATED = re.compile(r"^;\s+Archive created at (.+)$")
 
 
-def _starts_with(file: Path, magic: bytes) -> bool:
-    try:
-        with open(file, "rb") as fh:
-            return fh.read(len(magic)) == magic
-    except OSError:
-        return False
-
-
 def archive_facts(file: Path) -> ArchiveFacts:
     """What ``pg_restore --list`` says of a pa-bridge backup; PgToolError if it is not
     one."""
-    if _starts_with(file, b"SQLite format 3\x00"):
+    if starts_with(file, b"SQLite format 3\x00"):
         raise PgToolError(
             f"{file} is a SQLite backup, but this config's storage is PostgreSQL"
             " (storage.url): restore it with the config that has its storage.path"

@@ -135,12 +135,7 @@ def _check_backup(backup: Path) -> tuple[str | None, int]:
     """(the mark, undelivered items) of a sound pa-bridge backup; RestoreError else."""
     if not backup.is_file():
         raise RestoreError(f"no backup file at {backup}")
-    try:
-        with open(backup, "rb") as fh:
-            pg_dump = fh.read(5) == b"PGDMP"  # pg_dump's custom format
-    except OSError:
-        pg_dump = False
-    if pg_dump:
+    if files.starts_with(backup, b"PGDMP"):  # pg_dump's custom format
         raise RestoreError(
             f"{backup} is a PostgreSQL backup (pg_dump archive), but this config's storage"
             " is SQLite (storage.path): restore it with the config that has its storage.url"

@@ -404,7 +404,7 @@ class PaService:
         # bits or from the future was never handed out
         if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
             raise bad
-        newest = pas.newest_change(self.store.reader())
+        upto, newest = pas.feed_head(self.store.reader())
         if after > newest:  # a restore's floor counts: cursors from before it still work
             raise BridgeError(
                 400,
@@ -417,13 +417,12 @@ class PaService:
             rows = pas.since(self.store.reader(), after, limit)
             cursor = str(rows[-1]["change_seq"]) if rows else str(after)
             return PaList(pas=[pa_model(r) for r in rows], cursor=cursor)
-        # Filtered: read the newest position first, then the matching changes up to it.
-        # Positions are handed out in commit order (decision 0021), so every change up
-        # to ``upto`` is visible by then, and a page that is not full may move the cursor
-        # past the other pharmacies' changes to ``upto`` without skipping any of these.
-        db = self.store.reader()
-        upto = pas.newest_seq(db)
-        rows = pas.since_for_pharmacies(db, after, upto, ids, limit)
+        # Filtered: the newest position was read first (``upto``: a change's, never the
+        # restore floor), then the matching changes up to it. Positions are handed out in
+        # commit order (decision 0021), so every change up to ``upto`` is visible by then,
+        # and a page that is not full may move the cursor past the other pharmacies'
+        # changes to ``upto`` without skipping any of these.
+        rows = pas.since(self.store.reader(), after, limit, upto=upto, provider_ids=ids)
         last = rows[-1]["change_seq"] if len(rows) >= limit else max(after, upto)
         return PaList(pas=[pa_model(r) for r in rows], cursor=str(last))
 

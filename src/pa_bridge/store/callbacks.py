@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from . import pas
 from ._db import Database, is_postgres
 
@@ -28,37 +26,27 @@ def insert_once(db: Database, dedupe_key: str, received_at: str, pa_id: str, bod
     return cur.rowcount != 0
 
 
-#: kept or not, whether the PA exists, then its state in :data:`pas.STATE_COLS`' order
-_KEEP_AND_READ = (
-    "WITH kept AS (INSERT INTO callbacks (dedupe_key, received_at, pa_id, body)"
-    " VALUES (?, ?, ?, ?) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1)"
-    " SELECT (SELECT count(*) FROM kept), p.id IS NOT NULL, p.workflow_status,"
-    " p.plan_outcome, p.status_time, p.events_json, p.deleted, p.fax_failed, p.links_json,"
-    " p.urls_json, p.details_json FROM (SELECT 1) AS one LEFT JOIN pas AS p ON p.id = ?"
-)
-
-
 def keep_and_read(
     db: Database, dedupe_key: str, received_at: str, pa_id: str, body: bytes
 ) -> tuple[bool, pas.CallbackState | None]:
     """:func:`insert_once`, and the PA's state to merge the callback with
-    (:func:`pas.callback_state`). On PostgreSQL one statement, one round trip.
+    (:func:`pas.callback_state`). On PostgreSQL one statement, one round trip
+    (:func:`keep_and_read_many` for one callback).
 
     Call it after the job took its feed position (``store.next_seq``): the counter row
     is then held, no other daemon's PA change can commit before this transaction does,
     and the statement's snapshot (taken when it starts) has every change to the PA."""
-    if not is_postgres(db):
-        stored = insert_once(db, dedupe_key, received_at, pa_id, body)
-        return stored, pas.callback_state(db, pa_id)
-    row = db.conn.execute(_KEEP_AND_READ, (dedupe_key, received_at, pa_id, body, pa_id)).fetchone()
-    state = None
-    if row[1]:
-        state = cast(pas.CallbackState, dict(zip(pas.STATE_COLS, row[2:], strict=True)))
-    return bool(row[0]), state
+    if is_postgres(db):
+        return keep_and_read_many(db, [(dedupe_key, received_at, pa_id, body)])[0]
+    stored = insert_once(db, dedupe_key, received_at, pa_id, body)
+    return stored, pas.callback_state(db, pa_id)
 
 
 #: a callback to keep: dedupe key, received at, PA id, body
 Keep = tuple[str, str, str, bytes]
+
+#: the PA's state as the keep-and-read statement selects it, in :data:`pas.STATE_COLS`' order
+_PA_STATE = ", ".join(f"p.{c}" for c in pas.STATE_COLS)
 
 
 def keep_and_read_many(
@@ -69,7 +57,7 @@ def keep_and_read_many(
     state is the PA's as stored before this call (a PA named twice is read once: its
     second callback must merge with what the first one makes of it, the caller's
     business). Same condition as :func:`keep_and_read`: the feed position is held."""
-    if not is_postgres(db) or len(items) == 1:
+    if not is_postgres(db):
         return [keep_and_read(db, *item) for item in items]
     first: dict[str, int] = {}
     for i, (key, *_rest) in enumerate(items):
@@ -77,22 +65,18 @@ def keep_and_read_many(
     rows = [(i, *item) for i, item in enumerate(items) if first[item[0]] == i]
     values = ", ".join(["(CAST(? AS INTEGER), ?, ?, ?, CAST(? AS BYTEA))"] * len(rows))
     sql = (
-        f"WITH v (n, dedupe_key, received_at, pa_id, body) AS (VALUES {values}),"  # noqa: S608 - placeholders only
+        f"WITH v (n, dedupe_key, received_at, pa_id, body) AS (VALUES {values}),"  # noqa: S608 - placeholders and our column names only
         " kept AS (INSERT INTO callbacks (dedupe_key, received_at, pa_id, body)"
         " SELECT dedupe_key, received_at, pa_id, body FROM v ORDER BY n"
         " ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key)"
         " SELECT v.n, v.dedupe_key IN (SELECT dedupe_key FROM kept), p.id IS NOT NULL,"
-        " p.workflow_status, p.plan_outcome, p.status_time, p.events_json, p.deleted,"
-        " p.fax_failed, p.links_json, p.urls_json, p.details_json"
-        " FROM v LEFT JOIN pas AS p ON p.id = v.pa_id"
+        f" {_PA_STATE} FROM v LEFT JOIN pas AS p ON p.id = v.pa_id"
     )
     params = [x for row in rows for x in row]
     found: dict[int, tuple[bool, pas.CallbackState | None]] = {}
     by_pa: dict[str, pas.CallbackState | None] = {}
     for r in db.conn.execute(sql, params).fetchall():
-        state = None
-        if r[2]:
-            state = cast(pas.CallbackState, dict(zip(pas.STATE_COLS, r[3:], strict=True)))
+        state = pas.state_of(r[3:]) if r[2] else None
         found[int(r[0])] = (bool(r[1]), state)
         by_pa[items[int(r[0])][2]] = state
     return [

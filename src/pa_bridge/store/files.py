@@ -42,6 +42,7 @@ __all__ = [
     "pg_facts",
     "Snapshot",
     "staged",
+    "starts_with",
     "transaction",
 ]
 
@@ -106,6 +107,16 @@ def _publish(tmp: Path, dest: Path, *, force: bool) -> str | None:
     return None
 
 
+def starts_with(file: Path, magic: bytes) -> bool:
+    """Whether ``file`` begins with ``magic`` (False when it cannot be read): a backup's
+    format by its first bytes."""
+    try:
+        with open(file, "rb") as fh:
+            return fh.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def connect_existing(path: str | os.PathLike[str], *, write: bool = False) -> sqlite3.Connection:
     """A connection to an existing pa-bridge database, for the commands store IT runs
     beside the daemon (``queue``, ``restore``): never creates the file, never migrates,
@@ -147,13 +158,12 @@ def open_url(url: str, *, write: bool = False) -> PgDatabase:
     import psycopg
 
     from . import pg_migrations
-    from .pg import connect, redact_url
+    from .pg import cannot_connect, connect, redact_url
 
     try:
         raw = connect(url, readonly=not write)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
     try:
         problem = _pg_schema_problem(raw)
         if problem is not None:
@@ -217,13 +227,12 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
     import psycopg
 
     from . import pg_migrations
-    from .pg import connect, redact_url
+    from .pg import cannot_connect, connect
 
     try:
         raw = connect(url, readonly=True)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
     try:
         version = int(raw.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
         problem = _pg_schema_problem(raw)

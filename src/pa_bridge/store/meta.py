@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._db import Database
 
-__all__ = ["delete", "get", "put", "take"]
+__all__ = ["add", "delete", "get", "put", "take"]
 
 
 def get(db: Database, key: str) -> str | None:
@@ -18,6 +18,13 @@ def put(db: Database, key: str, value: str) -> None:
         "INSERT INTO meta (key, value) VALUES (?, ?)"
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [key, value],
+    )
+
+
+def add(db: Database, key: str, value: str) -> None:
+    """``key`` set to ``value`` unless it has a value already (kept as it is)."""
+    db.conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", [key, value]
     )
 
 

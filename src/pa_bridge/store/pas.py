@@ -5,13 +5,15 @@
 
 from __future__ import annotations
 
-from typing import TypedDict, cast
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, marks, of_pharmacies
 
 __all__ = [
     "CallbackState",
+    "FeedHead",
     "PaRow",
     "PaWithRequest",
     "STATE_COLS",
@@ -20,6 +22,7 @@ __all__ = [
     "all_for_claim",
     "awaiting_placeholders",
     "callback_state",
+    "feed_head",
     "for_claim",
     "for_claims",
     "for_reversal",
@@ -29,12 +32,10 @@ __all__ = [
     "insert_submitted",
     "link_submitted",
     "live_for_claim_key",
-    "newest_change",
-    "newest_seq",
     "rename",
     "set_drug",
     "since",
-    "since_for_pharmacies",
+    "state_of",
     "submit_link",
     "touched_since",
     "unmatched_from_callbacks",
@@ -144,14 +145,22 @@ def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
     )
 
 
-def newest_change(db: Database) -> int:
-    """The newest cursor the feed can have handed out: the last change, or the floor a
-    restore set (decision 0009), whichever is later."""
+class FeedHead(NamedTuple):
+    """Where the feed ends, read in one statement."""
+
+    #: the newest change's position (0: none)
+    last_change: int
+    #: the newest cursor the feed can have handed out: the last change, or the floor a
+    #: restore set (decision 0009), whichever is later
+    newest_cursor: int
+
+
+def feed_head(db: Database) -> FeedHead:
     row = db.conn.execute(
         "SELECT coalesce(max(change_seq), 0), coalesce((SELECT CAST(value AS BIGINT)"
         " FROM meta WHERE key = 'feed.seq_floor'), 0) FROM pas"
     ).fetchone()
-    return max(int(row[0]), int(row[1]))
+    return FeedHead(int(row[0]), max(int(row[0]), int(row[1])))
 
 
 def set_drug(db: Database, pa_id: str, rx_number: str | None, product_id: str | None) -> None:
@@ -167,36 +176,23 @@ def ids_for_claim_key(db: Database, key: str) -> list[str]:
     return [r[0] for r in db.conn.execute("SELECT id FROM pas WHERE claim_key = ?", [key])]
 
 
-def since(db: Database, after: int, limit: int) -> list[PaRow]:
-    """The feed: PAs changed after cursor ``after``, oldest change first."""
-    return cast(
-        list[PaRow],
-        all_rows(
-            db,
-            "SELECT * FROM pas WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
-            [after, limit],
-        ),
-    )
-
-
-def newest_seq(db: Database) -> int:
-    """The newest change's position (0: none)."""
-    row = db.conn.execute("SELECT coalesce(max(change_seq), 0) FROM pas").fetchone()
-    return int(row[0])
-
-
-def since_for_pharmacies(
-    db: Database, after: int, upto: int, provider_ids: list[str], limit: int
+def since(
+    db: Database,
+    after: int,
+    limit: int,
+    *,
+    upto: int | None = None,
+    provider_ids: list[str] | None = None,
 ) -> list[PaRow]:
-    """The feed of these pharmacies' PAs: changed after ``after`` and at or before
-    ``upto``, oldest change first."""
-    if not provider_ids:
-        return []
+    """The feed: PAs changed after cursor ``after`` (and at or before ``upto``, if
+    given), oldest change first; only these pharmacies' with ``provider_ids``."""
+    bounds = [after] if upto is None else [after, upto]
     sql = (
-        "SELECT * FROM pas WHERE change_seq > ? AND change_seq <= ?"  # noqa: S608 - only placeholders
-        f" AND provider_id IN ({marks(len(provider_ids))}) ORDER BY change_seq LIMIT ?"
+        "SELECT * FROM pas WHERE change_seq > ?"  # noqa: S608 - only placeholders
+        f"{'' if upto is None else ' AND change_seq <= ?'}{of_pharmacies(provider_ids)}"
+        " ORDER BY change_seq LIMIT ?"
     )
-    return cast(list[PaRow], all_rows(db, sql, [after, upto, *provider_ids, limit]))
+    return cast(list[PaRow], all_rows(db, sql, [*bounds, *(provider_ids or ()), limit]))
 
 
 def for_claims(db: Database, claim_ids: list[str]) -> list[PaRow]:
@@ -291,20 +287,22 @@ def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
 
 
 # ---- callbacks ---------------------------------------------------------------------
-_CALLBACK_STATE = (
-    "SELECT workflow_status, plan_outcome, status_time, events_json, deleted, fax_failed,"
-    " links_json, urls_json, details_json FROM pas WHERE id = ?"
-)
 #: the columns of a :class:`CallbackState`, in its order
 STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
     "fax_failed", "links_json", "urls_json", "details_json",
 )  # fmt: skip
+_CALLBACK_STATE = f"SELECT {', '.join(STATE_COLS)} FROM pas WHERE id = ?"  # noqa: S608 - our column names
+
+
+def state_of(values: Sequence[Any]) -> CallbackState:
+    """A :class:`CallbackState` from the values of :data:`STATE_COLS`, in that order."""
+    return cast(CallbackState, dict(zip(STATE_COLS, values, strict=True)))
 
 
 def callback_state(db: Database, pa_id: str) -> CallbackState | None:
     row = db.conn.execute(_CALLBACK_STATE, (pa_id,)).fetchone()
-    return None if row is None else cast(CallbackState, dict(zip(STATE_COLS, row, strict=True)))
+    return None if row is None else state_of(row)
 
 
 def awaiting_placeholders(db: Database, prefix: str) -> list[tuple[str, str | None]]:

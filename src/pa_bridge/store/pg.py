@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -38,7 +38,15 @@ from . import pg_migrations as schema
 from ._db import Database
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
-__all__ = ["PgDatabase", "PgReader", "PgStore", "connect", "redact_url"]
+__all__ = [
+    "PgDatabase",
+    "PgReader",
+    "PgStore",
+    "cannot_connect",
+    "connect",
+    "redact_url",
+    "why",
+]
 
 #: advisory lock classes (two-int form); queue items use the one-bigint form, a
 #: separate key space
@@ -71,6 +79,11 @@ class _Cursor(psycopg.Cursor[Any]):
         return super().description
 
 
+def _execute(raw: psycopg.Connection[Any], sql: str, parameters: Any) -> psycopg.Cursor[Any]:
+    """``sql`` with ``?`` placeholders on a psycopg connection."""
+    return raw.execute(_pg_sql(sql), list(parameters or ()))
+
+
 class _PgConn:
     """``execute(sql, params)`` with ``?`` placeholders on a psycopg connection."""
 
@@ -80,7 +93,7 @@ class _PgConn:
         self.raw = raw
 
     def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[Any]:
-        return self.raw.execute(_pg_sql(sql), list(parameters or ()))
+        return _execute(self.raw, sql, parameters)
 
     def close(self) -> None:
         self.raw.close()
@@ -91,21 +104,32 @@ class _PgConn:
         return cur
 
 
-class PgDatabase:
+#: what a handle's ``conn`` is: one connection's, or a store's readers'
+_C = TypeVar("_C", "_PgConn", "_PooledConn")
+
+
+class _Handle(Generic[_C]):
     """The handle table functions take (see ``_db.Database``), on PostgreSQL."""
 
     dialect = "postgresql"
     __slots__ = ("_conn",)
+    _conn: _C
+
+    @property
+    def conn(self) -> _C:
+        return self._conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._conn.execute(sql, parameters)
+
+
+class PgDatabase(_Handle[_PgConn]):
+    """The handle on one connection (a write job's, a command's)."""
+
+    __slots__ = ()
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self._conn = _PgConn(raw)
-
-    @property
-    def conn(self) -> _PgConn:
-        return self._conn
-
-    def execute(self, sql: str, parameters: Any = ()) -> psycopg.Cursor[Any]:
-        return self._conn.execute(sql, parameters)
 
 
 def _connect_kwargs(
@@ -173,26 +197,18 @@ class _PooledConn:
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         held: psycopg.Connection[Any] | None = getattr(self._store._local, "held", None)
         if held is not None:
-            return held.execute(_pg_sql(sql), list(parameters or ()))
+            return _execute(held, sql, parameters)
         with self._store._pool.connection() as raw:
-            return _Rows(raw.execute(_pg_sql(sql), list(parameters or ())))
+            return _Rows(_execute(raw, sql, parameters))
 
 
-class PgReader:
-    """What :meth:`PgStore.reader` gives (see ``_db.Database``)."""
+class PgReader(_Handle[_PooledConn]):
+    """What :meth:`PgStore.reader` gives: each statement on a connection of the pool."""
 
-    dialect = "postgresql"
-    __slots__ = ("_conn",)
+    __slots__ = ()
 
     def __init__(self, store: PgStore) -> None:
         self._conn = _PooledConn(store)
-
-    @property
-    def conn(self) -> _PooledConn:
-        return self._conn
-
-    def execute(self, sql: str, parameters: Any = ()) -> Any:
-        return self._conn.execute(sql, parameters)
 
 
 def redact_url(url: str) -> str:
@@ -257,13 +273,13 @@ class PgStore(Store):
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
-            raise StoreError(f"cannot open the database at {self.location}: {_why(e)}") from None
+            raise StoreError(f"cannot open the database at {self.location}: {why(e)}") from None
         try:
             schema.apply(self._wconn)
         except psycopg.Error as e:
             self._wconn.close()  # the daemon does not start: nothing else will close it
             raise StoreError(
-                f"cannot open the database at {self.location}: {_why(e)}{_hint(e)}"
+                f"cannot open the database at {self.location}: {why(e)}{_hint(e)}"
             ) from None
         self._wdb = PgDatabase(self._wconn)
         self._checkpointer = None
@@ -306,7 +322,7 @@ class PgStore(Store):
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
-            self.last_error = (f"cannot connect: {_why(e)}", time.monotonic())
+            self.last_error = (f"cannot connect: {why(e)}", time.monotonic())
             return  # BEGIN fails on the closed connection: the batch is refused
         self._wdb = PgDatabase(self._wconn)
 
@@ -330,7 +346,7 @@ class PgStore(Store):
             _FAILING
         ):
             return e
-        err = StoreUnavailable(f"cannot write: {_why(e)}")
+        err = StoreUnavailable(f"cannot write: {why(e)}")
         err.__cause__ = e
         self.last_error = (str(err), time.monotonic())
         return err
@@ -501,7 +517,7 @@ class PgStore(Store):
             return "the database is closed"
         if not self.writer_alive:
             return "the database writer thread has stopped"
-        return probe_round_trip(self, psycopg.Error, _why, timeout)
+        return probe_round_trip(self, psycopg.Error, why, timeout)
 
     @property
     def connections(self) -> dict[str, int]:
@@ -525,7 +541,7 @@ class PgStore(Store):
             try:
                 raw.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", args)
             except psycopg.Error as e:
-                raise StoreUnavailable(f"cannot lock the claim: {_why(e)}") from None
+                raise StoreUnavailable(f"cannot lock the claim: {why(e)}") from None
             try:
                 yield
             finally:
@@ -585,10 +601,17 @@ def _one(cur: psycopg.Cursor[Any]) -> bool:
     return row is not None and bool(row[0])
 
 
-def _why(e: BaseException) -> str:
-    """The driver's message, first line, without anything the URL carried."""
+def why(e: BaseException) -> str:
+    """The driver's message, first line (at most 300 characters; the exception's type
+    name when it has none), without anything the URL carried."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:300]
+
+
+def cannot_connect(url: str, e: BaseException) -> StoreError:
+    """The error a command raises when it cannot connect to ``url`` (never its
+    password): ``cannot connect to <url>: <why>``."""
+    return StoreError(f"cannot connect to {redact_url(url)}: {why(e)}")
 
 
 def _hint(e: psycopg.Error) -> str:

@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from . import meta, outbox
 from ._db import Database, is_postgres
 from .engine import StoreError
-from .pg import application_name, redact_url
+from .pg import PgDatabase, application_name, cannot_connect, redact_url, why
 
 __all__ = ["BackupSession", "backup_running", "pa_bridge_sessions", "settle_restored"]
 
@@ -34,13 +35,11 @@ def _connect(url: str, **kw: Any) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(url, connect_timeout=10, application_name=_APP, **kw)
     except psycopg.Error as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"cannot connect to {redact_url(url)}: {first}") from None
+        raise cannot_connect(url, e) from None
 
 
 def _fail(url: str, e: psycopg.Error) -> StoreError:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return StoreError(f"{redact_url(url)}: {first}")
+    return StoreError(f"{redact_url(url)}: {why(e)}")
 
 
 def backup_running(db: Database) -> bool:
@@ -62,6 +61,7 @@ class BackupSession:
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = _connect(url, autocommit=True)
+        self._lock_db = PgDatabase(self._lock)
         self._snap: psycopg.Connection[Any] | None = None
         self._locked = False
 
@@ -103,13 +103,9 @@ class BackupSession:
             mine = False
             existing = None
             if with_meta:
-                row = self._lock.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
-                existing = None if row is None else str(row[0])
+                existing = meta.get(self._lock_db, key)
                 if existing is None:
-                    self._lock.execute(
-                        "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
-                        [key, value],
-                    )
+                    meta.add(self._lock_db, key, value)
                     mine = True
             self._snap = _connect(self.url)
             self._snap.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -153,16 +149,12 @@ def settle_restored(url: str, key: str, fallback: str) -> tuple[str, int]:
     no mark (made with pg_dump by hand) gets ``fallback``, so the daemon that serves
     it next treats it as the restore it is."""
     with contextlib.closing(_connect(url, autocommit=True)) as conn:
+        db = PgDatabase(conn)
         try:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
-                [key, fallback],
-            )
-            mark = conn.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
-            queued = conn.execute(
-                "SELECT count(*) FROM outbox WHERE status IN ('pending', 'failed')"
-            ).fetchone()
+            meta.add(db, key, fallback)
+            mark = meta.get(db, key)
+            counts, _oldest = outbox.summary(db)
         except psycopg.Error as e:
             raise _fail(url, e) from None
-    assert mark is not None and queued is not None
-    return str(mark[0]), int(queued[0])
+    assert mark is not None
+    return mark, counts.get("pending", 0) + counts.get("failed", 0)
