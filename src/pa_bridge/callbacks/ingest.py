@@ -520,7 +520,7 @@ class CallbackService:
         return [next(rest) if isinstance(cb, str) else (ok, next(results)) for cb in parsed]
 
     def _apply_job(self, cb: ParsedCallback, body: bytes) -> Callable[[Database], CallbackResult]:
-        return lambda db: self._apply(db, cb, body)
+        return lambda db: self._apply_many(db, [(cb, body)])[0]
 
     @staticmethod
     def _dead_letter_job(
@@ -548,26 +548,19 @@ class CallbackService:
                 found.append(pid)
         return found[0] if len(found) == 1 else None
 
-    def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
-        now = now_iso()
-        # The feed position first: on PostgreSQL it is the lock every PA change takes,
-        # so taking it before the dedupe key (which waits for another daemon's insert
-        # of the same key) keeps one lock order across daemons, and no deadlock
-        # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
-        seq = self.store.next_seq(db)
-        stored, row = kept.keep_and_read(db, cb.dedupe_key, now, cb.pa_id, body)
-        if not stored:
-            return CallbackResult("duplicate", cb.pa_id)
-        return self._merge(db, cb, row, now, seq)[0]
-
     def _apply_many(
         self, db: Database, cbs: list[tuple[ParsedCallback, bytes]]
     ) -> list[CallbackResult]:
-        """:meth:`_apply` for several callbacks in one job: their bodies kept and
+        """Apply callbacks in one job (one is a list of one): their bodies kept and
         their PAs read in one statement (PostgreSQL), each then merged in order; a PA
         named twice merges its second callback with what the first one made of it."""
         now = now_iso()
-        seqs = [self.store.next_seq(db) for _ in cbs]  # the first one takes the lock
+        # The feed positions first: on PostgreSQL the first one takes the lock every PA
+        # change takes, so taking it before the dedupe keys (whose insert waits for
+        # another daemon's insert of the same key) keeps one lock order across daemons,
+        # and no deadlock (decision 0021). A duplicate leaves a gap in the positions,
+        # which is harmless.
+        seqs = [self.store.next_seq(db) for _ in cbs]
         keeps = kept.keep_and_read_many(db, [(cb.dedupe_key, now, cb.pa_id, b) for cb, b in cbs])
         made: dict[str, pas.CallbackState | None] = {}
         out = []
