@@ -27,6 +27,7 @@ __all__ = [
     "Pharmacy",
     "Scope",
     "check_scope",
+    "in_scope",
     "not_allowed",
     "unknown_pharmacy",
 ]
@@ -63,9 +64,14 @@ def not_allowed(provider_id: str | None) -> BridgeError:
     )
 
 
+def in_scope(scope: Scope, provider_id: str | None) -> bool:
+    """Whether ``scope`` includes the pharmacy ``provider_id`` (None: every pharmacy)."""
+    return scope is None or _pid(provider_id) in scope
+
+
 def check_scope(scope: Scope, provider_id: str | None) -> None:
     """Raise 403 when ``scope`` does not include ``provider_id``."""
-    if scope is not None and _pid(provider_id) not in scope:
+    if not in_scope(scope, provider_id):
         raise not_allowed(provider_id)
 
 
