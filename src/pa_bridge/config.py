@@ -309,6 +309,19 @@ class Settings(BaseSettings):
     def secret(self, value: SecretStr | None) -> str:
         return value.get_secret_value() if value is not None else ""
 
+    def credentials(self, entry: ServiceSettings | PharmacySettings) -> tuple[str, str, str]:
+        """(username, password, api_key) of ``[service]`` or of a ``[[pharmacies]]``
+        entry, each "" when not given."""
+        return (entry.username or "", self.secret(entry.password), self.secret(entry.api_key))
+
+    def own_credentials(self) -> tuple[str, str, str]:
+        """The credentials that go with no one claim (the client's own, the health
+        probe, ``doctor``): ``[service]``'s, or for a chain whose ``[service]`` names no
+        username, the first pharmacy's."""
+        if self.pharmacies and not self.service.username:
+            return self.credentials(self.pharmacies[0])
+        return self.credentials(self.service)
+
     def intake_tokens(self) -> list[str]:
         """The tokens for every pharmacy (``[intake] tokens``)."""
         return [t.get_secret_value() for t in self.intake.tokens]

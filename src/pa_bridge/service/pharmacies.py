@@ -91,15 +91,7 @@ class Pharmacies:
     @classmethod
     def from_settings(cls, settings: Settings) -> Pharmacies:
         return cls(
-            Pharmacy(
-                p.provider_id,
-                p.name,
-                Credentials(
-                    p.username or "",
-                    settings.secret(p.password),
-                    settings.secret(p.api_key),
-                ),
-            )
+            Pharmacy(p.provider_id, p.name, Credentials(*settings.credentials(p)))
             for p in settings.pharmacies
         )
 
