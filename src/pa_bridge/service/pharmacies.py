@@ -106,9 +106,6 @@ class Pharmacies:
     def all(self) -> list[Pharmacy]:
         return list(self._by_id.values())
 
-    def known(self, provider_id: str | None) -> bool:
-        return _pid(provider_id) in self._by_id
-
     def credentials_for(self, provider_id: str | None) -> Credentials | None:
         """The credentials a claim from ``provider_id`` goes with: None for a single
         store (the client's own); raise 422 ``unknown_pharmacy`` for a chain's claim
