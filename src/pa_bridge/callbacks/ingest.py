@@ -243,9 +243,9 @@ def _digits_key(value: str | None) -> str:
     return (value or "").strip().lstrip("0")
 
 
-def _callback_match(req: dict[str, Any]) -> dict[str, str]:
+def _callback_match(req: dict[str, Any], ids: tuple[str, ...]) -> dict[str, str]:
     """What a callback says about the claim behind it (no PHI): BIN, PCN, group,
-    pharmacy id, NDC, Rx number, when it carries them."""
+    pharmacy id (``ids``: :func:`_pharmacy_ids`), NDC, Rx number, when it carries them."""
     out: dict[str, str] = {}
 
     def block(name: str) -> dict[str, Any]:
@@ -257,7 +257,6 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
         v = _text(payer.get(key))
         if v:
             out[key] = v.upper()
-    ids = _pharmacy_ids(req)
     if ids:  # the claim's 201-B1 may be either: its NCPDP id or its NPI
         out["provider"] = ids[0]
     if len(ids) > 1:
@@ -387,6 +386,7 @@ def parse_callback(body: bytes) -> ParsedCallback:
     else:
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    pharmacy_ids = _pharmacy_ids(req)
     return ParsedCallback(
         pa_id,
         status,
@@ -395,9 +395,9 @@ def parse_callback(body: bytes) -> ParsedCallback:
         events,
         key,
         _links(req),
-        _callback_match(req),
+        _callback_match(req, pharmacy_ids),
         _details(req),
-        _pharmacy_ids(req),
+        pharmacy_ids,
         _ndc11(req),
     )
 
