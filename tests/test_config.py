@@ -194,3 +194,25 @@ def test_environment_value_that_is_not_json_is_a_config_error(
     text = "\n".join(ei.value.problems)
     assert names in text and "JSON" in text
     assert "not-shown" not in text
+
+
+def test_weak_intake_tokens_are_named_plain_and_scoped() -> None:
+    good = "t" * 24
+    with pytest.raises(ConfigError) as ei:
+        load_settings(
+            intake={
+                "tokens": [good, "short", f" {good}"],
+                "scoped_tokens": [
+                    {"token": "short-too", "pharmacies": ["1234567"]},
+                    {"token": "s" * 24, "pharmacies": ["1234567"]},
+                ],
+            }
+        )
+    why = "is empty, too short or padded with blanks (at least 12 characters, e.g. `openssl rand -hex 24`)"
+    weak = [p for p in ei.value.problems if "padded with blanks" in p]
+    assert weak == [
+        f"intake.scoped_tokens #1: the token {why}",
+        f"intake.tokens: token #2 {why}",
+        f"intake.tokens: token #3 {why}",
+    ]
+    assert not any(good in p or "short-too" in p for p in ei.value.problems)  # no token shown

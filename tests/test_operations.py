@@ -300,6 +300,24 @@ def test_backup_and_queue_need_only_the_storage_path(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "due now" in r.output
 
 
+def test_storage_only_commands_print_the_storage_problem_and_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-url-file"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[storage]\nurl_file = "{missing}"\n')
+    runner = CliRunner()
+    for args in (
+        ["queue", "list"],
+        ["queue", "retry", "1"],
+        ["backup", str(tmp_path / "copy")],
+        ["restore", str(tmp_path / "copy"), "--yes"],
+    ):
+        r = runner.invoke(main, [*args, "--config", str(cfg)])
+        assert r.exit_code == 2, (args, r.output)
+        assert f"config error: storage.url_file: cannot read {missing}" in r.output, r.output
+        assert "Traceback" not in r.output
+    assert not (tmp_path / "copy").exists()
+
+
 def test_queue_commands_never_create_a_database(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "pa-bridge.sqlite3"
     runner = CliRunner()

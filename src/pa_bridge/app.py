@@ -76,19 +76,6 @@ def make_client(settings: Settings, sandbox_url: str | None = None) -> PaService
     pharmacy's (``[[pharmacies]]``), and the client's own are then ``[service]``'s if
     given, else the first pharmacy's (only the health probe uses them)."""
     s = settings
-    first = s.pharmacies[0] if s.pharmacies else None
-    if first is not None and sandbox_url is None and not s.service.username:
-        username, password, api_key = (
-            first.username or "",
-            s.secret(first.password),
-            s.secret(first.api_key),
-        )
-    else:
-        username, password, api_key = (
-            s.service.username or "",
-            s.secret(s.service.password),
-            s.secret(s.service.api_key),
-        )
     if sandbox_url is not None:
         from .sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SANDBOX_USERNAME
 
@@ -103,6 +90,7 @@ def make_client(settings: Settings, sandbox_url: str | None = None) -> PaService
             timeout_s=s.service.timeout_seconds,
             claim_framing=s.service.claim_framing,
         )
+    username, password, api_key = s.own_credentials()
     return PaServiceClient(
         claim_url=s.service.claim_url or "",
         outcomes_url=s.service.outcomes_url or "",

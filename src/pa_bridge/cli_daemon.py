@@ -5,12 +5,11 @@ from __future__ import annotations
 import faulthandler
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from .config import ConfigError, Settings, load_settings
+from .config import ConfigError, Settings, StorageSettings, load_settings
 
 __all__ = ["serve", "queue", "doctor", "backup", "restore"]
 
@@ -61,13 +60,14 @@ def serve(config_path: str | None) -> None:
         sys.exit(1)
 
 
-def _storage_path(config_path: str | None) -> Path:
-    """The database's path from ``[storage]`` alone: these commands need nothing else
-    (not the service's secrets, which only systemd's credentials directory holds)."""
+def _storage_settings(config_path: str | None) -> StorageSettings:
+    """``[storage]`` alone (the database's path, or ``storage.url`` with its secret):
+    these commands need nothing else (not the service's secrets, which only systemd's
+    credentials directory holds). Its problems are printed, exit 2."""
     from .config import load_storage_settings
 
     try:
-        return load_storage_settings(config_path).path
+        return load_storage_settings(config_path)
     except ConfigError as e:
         for p in e.problems:
             click.echo(f"config error: {p}", err=True)
@@ -75,19 +75,14 @@ def _storage_path(config_path: str | None) -> Path:
 
 
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
-    from .config import load_storage_settings
     from .store import StoreError, files
 
-    try:
-        url = load_storage_settings(config_path).database_url()
-    except ConfigError as e:
-        for p in e.problems:
-            click.echo(f"config error: {p}", err=True)
-        sys.exit(2)
+    st = _storage_settings(config_path)
+    url = st.database_url()
     try:
         if url is not None:  # PostgreSQL (storage.url)
             return files.open_url(url, write=write)
-        return files.open_database(_storage_path(config_path), write=write)
+        return files.open_database(st.path, write=write)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -208,18 +203,6 @@ def doctor(config_path: str | None) -> None:
         sys.exit(1)
 
 
-def _database_url(config_path: str | None) -> str | None:
-    """``storage.url`` with its secret (PostgreSQL), or None (SQLite)."""
-    from .config import load_storage_settings
-
-    try:
-        return load_storage_settings(config_path).database_url()
-    except ConfigError as e:
-        for p in e.problems:
-            click.echo(f"config error: {p}", err=True)
-        sys.exit(2)
-
-
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @config_option
@@ -228,13 +211,14 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     """Make a consistent online copy of the database to FILE (mode 0600), safe while
     the daemon runs. SQLite: checked with PRAGMA integrity_check. PostgreSQL
     (storage.url): pg_dump's custom format, read back with pg_restore --list."""
-    url = _database_url(config_path)
+    st = _storage_settings(config_path)
+    url = st.database_url()
     if url is not None:
         _backup_postgres(url, file, force)
         return
     from .backup import BackupError, backup_database
 
-    src = _storage_path(config_path)
+    src = st.path
     shown = {"last": -1}
 
     def progress(done: int, total: int) -> None:
@@ -280,13 +264,14 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
     database is moved aside (nothing is deleted). The daemon that serves the restored
     copy holds its undelivered queue items for review and moves the PA feed's cursor
     past every one handed out before."""
-    url = _database_url(config_path)
+    st = _storage_settings(config_path)
+    url = st.database_url()
     if url is not None:
         _restore_postgres(url, file, yes)
         return
     from .restore import RestoreError, database_in_use, restore_database
 
-    dest = _storage_path(config_path)
+    dest = st.path
     if database_in_use(dest):
         click.echo(
             f"error: a pa-bridge daemon serves {dest}; stop it first "

@@ -309,6 +309,19 @@ class Settings(BaseSettings):
     def secret(self, value: SecretStr | None) -> str:
         return value.get_secret_value() if value is not None else ""
 
+    def credentials(self, entry: ServiceSettings | PharmacySettings) -> tuple[str, str, str]:
+        """(username, password, api_key) of ``[service]`` or of a ``[[pharmacies]]``
+        entry, each "" when not given."""
+        return (entry.username or "", self.secret(entry.password), self.secret(entry.api_key))
+
+    def own_credentials(self) -> tuple[str, str, str]:
+        """The credentials that go with no one claim (the client's own, the health
+        probe, ``doctor``): ``[service]``'s, or for a chain whose ``[service]`` names no
+        username, the first pharmacy's."""
+        if self.pharmacies and not self.service.username:
+            return self.credentials(self.pharmacies[0])
+        return self.credentials(self.service)
+
     def intake_tokens(self) -> list[str]:
         """The tokens for every pharmacy (``[intake] tokens``)."""
         return [t.get_secret_value() for t in self.intake.tokens]
@@ -403,6 +416,19 @@ def _entry_secret(entry: BaseModel, key: str, where: str, problems: list[str]) -
         problems.append(f"{where}: {key}_file: cannot read {path}: {e.strerror}")
 
 
+#: what is wrong with a token :func:`_weak_token` refuses
+_WEAK_TOKEN = (
+    "is empty, too short or padded with blanks"
+    f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 24`)"
+)
+
+
+def _weak_token(token: str) -> bool:
+    """An intake token shorter than :data:`MIN_SECRET_CHARS` (blanks aside), or
+    padded with blanks."""
+    return len(token.strip()) < MIN_SECRET_CHARS or token != token.strip()
+
+
 def _check_pharmacies(s: Settings, problems: list[str]) -> None:
     """Each provider id once, each store with its three credentials (named by provider
     id, never by secret); scoped tokens name configured stores."""
@@ -430,11 +456,8 @@ def _check_pharmacies(s: Settings, problems: list[str]) -> None:
                 problems.append(f"{where}: give token or token_file")
             continue
         t = st.token.get_secret_value()
-        if len(t.strip()) < MIN_SECRET_CHARS or t != t.strip():
-            problems.append(
-                f"{where}: the token is empty, too short or padded with blanks"
-                f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 24`)"
-            )
+        if _weak_token(t):
+            problems.append(f"{where}: the token {_WEAK_TOKEN}")
         if t in plain:
             problems.append(f"{where}: the same token is in intake.tokens (for every pharmacy)")
         unknown = sorted({p.strip() for p in st.pharmacies} - seen)
@@ -480,12 +503,8 @@ def _check(s: Settings, problems: list[str]) -> None:
             if getattr(s.service, key) in (None, ""):
                 problems.append(f"service.{key}: required when the sandbox is not enabled")
     for i, token in enumerate(s.intake.tokens, start=1):
-        t = token.get_secret_value()
-        if len(t.strip()) < MIN_SECRET_CHARS or t != t.strip():
-            problems.append(
-                f"intake.tokens: token #{i} is empty, too short or padded with blanks"
-                f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 24`)"
-            )
+        if _weak_token(token.get_secret_value()):
+            problems.append(f"intake.tokens: token #{i} {_WEAK_TOKEN}")
     cb_pw = s.callbacks.password.get_secret_value() if s.callbacks.password is not None else None
     if cb_pw is not None and len(cb_pw.strip()) < MIN_SECRET_CHARS:
         problems.append(

@@ -676,14 +676,8 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
     outcomes URL (its base answers with a page)."""
     out: list[Check] = []
     svc = s.service
-    user, password, api_key = svc.username or "", s.secret(svc.password), s.secret(svc.api_key)
-    if not user and s.pharmacies:  # a chain: the first store's credentials prove the path
-        first = s.pharmacies[0]
-        user, password, api_key = (
-            first.username or "",
-            s.secret(first.password),
-            s.secret(first.api_key),
-        )
+    # a chain without [service] credentials: the first store's prove the path
+    user, password, api_key = s.own_credentials()
     if svc.claim_url and origin(svc.claim_url) in reached:
         claim_url = svc.claim_url
         form = {"username": user, "password": password, "api_key": api_key}

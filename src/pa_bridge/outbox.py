@@ -118,7 +118,6 @@ class Outbox:
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_drain_at = time.monotonic()
         self.observer: Observer | None = None
 
     def register(self, kind: str, deliverer: Deliverer) -> None:
@@ -163,7 +162,6 @@ class Outbox:
             self._drain_job()
 
     def _drain_job(self) -> None:
-        self.last_drain_at = time.monotonic()
         try:
             while self.drain_once() >= self.settings.batch_size and not self._stopping.is_set():
                 pass
@@ -199,17 +197,15 @@ class Outbox:
                 done = self._inflight[item_id] = threading.Event()
         if running is not None:
             running.wait(wait_s)
-            with self._lock:
-                known = self._unrecorded.get(item_id) or self._settling.get(item_id)
+            known = self._result_not_committed(item_id)
             if known is not None:
-                return known[0] is None
+                return known
             state = items.state(self.store.reader(), item_id)
             return state is not None and state[0] == Status.DELIVERED
         try:
-            with self._lock:
-                known = self._unrecorded.get(item_id) or self._settling.get(item_id)
+            known = self._result_not_committed(item_id)
             if known is not None:
-                return known[0] is None
+                return known
             with self.store.item_lock(item_id) as mine:
                 if not mine:  # another daemon is delivering it at this moment
                     return False
@@ -254,6 +250,13 @@ class Outbox:
             with self._lock:
                 self._inflight.pop(item_id, None)
             done.set()
+
+    def _result_not_committed(self, item_id: int) -> bool | None:
+        """Whether this daemon delivered the item, by a result whose record is not
+        committed yet (unrecorded or settling); None when there is no such result."""
+        with self._lock:
+            known = self._unrecorded.get(item_id) or self._settling.get(item_id)
+        return None if known is None else known[0] is None
 
     def _record_pending(self) -> None:
         """Record the results that could not be written when they happened."""

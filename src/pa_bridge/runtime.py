@@ -181,10 +181,7 @@ class Daemon:
             callback_verify=False,
             # a chain tried on the sandbox: each store's own credentials, for its claims
             pharmacies=tuple(
-                SandboxPharmacy(
-                    p.username or "", s.secret(p.password), s.secret(p.api_key), p.provider_id
-                )
-                for p in s.pharmacies
+                SandboxPharmacy(*s.credentials(p), p.provider_id) for p in s.pharmacies
             ),
         )
         self.sandbox = SandboxServer(cfg, host=host, port=port)

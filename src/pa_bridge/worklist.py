@@ -20,7 +20,7 @@ from .service import Services
 from .service.decisions import claim_key
 from .service.errors import BridgeError
 from .service.pas import pa_json
-from .service.pharmacies import Scope
+from .service.pharmacies import Scope, in_scope
 from .store import StoreUnavailable, exchanges, now_iso
 from .store import console as console_store
 from .store import pas as pa_rows
@@ -438,7 +438,7 @@ def acknowledge(
     brings it back. Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
     t = bridge.clock() if now is None else now
     row = bridge.pas.get_pa_row(pa_id)
-    if row is None or (scope is not None and (row["provider_id"] or "") not in scope):
+    if row is None or not in_scope(scope, row["provider_id"]):
         raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
     attention = attention_of(row, t, bridge.settings.intake.pending_alert_hours)
     try:

@@ -243,9 +243,9 @@ def _digits_key(value: str | None) -> str:
     return (value or "").strip().lstrip("0")
 
 
-def _callback_match(req: dict[str, Any]) -> dict[str, str]:
+def _callback_match(req: dict[str, Any], ids: tuple[str, ...]) -> dict[str, str]:
     """What a callback says about the claim behind it (no PHI): BIN, PCN, group,
-    pharmacy id, NDC, Rx number, when it carries them."""
+    pharmacy id (``ids``: :func:`_pharmacy_ids`), NDC, Rx number, when it carries them."""
     out: dict[str, str] = {}
 
     def block(name: str) -> dict[str, Any]:
@@ -257,7 +257,6 @@ def _callback_match(req: dict[str, Any]) -> dict[str, str]:
         v = _text(payer.get(key))
         if v:
             out[key] = v.upper()
-    ids = _pharmacy_ids(req)
     if ids:  # the claim's 201-B1 may be either: its NCPDP id or its NPI
         out["provider"] = ids[0]
     if len(ids) > 1:
@@ -387,6 +386,7 @@ def parse_callback(body: bytes) -> ParsedCallback:
     else:
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    pharmacy_ids = _pharmacy_ids(req)
     return ParsedCallback(
         pa_id,
         status,
@@ -395,9 +395,9 @@ def parse_callback(body: bytes) -> ParsedCallback:
         events,
         key,
         _links(req),
-        _callback_match(req),
+        _callback_match(req, pharmacy_ids),
         _details(req),
-        _pharmacy_ids(req),
+        pharmacy_ids,
         _ndc11(req),
     )
 
@@ -520,7 +520,7 @@ class CallbackService:
         return [next(rest) if isinstance(cb, str) else (ok, next(results)) for cb in parsed]
 
     def _apply_job(self, cb: ParsedCallback, body: bytes) -> Callable[[Database], CallbackResult]:
-        return lambda db: self._apply(db, cb, body)
+        return lambda db: self._apply_many(db, [(cb, body)])[0]
 
     @staticmethod
     def _dead_letter_job(
@@ -548,26 +548,19 @@ class CallbackService:
                 found.append(pid)
         return found[0] if len(found) == 1 else None
 
-    def _apply(self, db: Database, cb: ParsedCallback, body: bytes) -> CallbackResult:
-        now = now_iso()
-        # The feed position first: on PostgreSQL it is the lock every PA change takes,
-        # so taking it before the dedupe key (which waits for another daemon's insert
-        # of the same key) keeps one lock order across daemons, and no deadlock
-        # (decision 0021). A duplicate leaves a gap in the positions, which is harmless.
-        seq = self.store.next_seq(db)
-        stored, row = kept.keep_and_read(db, cb.dedupe_key, now, cb.pa_id, body)
-        if not stored:
-            return CallbackResult("duplicate", cb.pa_id)
-        return self._merge(db, cb, row, now, seq)[0]
-
     def _apply_many(
         self, db: Database, cbs: list[tuple[ParsedCallback, bytes]]
     ) -> list[CallbackResult]:
-        """:meth:`_apply` for several callbacks in one job: their bodies kept and
+        """Apply callbacks in one job (one is a list of one): their bodies kept and
         their PAs read in one statement (PostgreSQL), each then merged in order; a PA
         named twice merges its second callback with what the first one made of it."""
         now = now_iso()
-        seqs = [self.store.next_seq(db) for _ in cbs]  # the first one takes the lock
+        # The feed positions first: on PostgreSQL the first one takes the lock every PA
+        # change takes, so taking it before the dedupe keys (whose insert waits for
+        # another daemon's insert of the same key) keeps one lock order across daemons,
+        # and no deadlock (decision 0021). A duplicate leaves a gap in the positions,
+        # which is harmless.
+        seqs = [self.store.next_seq(db) for _ in cbs]
         keeps = kept.keep_and_read_many(db, [(cb.dedupe_key, now, cb.pa_id, b) for cb, b in cbs])
         made: dict[str, pas.CallbackState | None] = {}
         out = []

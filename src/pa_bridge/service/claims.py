@@ -105,6 +105,16 @@ class ClaimIntake:
         decisions = decide(sv)
         claim_id = uuid.uuid4().hex
         first = decisions[0]
+        # the transactions whose report is queued (the rest are answered by a call now)
+        queued = [d for d in decisions if not d.outcomes_first and d.index < len(req.groups)]
+        variables_for = functools.partial(
+            outcome_variables,
+            req,
+            resp,
+            api_key=api_key,
+            views=(rv, sv),
+            prescriber_fax=prescriber_fax(metadata),
+        )
 
         def store_exchange(db: Database) -> None:
             row = new_exchange(claim_id, "claim", actor, rv, req_bytes, now_iso(self.clock()))
@@ -125,17 +135,14 @@ class ClaimIntake:
                 claim_id,
                 f"{rv.transaction_code} {first.transaction_status}",
             )
-            for d in decisions:
-                if not d.outcomes_first and d.index < len(req.groups):
-                    enqueue(
-                        db,
-                        Kind.OUTCOME_REPORT,
-                        {"claim_id": claim_id, "index": d.index},
-                        claim_id=claim_id,
-                        now=self.clock(),
-                    )
-
-        reports_queued = any(not d.outcomes_first and d.index < len(req.groups) for d in decisions)
+            for d in queued:
+                enqueue(
+                    db,
+                    Kind.OUTCOME_REPORT,
+                    {"claim_id": claim_id, "index": d.index},
+                    claim_id=claim_id,
+                    now=self.clock(),
+                )
 
         # Outcomes calls for 70/75/76 transactions, all inside the same budget, start
         # first (on the client's workers); the exchange is committed here while they
@@ -148,16 +155,10 @@ class ClaimIntake:
                 max(0.0, budget_s - (time.monotonic() - started)) * 1000
                 - self.settings.outcomes.safety_margin_ms
             )
-            variables = outcome_variables(
-                req,
-                resp,
-                d.index,
-                api_key=api_key,
-                views=(rv, sv),
-                prescriber_fax=prescriber_fax(metadata),
-            )
             calls[d.index] = self.client.start_outcomes(
-                variables, budget_ms=max(1, int(remaining_ms)), fallback_message=d.payer_message
+                variables_for(d.index),
+                budget_ms=max(1, int(remaining_ms)),
+                fallback_message=d.payer_message,
             )
         try:
             self.store.write(store_exchange, timeout=10.0)
@@ -213,24 +214,9 @@ class ClaimIntake:
                 "the claim could not be stored; send it again",
                 str(stored_error),
             ) from None
-        if reports_queued:
-            if self.report_ready is not None:
-                fax = prescriber_fax(metadata)
-                for d in decisions:
-                    if not d.outcomes_first and d.index < len(req.groups):
-                        self.report_ready(
-                            claim_id,
-                            d.index,
-                            functools.partial(
-                                outcome_variables,
-                                req,
-                                resp,
-                                d.index,
-                                api_key=api_key,
-                                views=(rv, sv),
-                                prescriber_fax=fax,
-                            ),
-                        )
+        if self.report_ready is not None:
+            for d in queued:
+                self.report_ready(claim_id, d.index, functools.partial(variables_for, d.index))
 
         answer = ClaimAnswer(
             claim_id=claim_id,
@@ -262,7 +248,7 @@ class ClaimIntake:
             elapsed_ms=answer.elapsed_ms,
             outcomes_ms=answer.outcomes_elapsed_ms,
         )
-        if reports_queued:  # last: the delivery thread then does not compete with this one
+        if queued:  # last: the delivery thread then does not compete with this one
             self.wake_queue()
         return answer
 

@@ -63,12 +63,12 @@ class Deliveries:
     def close(self) -> None:
         self._webhooks.close()
 
-    def _credentials(self, req: ncpdp.Transmission) -> Credentials | None:
-        """The claim's pharmacy's credentials; a pharmacy taken out of ``[[pharmacies]]``
-        while its item waited fails the item for good (``queue list`` shows why; ``queue
-        retry`` once it is back)."""
+    def _credentials(self, provider_id: str | None) -> Credentials | None:
+        """The credentials of the pharmacy ``provider_id`` (201-B1); a pharmacy taken
+        out of ``[[pharmacies]]`` while its item waited fails the item for good (``queue
+        list`` shows why; ``queue retry`` once it is back)."""
         try:
-            return self.pharmacies.credentials_for(req.as_request().service_provider_id)
+            return self.pharmacies.credentials_for(provider_id)
         except BridgeError as e:
             raise DeliveryFailed(f"{e.code}: {e.message}", retryable=False) from None
 
@@ -99,7 +99,7 @@ class Deliveries:
             metadata = json.loads(content["metadata_json"] or "{}")
         except ValueError:
             metadata = {}
-        creds = self._credentials(req)
+        creds = self._credentials(req.as_request().service_provider_id)
         return outcome_variables(
             req,
             resp,
@@ -115,13 +115,13 @@ class Deliveries:
             raise DeliveryFailed(f"outcomes interface: {res.error or 'no answer'}")
 
     def reversal(self, payload: dict[str, Any]) -> None:
-        raw = exchanges.request_raw(self.store.reader(), str(payload.get("exchange_id")))
-        if raw is None:
+        row = exchanges.get(self.store.reader(), str(payload.get("exchange_id")))
+        if row is None or row["request_raw"] is None:
             raise DeliveryFailed("the reversal's content is gone", retryable=False)
-        try:
-            creds = self._credentials(ncpdp.parse(raw, strict=False))
-        except ncpdp.ParseError:
-            creds = None  # the client names what is wrong with it
+        raw = bytes(row["request_raw"])
+        # the row's provider_id is the B2's 201-B1, stored when the B2 was taken in
+        # (new_exchange): no parse of the bytes to find it again
+        creds = self._credentials(row["provider_id"])
         try:
             self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:

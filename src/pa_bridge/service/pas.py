@@ -32,7 +32,7 @@ from .bodies import (
 )
 from .decisions import claim_key
 from .errors import BridgeError
-from .pharmacies import Pharmacies, Scope, check_scope
+from .pharmacies import Pharmacies, Scope, check_scope, in_scope
 
 __all__ = ["PaService", "pa_json", "pa_links", "pa_model", "service_error"]
 
@@ -112,11 +112,7 @@ class PaService:
     def _exchange(self, claim_id: str, scope: Scope = None) -> exchanges.ExchangeRow:
         """The claim; 404 when unknown or of a pharmacy ``scope`` does not include."""
         row = exchanges.get(self.store.reader(), claim_id)
-        if (
-            row is None
-            or row["kind"] != "claim"
-            or (scope is not None and (row["provider_id"] or "") not in scope)
-        ):
+        if row is None or row["kind"] != "claim" or not in_scope(scope, row["provider_id"]):
             raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
         return row
 
@@ -374,7 +370,7 @@ class PaService:
 
     def _visible(self, row: PaRow | None, scope: Scope) -> PaRow | None:
         """The row, or None when ``scope`` does not include its pharmacy."""
-        if row is None or scope is None or (row["provider_id"] or "") in scope:
+        if row is None or in_scope(scope, row["provider_id"]):
             return row
         return None
 

@@ -27,6 +27,7 @@ __all__ = [
     "Pharmacy",
     "Scope",
     "check_scope",
+    "in_scope",
     "not_allowed",
     "unknown_pharmacy",
 ]
@@ -63,9 +64,14 @@ def not_allowed(provider_id: str | None) -> BridgeError:
     )
 
 
+def in_scope(scope: Scope, provider_id: str | None) -> bool:
+    """Whether ``scope`` includes the pharmacy ``provider_id`` (None: every pharmacy)."""
+    return scope is None or _pid(provider_id) in scope
+
+
 def check_scope(scope: Scope, provider_id: str | None) -> None:
     """Raise 403 when ``scope`` does not include ``provider_id``."""
-    if scope is not None and _pid(provider_id) not in scope:
+    if not in_scope(scope, provider_id):
         raise not_allowed(provider_id)
 
 
@@ -85,15 +91,7 @@ class Pharmacies:
     @classmethod
     def from_settings(cls, settings: Settings) -> Pharmacies:
         return cls(
-            Pharmacy(
-                p.provider_id,
-                p.name,
-                Credentials(
-                    p.username or "",
-                    settings.secret(p.password),
-                    settings.secret(p.api_key),
-                ),
-            )
+            Pharmacy(p.provider_id, p.name, Credentials(*settings.credentials(p)))
             for p in settings.pharmacies
         )
 
@@ -107,9 +105,6 @@ class Pharmacies:
 
     def all(self) -> list[Pharmacy]:
         return list(self._by_id.values())
-
-    def known(self, provider_id: str | None) -> bool:
-        return _pid(provider_id) in self._by_id
 
     def credentials_for(self, provider_id: str | None) -> Credentials | None:
         """The credentials a claim from ``provider_id`` goes with: None for a single

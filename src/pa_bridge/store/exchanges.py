@@ -18,7 +18,6 @@ __all__ = [
     "insert",
     "pa_eligible_claims_since",
     "record_answer",
-    "request_raw",
 ]
 
 
@@ -118,14 +117,6 @@ def claim_content(db: Database, exchange_id: str) -> ClaimContent | None:
             [exchange_id],
         ),
     )
-
-
-def request_raw(db: Database, exchange_id: str) -> bytes | None:
-    """The exchange's request bytes; None when there is no such exchange or it is purged."""
-    row = db.conn.execute(
-        "SELECT request_raw FROM exchanges WHERE id = ?", [exchange_id]
-    ).fetchone()
-    return None if row is None or row[0] is None else bytes(row[0])
 
 
 def pa_eligible_claims_since(
