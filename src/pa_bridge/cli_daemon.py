@@ -47,7 +47,7 @@ def serve(config_path: str | None) -> None:
     # written, SIGSEGV) kills the process in C; faulthandler writes the signal and
     # the threads' stacks to stderr (the journal) first, so it is never silent.
     faulthandler.enable()
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, config_path=config_path)
     try:
         daemon.run_forever()
     except (RestoreError, StoreError) as e:
@@ -100,8 +100,9 @@ def queue() -> None:
     # store.outbox.QUEUE_STATUSES, spelled here so that the CLI starts without sqlite-utils
     type=click.Choice(["pending", "failed", "held", "dropped", "delivered"]),
     default=None,
-    help="pending: not tried yet; failed: the last attempt failed; held: held after a "
-    "restore; dropped; delivered.",
+    help="pending: not tried yet; failed: the last attempt failed; held: waiting for "
+    "store IT (a restore to review, or our configuration: LAST ERROR says why); dropped; "
+    "delivered.",
 )
 @click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -122,20 +123,55 @@ def queue_list(config_path: str | None, status: str | None, limit: int, as_json:
         click.echo(f"no {status} items" if status else "the queue is empty")
         return
     click.echo(
-        f"{'ID':>6}  {'KIND':<15} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} "
-        f"{'NEXT ATTEMPT':<24} LAST ERROR"
+        f"{'ID':>6}  {'KIND':<15} {'FOR':<39} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} "
+        f"{'NEXT ATTEMPT':<31} LAST ERROR"
     )
     for it in items:
-        if it["next_attempt_at"]:
-            nxt = it["next_attempt_at"]
-        elif it["status"] in ("failed", "held"):
-            nxt = "by hand (queue retry)"
-        else:
-            nxt = "-"
         click.echo(
-            f"{it['id']:>6}  {it['kind']:<15} {it['status']:<10} {it['attempts']:>5}  "
-            f"{it['created_at']:<24} {nxt:<24} {it['last_error'] or ''}"
+            f"{it['id']:>6}  {it['kind']:<15} {_item_for(it):<39} {it['status']:<10} "
+            f"{it['attempts']:>5}  {it['created_at']:<24} {_next_attempt(it):<31} "
+            f"{it['last_error'] or ''}"
         )
+
+
+def _item_for(it: Any) -> str:
+    """What the item belongs to: a webhook's PA, else its claim (or reversal)."""
+    if it.get("pa_id"):
+        return f"PA {it['pa_id']}"
+    return f"claim {it['claim_id']}" if it.get("claim_id") else "-"
+
+
+def _next_attempt(it: Any) -> str:
+    """When the daemon tries the item again, in store IT's words."""
+    if it["next_attempt_at"]:
+        return str(it["next_attempt_at"])
+    held_for = str(it.get("held_for") or "")
+    if it["status"] == "held" and held_for == "configuration":
+        return "at the next reload or start"
+    if it["status"] == "held" and held_for.startswith("pharmacy:"):
+        return f"by a daemon listing {held_for.split(':', 1)[1]}"
+    if it["status"] in ("failed", "held"):
+        return "by hand (queue retry)"
+    return "-"
+
+
+def _queue_where(config_path: str | None) -> str:
+    """The database the queue commands read, as store IT needs it when an item is not
+    there: the path (or the PostgreSQL URL without its password), and where it came
+    from."""
+    from pathlib import Path
+
+    from .store import redact_url
+
+    st = _storage_settings(config_path)
+    url = st.database_url()
+    where = redact_url(url) if url is not None else str(Path(st.path).absolute())
+    if config_path is None:
+        return (
+            f"{where} (no --config: the embedded default; give the daemon's, e.g."
+            " --config /etc/pa-bridge/pa-bridge.toml)"
+        )
+    return f"{where} (storage in {config_path})"
 
 
 def _queue_write(config_path: str | None, fn: Any) -> bool:
@@ -164,7 +200,9 @@ def queue_retry(config_path: str | None, item_id: int) -> None:
     from .store.outbox import retry_item
 
     if not _queue_write(config_path, lambda db: retry_item(db, item_id, time.time())):
-        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        click.echo(
+            f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
+        )
         sys.exit(1)
     click.echo(f"queue item {item_id} is due now")
 
@@ -181,7 +219,9 @@ def queue_drop(config_path: str | None, item_id: int) -> None:
 
     why = "dropped by store IT (pa-bridge queue drop)"
     if not _queue_write(config_path, lambda db: drop_item(db, item_id, time.time(), why)):
-        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        click.echo(
+            f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
+        )
         sys.exit(1)
     click.echo(f"queue item {item_id} is dropped")
 

@@ -33,8 +33,10 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "RELOADABLE",
     "ConfigError",
     "Settings",
+    "changed_keys",
     "load_settings",
     "load_storage_settings",
     "parse_listen",
@@ -333,6 +335,45 @@ class Settings(BaseSettings):
             for t in self.intake.scoped_tokens
             if t.token is not None
         ]
+
+
+#: what ``systemctl reload pa-bridge`` (SIGHUP) applies to a running daemon: the
+#: stores, the credentials, the tokens and the log level. A change to any other key
+#: needs a restart (listen addresses, storage, ...), and a reload that brings one is
+#: refused as a whole, naming it.
+RELOADABLE = frozenset(
+    {
+        "pharmacies",
+        "service.username",
+        "service.password",
+        "service.api_key",
+        "intake.tokens",
+        "intake.scoped_tokens",
+        "logging.level",
+    }
+)
+
+
+def _keys(s: Settings) -> dict[str, Any]:
+    """Every key's value as the daemon uses it, by ``section.key``: a secret by its
+    value (whether it came from the file, a ``_file`` or the environment), so a
+    ``_file`` key itself is left out; ``[[pharmacies]]`` as one key."""
+    out: dict[str, Any] = {"pharmacies": s.pharmacies}
+    for name in type(s).model_fields:
+        section = getattr(s, name)
+        if not isinstance(section, BaseModel):
+            continue
+        for key in type(section).model_fields:
+            if not key.endswith("_file"):
+                out[f"{name}.{key}"] = getattr(section, key)
+    return out
+
+
+def changed_keys(old: Settings, new: Settings) -> list[str]:
+    """The keys whose value differs between ``old`` and ``new`` (names only: never a
+    value, which may be a secret)."""
+    a, b = _keys(old), _keys(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 def _read_secret_file(path: Path) -> str:

@@ -21,10 +21,10 @@ from .app import build_services, make_client
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
-from .config import Settings, parse_listen
+from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import Outbox, queue_summary
+from .outbox import Hold, Outbox, held_summary, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
@@ -57,8 +57,16 @@ def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
 
 
 class Daemon:
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        config_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.settings = settings
+        #: the file :meth:`reload` reads again (None: the environment alone)
+        self.config_path = config_path
         self.clock = clock
         self.store: Store | None = None
         self.sandbox: Any = None
@@ -68,6 +76,9 @@ class Daemon:
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
         self.callback_receiver: CallbackReceiver | None = None
+        self.callback_service: CallbackService | None = None
+        self.intake_app: Any = None
+        self._reload_lock = threading.Lock()
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -102,7 +113,7 @@ class Daemon:
             pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
         )
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
-        self.callback_receiver = receiver
+        self.callback_service, self.callback_receiver = service, receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -113,6 +124,8 @@ class Daemon:
         )
         self.bridge.outbox.observer = self.service_health.delivery
         metrics.watch_service(self.service_health)
+        # what was held for our configuration is tried again: it may have changed
+        self.bridge.outbox.release(Hold.CONFIGURATION)
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
@@ -130,7 +143,7 @@ class Daemon:
         self.scheduler.start()
         from .web.intake import create_intake_app
 
-        app = create_intake_app(
+        app = self.intake_app = create_intake_app(
             self.bridge,
             tokens=s.intake_tokens(),
             scoped_tokens=s.scoped_intake_tokens(),
@@ -272,11 +285,16 @@ class Daemon:
         degraded = self.service_health.degraded_reasons()
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
-            out["queue"] = {
+            queue: dict[str, Any] = {
                 str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
             }
-            if counts.get(Status.HELD):
+            held = held_summary(self.store) if counts.get(Status.HELD) else {}  # type: ignore[arg-type]
+            queue["held_for"] = {k: held.get(k, 0) for k in (h.value for h in Hold)}
+            out["queue"] = queue
+            if held.get(Hold.RESTORE):
                 degraded.append("queue_held_after_restore")
+            if held.get(Hold.CONFIGURATION) or held.get(Hold.PHARMACY):
+                degraded.append("queue_held_for_configuration")
             if counts.get(Status.FAILED):
                 degraded.append("queue_failed")
         out["degraded"] = degraded
@@ -318,6 +336,63 @@ class Daemon:
                 self.service_health.service_failed("probe.outcomes", "http_error")
             else:  # the page for exploration, or a 4xx: something answered
                 self.service_health.service_answered("probe.outcomes", credentials_checked=False)
+
+    # ---- reload (SIGHUP) ------------------------------------------------------------
+    def reload(self) -> bool:
+        """Read the configuration again and apply what a running daemon can take
+        (:data:`~pa_bridge.config.RELOADABLE`: stores, credentials, tokens, log level);
+        then try again what was held for the configuration. A configuration with
+        problems, or one changing a key that needs a restart, is refused as a whole
+        (one log line per problem or key, never a value) and the running one stays.
+        True when applied."""
+        with self._reload_lock:
+            self._notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+            try:
+                return self._reload()
+            finally:
+                self._notify("READY=1\nSTATUS=serving")
+
+    def _reload(self) -> bool:
+        try:
+            new = load_settings(self.config_path)
+        except ConfigError as e:
+            for problem in e.problems:
+                log_event("config.reload_refused", level=logging.ERROR, problem=problem)
+            return False
+        changed = changed_keys(self.settings, new)
+        restart = [k for k in changed if k not in RELOADABLE]
+        for key in restart:
+            log_event(
+                "config.reload_refused",
+                level=logging.ERROR,
+                key=key,
+                reason="needs a restart (systemctl restart pa-bridge); the running"
+                " configuration stays",
+            )
+        if restart:
+            return False
+        self._apply(new)
+        released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
+        log_event("config.reloaded", changed=changed, released=released)
+        logging.getLogger().setLevel(new.logging.level)  # after its own line
+        return True
+
+    def _apply(self, new: Settings) -> None:
+        """Swap in what :meth:`reload` may change (the log level aside); each use from
+        now on sees it."""
+        from .client import Credentials
+        from .service.pharmacies import Pharmacies
+        from .web.intake import set_tokens
+
+        if self.bridge is not None:
+            self.bridge.pharmacies.replace(Pharmacies.from_settings(new))
+        if self.callback_service is not None:  # a callback-only PA's store
+            self.callback_service.pharmacies = frozenset(p.provider_id for p in new.pharmacies)
+        if self.client is not None and self.sandbox is None:  # the sandbox's are its own
+            self.client.credentials = Credentials(*new.own_credentials())
+        if self.intake_app is not None:
+            set_tokens(self.intake_app, new.intake_tokens(), new.scoped_intake_tokens())
+        self.settings = new
 
     # ---- one daemon per database, and restores ----------------------------------
     def _lock_database(self) -> None:
@@ -382,8 +457,12 @@ class Daemon:
                 raise SystemExit(1)
             threading.Thread(target=self.stop, name="stopper", daemon=True).start()
 
+        def on_hup(signum: int, frame: Any) -> None:  # systemctl reload pa-bridge
+            threading.Thread(target=self.reload, name="reload", daemon=True).start()
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGHUP, on_hup)
         self.start()
         # What start-up made (modules, the app, settings) lives as long as the process:
         # out of the collector's sight, each collection a claim triggers is shorter.

@@ -168,6 +168,17 @@ def healthz() -> tuple[Response, int]:
     return jsonify(checks), 200 if ready else 503
 
 
+def set_tokens(
+    app: Flask, tokens: list[str], scoped_tokens: list[tuple[str, frozenset[str]]]
+) -> None:
+    """New intake tokens for the requests that come from now on (a reload)."""
+    new = checks.Tokens.of(list(tokens), list(scoped_tokens))
+    app.extensions["pa_bridge.tokens"] = new
+    route = app.wsgi_app
+    if isinstance(route, claim_route.ClaimRoute):
+        route.tokens = new
+
+
 def create_intake_app(
     services: Services,
     *,

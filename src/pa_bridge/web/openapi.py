@@ -105,7 +105,8 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {"type": "string"},
                 "description": "service_unreachable, service_credentials_refused,"
-                " queue_failed, queue_held_after_restore (docs/operations.md)",
+                " queue_failed, queue_held_after_restore, queue_held_for_configuration"
+                " (docs/operations.md)",
             },
             "database": {"type": "boolean"},
             "queue_depth": {"type": ["integer", "null"], "minimum": 0},

@@ -1,0 +1,308 @@
+"""Work that waits for store IT heals by itself (issue 27): a queue item refused for our
+own credentials or configuration is held with its reason, never failed for good, and
+tried again at the next start or reload; the dispensing system is told "queued".
+Reload (SIGHUP) re-reads the stores, credentials, tokens and log level, and refuses a
+change that needs a restart. Real daemons, a real sandbox on loopback, real files."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pa_bridge.config import load_settings
+from pa_bridge.logs import configure_logging
+from pa_bridge.outbox import enqueue
+from pa_bridge.runtime import Daemon
+from pa_bridge.sandbox import (
+    SANDBOX_API_KEY,
+    SANDBOX_PASSWORD,
+    SANDBOX_USERNAME,
+    SandboxConfig,
+    SandboxServer,
+)
+from pa_bridge.store import Status, Store
+from pa_bridge.store import outbox as queue_items
+from tests import builders as b
+from tests.support import Cli, DaemonProcess, wait_until
+
+WRONG = "not-the-sandbox-password"
+TOKEN_OLD = "token-before-the-reload-01"
+TOKEN_NEW = "token-after-the-reload-002"
+
+
+@pytest.fixture
+def service() -> Iterator[SandboxServer]:
+    """The PA service: a sandbox of its own (our config may be wrong, its is not)."""
+    server = SandboxServer(SandboxConfig(step_seconds=60), host="127.0.0.1", port=0).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _service(sandbox: SandboxServer, password: str) -> dict[str, str]:
+    return {
+        "claim_url": f"{sandbox.url}/cmmimport/",
+        "outcomes_url": f"{sandbox.url}/outcomes.json",
+        "username": SANDBOX_USERNAME,
+        "password": password,
+        "api_key": SANDBOX_API_KEY,
+    }
+
+
+def _b2() -> dict[str, str]:
+    return {"request": b.request_bytes(code="B2").decode("latin-1")}
+
+
+def _b2s(sandbox: SandboxServer) -> list[dict[str, Any]]:
+    calls = httpx.get(f"{sandbox.url}/sandbox/calls", timeout=5).json()["calls"]
+    return [c for c in calls if c.get("transaction_code") == "B2"]
+
+
+def test_a_reversal_refused_for_our_credentials_is_queued_held_and_sent_at_the_next_start(
+    make_daemon: Any, service: SandboxServer, tmp_path: Path
+) -> None:
+    """Before: 422 reversal_refused and the item failed for good; after the password
+    was fixed, every such item had to be found and `queue retry`'d by hand."""
+    storage = {"path": str(tmp_path / "pa-bridge.sqlite3")}
+    wrong = make_daemon(
+        storage=storage, service=_service(service, WRONG), sandbox={"enabled": False}
+    )
+    with httpx.Client(base_url=wrong.intake_server.url, timeout=20) as api:
+        r = api.post("/v1/reversals", json=_b2())
+        assert r.status_code == 202, r.text  # queued: nothing for the dispensing system to do
+        body = r.json()
+        assert body["status"] == "pending" and "store IT" in body["message"]
+        assert body["last_error"].startswith("credentials:")
+        (item,) = wrong.bridge.outbox.list()
+        assert item["status"] == "held" and item["held_for"] == "configuration"
+        health = api.get("/healthz").json()
+        assert "queue_held_for_configuration" in health["degraded"]
+        assert "queue_failed" not in health["degraded"]
+        assert health["queue"]["held_for"]["configuration"] == 1
+        metrics = api.get("/metrics").text
+        assert 'pa_bridge_queue_held{held_for="configuration"} 1.0' in metrics
+    wrong.bridge.outbox.drain_once()  # not retried by itself while nothing changed
+    assert queue_items.state(wrong.store.reader(), item["id"]) == (
+        Status.HELD,
+        item["last_error"],
+    )
+    assert _b2s(service) == []  # the sandbox refused it: 403, nothing recorded
+    wrong.stop()
+
+    fixed = make_daemon(
+        storage=storage,
+        service=_service(service, SANDBOX_PASSWORD),
+        sandbox={"enabled": False},
+    )
+    wait_until(
+        lambda: fixed.bridge.outbox.list()[0]["status"] == "delivered",
+        what="the held reversal sent at start",
+    )
+    assert [c["username"] for c in _b2s(service)] == [SANDBOX_USERNAME]
+
+
+def test_a_restore_holds_items_held_for_the_configuration_for_review(tmp_path: Path) -> None:
+    """A restored backup's held item may have been sent after the backup was taken: it
+    is held for review like the rest, never released by a start or a reload."""
+    with Store(tmp_path / "db.sqlite3") as store:
+        item = store.write(lambda db: enqueue(db, "reversal", {"exchange_id": "x"}))
+        store.write(
+            lambda db: queue_items.record_attempt(
+                db,
+                item,
+                status=Status.HELD,
+                attempts=1,
+                next_attempt_at=0,
+                last_error="credentials: refused",
+                now="2026-11-23T00:00:00.000000Z",
+                payload_json="{}",
+                held_for="configuration",
+            )
+        )
+        assert store.write(lambda db: queue_items.hold_undelivered(db, "restored", 1.0)) == 1
+        assert store.write(lambda db: queue_items.release_held(db, "configuration", 2.0)) == 0
+        (row,) = queue_items.list_items(store.reader())
+        assert (row["status"], row["held_for"], row["last_error"]) == (
+            "held",
+            "restore",
+            "restored",
+        )
+
+
+def test_queue_list_names_the_pa_of_a_webhook_and_why_an_item_waits(
+    cli: Cli, tmp_path: Path
+) -> None:
+    with Store(tmp_path / "var" / "pa-bridge.sqlite3") as store:
+        store.write(lambda db: enqueue(db, "webhook", {"pa_id": "PA7Q2X", "change_seq": 3}))
+        held = store.write(lambda db: enqueue(db, "reversal", {"exchange_id": "e1"}, claim_id="e1"))
+        store.write(
+            lambda db: queue_items.record_attempt(
+                db,
+                held,
+                status=Status.HELD,
+                attempts=1,
+                next_attempt_at=0,
+                last_error="unknown_pharmacy: pharmacy 2222222 is not configured here",
+                now="2026-11-23T00:00:00.000000Z",
+                payload_json='{"exchange_id": "e1"}',
+                held_for="pharmacy:2222222",
+            )
+        )
+    r = cli("queue", "list")
+    assert r.exit_code == 0, r.output
+    webhook = next(ln for ln in r.output.splitlines() if " webhook " in ln)
+    assert "PA PA7Q2X" in webhook
+    reversal = next(ln for ln in r.output.splitlines() if " reversal " in ln)
+    assert "claim e1" in reversal and "by a daemon listing 2222222" in reversal
+    items = json.loads(cli("queue", "list", "--json").output)
+    assert [(i["kind"], i["pa_id"], i["held_for"]) for i in items] == [
+        ("reversal", None, "pharmacy:2222222"),
+        ("webhook", "PA7Q2X", None),
+    ]
+
+
+def test_queue_retry_of_an_unknown_item_says_where_it_looked(cli: Cli, tmp_path: Path) -> None:
+    with Store(tmp_path / "var" / "pa-bridge.sqlite3"):
+        pass
+    r = cli("queue", "retry", "38")
+    assert r.exit_code == 1
+    line = r.stderr.strip()
+    assert line.startswith("error: no undelivered queue item 38 in ")
+    assert str(tmp_path / "var" / "pa-bridge.sqlite3") in line
+    assert "no --config" in line and "--config /etc/pa-bridge/pa-bridge.toml" in line
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\npath = "{tmp_path / "var" / "pa-bridge.sqlite3"}"\n')
+    r = cli("queue", "drop", "38", "--config", str(cfg))
+    assert r.exit_code == 1 and f"(storage in {cfg})" in r.stderr
+
+
+# ---- reload ---------------------------------------------------------------------------
+def _write_config(path: Path, sandbox: SandboxServer, password: str, **more: str) -> None:
+    service = "".join(f'{k} = "{v}"\n' for k, v in _service(sandbox, password).items())
+    path.write_text(
+        f'[storage]\npath = "{path.parent / "pa-bridge.sqlite3"}"\n'
+        f"[service]\n{service}"
+        "[sandbox]\nenabled = false\n"
+        f'[intake]\nlisten = "{more.get("intake", "127.0.0.1:0")}"\n'
+        f'tokens = ["{more.get("token", TOKEN_OLD)}"]\n'
+        '[callbacks]\nlisten = "127.0.0.1:0"\n'
+        "[queue]\npoll_seconds = 0.1\n"
+        f'[logging]\nlevel = "{more.get("level", "INFO")}"\n'
+    )
+
+
+@pytest.fixture
+def daemon_on_file(tmp_path: Path) -> Iterator[Any]:
+    started: list[Daemon] = []
+
+    def start(cfg: Path) -> Daemon:
+        d = Daemon(load_settings(cfg), config_path=cfg)
+        started.append(d)
+        d.start()
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+    logging.getLogger().handlers.clear()
+
+
+def test_reload_applies_credentials_and_tokens_and_sends_what_was_held(
+    daemon_on_file: Any, service: SandboxServer, tmp_path: Path
+) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    cfg = tmp_path / "pa-bridge.toml"
+    _write_config(cfg, service, WRONG)
+    d = daemon_on_file(cfg)
+    with httpx.Client(base_url=d.intake_server.url, timeout=20) as api:
+        old = {"Authorization": f"Bearer {TOKEN_OLD}"}
+        new = {"Authorization": f"Bearer {TOKEN_NEW}"}
+        assert api.post("/v1/reversals", json=_b2(), headers=old).status_code == 202
+        _write_config(cfg, service, SANDBOX_PASSWORD, token=TOKEN_NEW, level="WARNING")
+        assert d.reload() is True
+        wait_until(
+            lambda: d.bridge.outbox.list()[0]["status"] == "delivered",
+            what="the held reversal sent after the reload",
+        )
+        assert len(_b2s(service)) == 1
+        assert api.get("/v1/pa", headers=old).status_code == 401
+        assert api.get("/v1/pa", headers=new).status_code == 200
+        # the claim route, served before Flask, takes the new token too
+        claim = {
+            "request": b.request_bytes().decode("latin-1"),
+            "response": b.response_bytes([b.PAID]).decode("latin-1"),
+        }
+        assert api.post("/v1/claims", json=claim, headers=old).status_code == 401
+        assert api.post("/v1/claims", json=claim, headers=new).status_code == 200
+    assert logging.getLogger().level == logging.WARNING
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    (done,) = [e for e in events if e["event"] == "config.reloaded"]
+    assert done["changed"] == ["intake.tokens", "logging.level", "service.password"]
+    assert done["released"] == 1
+    assert WRONG not in stream.getvalue() and SANDBOX_PASSWORD not in stream.getvalue()
+
+
+def test_reload_refuses_a_change_that_needs_a_restart_and_keeps_running_as_before(
+    daemon_on_file: Any, service: SandboxServer, tmp_path: Path
+) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    cfg = tmp_path / "pa-bridge.toml"
+    _write_config(cfg, service, SANDBOX_PASSWORD)
+    d = daemon_on_file(cfg)
+    url = d.intake_server.url
+    # a new token together with a new listen address: all or nothing
+    _write_config(cfg, service, SANDBOX_PASSWORD, token=TOKEN_NEW, intake="127.0.0.1:1")
+    assert d.reload() is False
+    cfg.write_text(cfg.read_text().replace("[queue]", "[queue]\nbatch_size = 0"))
+    assert d.reload() is False
+    with httpx.Client(base_url=url, timeout=10) as api:
+        assert (
+            api.get("/v1/pa", headers={"Authorization": f"Bearer {TOKEN_OLD}"}).status_code == 200
+        )
+        assert (
+            api.get("/v1/pa", headers={"Authorization": f"Bearer {TOKEN_NEW}"}).status_code == 401
+        )
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    refused = [e for e in events if e["event"] == "config.reload_refused"]
+    assert refused[0]["key"] == "intake.listen" and "restart" in refused[0]["reason"]
+    assert len(refused) == 2 and "queue.batch_size" in refused[1]["problem"]
+    assert not any(e["event"] == "config.reloaded" for e in events)
+    assert TOKEN_NEW not in stream.getvalue()
+
+
+def test_sighup_reloads_a_serving_daemon(service: SandboxServer, tmp_path: Path) -> None:
+    """`systemctl reload pa-bridge` is `kill -HUP $MAINPID` (the unit's ExecReload=)."""
+    secret = tmp_path / "service-password"
+    secret.write_text(WRONG)
+    cfg = tmp_path / "pa-bridge.toml"
+    service_keys = {**_service(service, ""), "password_file": str(secret)}
+    del service_keys["password"]
+    cfg.write_text(
+        "[service]\n"
+        + "".join(f'{k} = "{v}"\n' for k, v in service_keys.items())
+        + "[sandbox]\nenabled = false\n[queue]\npoll_seconds = 0.2\n"
+    )
+    d = DaemonProcess(tmp_path, config=cfg).start()
+    try:
+        with httpx.Client(base_url=d.url, timeout=20) as api:
+            assert api.post("/v1/reversals", json=_b2()).status_code == 202
+            secret.write_text(SANDBOX_PASSWORD)  # store IT fixes the password file
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: len(_b2s(service)) == 1, what="the B2 sent after SIGHUP")
+            assert api.get("/healthz").json()["status"] == "ok"
+    finally:
+        assert d.terminate() == 0
+    events = [json.loads(x) for x in d.log_lines() if x.startswith("{")]
+    assert any(e["event"] == "config.reloaded" for e in events)
