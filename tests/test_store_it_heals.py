@@ -306,3 +306,114 @@ def test_sighup_reloads_a_serving_daemon(service: SandboxServer, tmp_path: Path)
         assert d.terminate() == 0
     events = [json.loads(x) for x in d.log_lines() if x.startswith("{")]
     assert any(e["event"] == "config.reloaded" for e in events)
+
+
+# ---- a chain's rolling change, two daemons on one PostgreSQL database -------------------
+X, Y = "1111111", "2222222"  # synthetic NCPDP provider ids
+STORES = {
+    X: ("store-x", "store-x-password-1", "store-x-key-1"),
+    Y: ("store-y", "store-y-pw-2", "store-y-key-2"),
+}
+
+
+def _pharmacies_toml(*pids: str) -> str:
+    out = ""
+    for pid in pids:
+        user, pw, key = STORES[pid]
+        out += (
+            f'[[pharmacies]]\nprovider_id = "{pid}"\nusername = "{user}"\n'
+            f'password = "{pw}"\napi_key = "{key}"\n'
+        )
+    return out
+
+
+def _paid(provider: str) -> dict[str, str]:
+    req = b.request_bytes(provider_id=provider, provider_qualifier="07")
+    return {
+        "request": req.decode("latin-1"),
+        "response": b.response_bytes([b.PAID]).decode("latin-1"),
+    }
+
+
+def test_a_rolling_change_leaves_a_stores_reports_to_a_daemon_that_lists_it(
+    pg_url: str, tmp_path: Path, make_daemon: Any, daemon_on_file: Any
+) -> None:
+    """Daemon A lists stores X and Y, daemon B only X (not rolled out to yet). B takes
+    Y's queued outcome reports (A's queue is paused so that it must): before, it failed
+    them for good (`unknown_pharmacy`); now it holds them for Y, A sends them once it
+    drains again, and B sends them itself once a reload adds Y."""
+    from pa_bridge.sandbox import SandboxPharmacy
+
+    sandbox = SandboxServer(
+        SandboxConfig(
+            step_seconds=60,
+            pharmacies=tuple(SandboxPharmacy(*STORES[p], provider_id=p) for p in (X, Y)),
+        ),
+        host="127.0.0.1",
+        port=0,
+    ).start()
+    service = {
+        "claim_url": f"{sandbox.url}/cmmimport/",
+        "outcomes_url": f"{sandbox.url}/outcomes.json",
+    }
+    common = {
+        "storage": {"url": pg_url},
+        "service": service,
+        "sandbox": {"enabled": False},
+        "queue": {"poll_seconds": 0.1},
+    }
+    b_cfg = tmp_path / "b.toml"
+
+    def write_b(*pids: str) -> None:
+        b_cfg.write_text(
+            f'[storage]\nurl = "{pg_url}"\n[service]\n'
+            + "".join(f'{k} = "{v}"\n' for k, v in service.items())
+            + '[sandbox]\nenabled = false\n[intake]\nlisten = "127.0.0.1:0"\n'
+            '[callbacks]\nlisten = "127.0.0.1:0"\n[queue]\npoll_seconds = 0.1\n'
+            + _pharmacies_toml(*pids)
+        )
+
+    def reports_for_y() -> list[dict[str, Any]]:
+        calls = httpx.get(f"{sandbox.url}/sandbox/calls", timeout=5).json()["calls"]
+        return [c for c in calls if c["interface"] == "outcomes" and c["username"] == STORES[Y][0]]
+
+    def statuses(d: Daemon | None = None) -> list[str]:
+        return sorted(i["status"] for i in (d or a).bridge.outbox.list(limit=1000))
+
+    try:
+        a = make_daemon(
+            **common,
+            pharmacies=[
+                dict(
+                    zip(("username", "password", "api_key"), STORES[p], strict=True), provider_id=p
+                )
+                for p in (X, Y)
+            ],
+        )
+        write_b(X)
+        daemon_b = daemon_on_file(b_cfg)
+        a.bridge.outbox.stop()  # A's queue paused: B is the one to take Y's reports
+        with httpx.Client(base_url=a.intake_server.url, timeout=20) as api:
+            for _ in range(20):
+                assert api.post("/v1/claims", json=_paid(Y)).status_code == 200
+            wait_until(lambda: statuses() == ["held"] * 20, what="B to hold Y's 20 reports")
+            held = a.bridge.outbox.list(limit=1000)
+            assert {i["held_for"] for i in held} == {f"pharmacy:{Y}"}
+            assert reports_for_y() == []  # B sent nothing for Y
+            a.bridge.outbox.start()  # A drains again: it lists Y
+            wait_until(lambda: statuses() == ["delivered"] * 20, what="A to send them")
+            assert len(reports_for_y()) == 20  # each once, with Y's own credentials
+
+            a.bridge.outbox.stop()
+            for _ in range(10):
+                assert api.post("/v1/claims", json=_paid(Y)).status_code == 200
+        wait_until(lambda: statuses().count("held") == 10, what="B to hold the next 10")
+        a.stop()  # only B is left, still without Y: they stay held
+        write_b(X, Y)  # the rolling change reaches B
+        assert daemon_b.reload() is True
+        wait_until(
+            lambda: statuses(daemon_b) == ["delivered"] * 30, what="B to send them after its reload"
+        )
+        assert len(reports_for_y()) == 30
+    finally:
+        sandbox.stop()
