@@ -281,6 +281,7 @@ def test_reload_refuses_a_change_that_needs_a_restart_and_keeps_running_as_befor
     assert TOKEN_NEW not in stream.getvalue()
 
 
+@pytest.mark.slow
 def test_sighup_reloads_a_serving_daemon(service: SandboxServer, tmp_path: Path) -> None:
     """`systemctl reload pa-bridge` is `kill -HUP $MAINPID` (the unit's ExecReload=)."""
     secret = tmp_path / "service-password"

@@ -153,7 +153,9 @@ def open_dashboard() -> BaseResponse:
 @bp.get("/metrics")
 def metrics() -> Response:
     data = generate_latest(_services().metrics.registry)
-    return Response(data, mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: Flask adds a charset to a text/ mimetype, and this one
+    # has its own; Go's mime.ParseMediaType (Prometheus 3) refuses a parameter twice
+    return Response(data, content_type=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/healthz")
