@@ -87,7 +87,8 @@ def test_a_reversal_refused_for_our_credentials_is_queued_held_and_sent_at_the_n
         health = api.get("/healthz").json()
         assert "queue_held_for_configuration" in health["degraded"]
         assert "queue_failed" not in health["degraded"]
-        assert health["queue"]["held_for"]["configuration"] == 1
+        assert health["queue"]["held"] == 1
+        assert health["queue_held_for"] == {"restore": 0, "configuration": 1, "pharmacy": 0}
         metrics = api.get("/metrics").text
         assert 'pa_bridge_queue_held{held_for="configuration"} 1.0' in metrics
     wrong.bridge.outbox.drain_once()  # not retried by itself while nothing changed

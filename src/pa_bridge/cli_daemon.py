@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import logging
 import sys
 from typing import Any
 
@@ -23,12 +24,18 @@ config_option = click.option(
 )
 
 
-def _settings(config_path: str | None) -> Settings:
+def _settings(config_path: str | None, *, log: bool = False) -> Settings:
+    """The settings, or each problem on its own line and exit 2 (``log``: also as one
+    JSON log line, for the daemon's journal)."""
     try:
         return load_settings(config_path)
     except ConfigError as e:
         for p in e.problems:
             click.echo(f"config error: {p}", err=True)
+        if log:
+            from .logs import write_event
+
+            write_event("daemon.start_failed", reason="config", problems=e.problems)
         sys.exit(2)
 
 
@@ -36,28 +43,34 @@ def _settings(config_path: str | None) -> Settings:
 @config_option
 def serve(config_path: str | None) -> None:
     """Run the daemon: intake API, callback receiver, scheduler."""
-    from .logs import configure_logging
+    from .logs import configure_logging, log_event
     from .restore import RestoreError
-    from .runtime import Daemon
+    from .runtime import Daemon, StartupError
     from .store import StoreError
 
-    settings = _settings(config_path)
+    settings = _settings(config_path, log=True)
     configure_logging(settings.logging.level)
     # A fatal signal (SIGBUS when SQLite's shared-memory file can no longer be
     # written, SIGSEGV) kills the process in C; faulthandler writes the signal and
     # the threads' stacks to stderr (the journal) first, so it is never silent.
     faulthandler.enable()
     daemon = Daemon(settings, config_path=config_path)
+
+    def cannot_start(why: str, code: int, **fields: Any) -> None:
+        # one line for a person, one JSON line for a log shipper
+        log_event("daemon.start_failed", level=logging.ERROR, error=why, **fields)
+        click.echo(f"error: cannot start: {why}", err=True)
+        daemon.stop()
+        sys.exit(code)
+
     try:
         daemon.run_forever()
+    except StartupError as e:
+        cannot_start(str(e), 2, key=e.key)
     except (RestoreError, StoreError) as e:
-        click.echo(f"error: cannot start: {e}", err=True)
-        daemon.stop()
-        sys.exit(1)
+        cannot_start(str(e), 1)
     except OSError as e:
-        click.echo(f"error: cannot start: {e.strerror or e}", err=True)
-        daemon.stop()
-        sys.exit(1)
+        cannot_start(e.strerror or str(e), 1)
 
 
 def _storage_settings(config_path: str | None) -> StorageSettings:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -31,7 +32,13 @@ from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
-__all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
+__all__ = [
+    "Daemon",
+    "StartupError",
+    "WsgiServer",  # re-exported for the tests
+    "build_services",
+    "check_database_path",
+]
 
 
 #: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
@@ -54,6 +61,62 @@ def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
             return soft
         return target
     return soft
+
+
+class StartupError(Exception):
+    """The daemon cannot start for a reason store IT fixes: ``key`` names the setting,
+    the message the path or address and what to do (one line, no traceback)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def check_database_path(path: Path) -> None:
+    """Before anything opens it: the SQLite file's directory is writable by this user
+    (SQLite writes ``-wal`` and ``-shm`` beside it), and the file, if there, readable
+    and writable; else :class:`StartupError` naming the path and what to do."""
+    user = _user()
+    run_as = (
+        "or run pa-bridge as the user that owns it (the unit's User=pa-bridge;"
+        " its StateDirectory= makes /var/lib/pa-bridge that user's)"
+    )
+    d = path.absolute().parent
+    if not d.exists():
+        nearest = d
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            raise StartupError(
+                "storage.path",
+                f"{d} does not exist and user {user} may not create it in {nearest}:"
+                f" create it (`install -d -o {user} -m 0700 {d}`), {run_as}",
+            )
+        return
+    if not d.is_dir():
+        raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise StartupError(
+            "storage.path",
+            f"the directory {d} is not writable by user {user} (the database's -wal and"
+            f" -shm files live beside it): `chown {user} {d}`, {run_as}",
+        )
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+            raise StartupError(
+                "storage.path",
+                f"{p} is not readable and writable by user {user}: `chown {user} {p}`"
+                f" (and the database's -wal and -shm), {run_as}",
+            )
 
 
 class Daemon:
@@ -98,6 +161,7 @@ class Daemon:
             )
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
+            check_database_path(Path(s.storage.path))
             self._lock_database()
             self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
             log_event("daemon.database_ready", path=str(s.storage.path))
@@ -198,7 +262,15 @@ class Daemon:
             ),
         )
         self.sandbox = SandboxServer(cfg, host=host, port=port)
-        self.sandbox.start()
+        try:
+            self.sandbox.start()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise OSError(
+                e.errno,
+                f"sandbox.listen {s.sandbox.listen}: {reason} (another pa-bridge, or"
+                " `pa-bridge sandbox`, may hold it: set sandbox.listen to a free port)",
+            ) from e
         log_event("daemon.sandbox_started", url=self.sandbox.url)
 
     def _make_client(self) -> PaServiceClient:
@@ -285,12 +357,12 @@ class Daemon:
         degraded = self.service_health.degraded_reasons()
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
-            queue: dict[str, Any] = {
+            out["queue"] = {
                 str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
             }
             held = held_summary(self.store) if counts.get(Status.HELD) else {}  # type: ignore[arg-type]
-            queue["held_for"] = {k: held.get(k, 0) for k in (h.value for h in Hold)}
-            out["queue"] = queue
+            # why the held ones wait: restore, configuration, pharmacy
+            out["queue_held_for"] = {k: held.get(k, 0) for k in (h.value for h in Hold)}
             if held.get(Hold.RESTORE):
                 degraded.append("queue_held_after_restore")
             if held.get(Hold.CONFIGURATION) or held.get(Hold.PHARMACY):

@@ -111,6 +111,14 @@ _SCHEMAS: dict[str, Any] = {
             "database": {"type": "boolean"},
             "queue_depth": {"type": ["integer", "null"], "minimum": 0},
             "queue_oldest_age_s": {"type": ["number", "null"]},
+            "queue_held_for": {
+                "type": "object",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+                "description": "held queue items by why they wait: restore (for review"
+                " after a restore), configuration (refused for pa-bridge's credentials or"
+                " configuration: retried at the next start or reload), pharmacy (a store"
+                " this daemon does not list: left for a daemon that does)",
+            },
             "scheduler": {"type": "boolean"},
             "writer": {"type": "boolean"},
             "callbacks": {
