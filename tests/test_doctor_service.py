@@ -211,3 +211,38 @@ def test_doctor_checks_the_webhook_answers(tmp_path: Path, cli: Cli) -> None:
     with RecordingService(port):
         up = _line(cli("doctor", "--config", str(cfg)), "webhook callbacks.forward_url")
     assert up.startswith("ok") and f"http://127.0.0.1:{port} answers (HTTP 405" in up
+
+
+def test_doctor_counts_items_held_for_the_configuration(tmp_path: Path, cli: Cli) -> None:
+    from pa_bridge.outbox import enqueue
+    from pa_bridge.store import Status, Store
+    from pa_bridge.store import outbox as queue_items
+
+    db = tmp_path / "pa-bridge.sqlite3"
+    with Store(db) as store:
+        for held_for in ("configuration", "pharmacy:2222222", "restore"):
+            item = store.write(lambda d: enqueue(d, "reversal", {"exchange_id": "x"}))
+            store.write(
+                lambda d, item=item, held_for=held_for: queue_items.record_attempt(
+                    d,
+                    item,
+                    status=Status.HELD,
+                    attempts=1,
+                    next_attempt_at=0,
+                    last_error="held",
+                    now="2026-11-23T00:00:00.000000Z",
+                    payload_json="{}",
+                    held_for=held_for,
+                )
+            )
+    cfg = _listen_config(tmp_path, "127.0.0.1:0", "127.0.0.1:0")
+    queue = [
+        ln for ln in cli("doctor", "--config", str(cfg)).stdout.splitlines() if " queue:" in ln
+    ]
+    assert queue == [
+        "warn  queue: 2 item(s) held for pa-bridge's configuration (credentials, an address, a"
+        " store not in [[pharmacies]]) -> `pa-bridge queue list --status held` says why; fix"
+        " it, then `systemctl reload pa-bridge` sends them",
+        "warn  queue: 1 item(s) held after a restore, for review -> `pa-bridge queue list"
+        " --status held`, then `pa-bridge queue retry ID` or `pa-bridge queue drop ID`",
+    ]

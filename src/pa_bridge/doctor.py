@@ -255,6 +255,7 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    out += _held_checks(facts.held)
     if facts.restore_mark is not None:
         out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
                         " restored and not yet served", "the first daemon to start holds"
@@ -393,6 +394,7 @@ def _check_schema(path: Path) -> list[Check]:
                 "see `pa-bridge queue list --status failed`; re-drive with `pa-bridge queue retry ID`",
             )
         )
+    out += _held_checks(facts.held)
     if restored_from is not None:
         out.append(
             warn(
@@ -400,6 +402,33 @@ def _check_schema(path: Path) -> list[Check]:
                 f"this is a backup copy taken at {restored_from}, not yet served",
                 "the daemon that serves it holds its queued items for review: "
                 "`pa-bridge queue list --status held` after it starts",
+            )
+        )
+    return out
+
+
+def _held_checks(held: dict[str, int]) -> list[Check]:
+    """Held queue items: waiting for the configuration (sent by themselves once it is
+    fixed and the daemon reloads or restarts), or for review after a restore."""
+    out: list[Check] = []
+    waiting = held.get("configuration", 0) + held.get("pharmacy", 0)
+    if waiting:
+        out.append(
+            warn(
+                "queue",
+                f"{waiting} item(s) held for pa-bridge's configuration (credentials, an"
+                " address, a store not in [[pharmacies]])",
+                "`pa-bridge queue list --status held` says why; fix it, then"
+                " `systemctl reload pa-bridge` sends them",
+            )
+        )
+    if held.get("restore"):
+        out.append(
+            warn(
+                "queue",
+                f"{held['restore']} item(s) held after a restore, for review",
+                "`pa-bridge queue list --status held`, then `pa-bridge queue retry ID` or"
+                " `pa-bridge queue drop ID`",
             )
         )
     return out

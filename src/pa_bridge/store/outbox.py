@@ -263,7 +263,19 @@ def held_pharmacies(db: Database) -> list[str]:
 
 
 def held_counts(db: Database) -> dict[str, int]:
-    """Held items by why they wait: ``restore``, ``configuration``, ``pharmacy``."""
+    """Held items by why they wait: ``restore``, ``configuration``, ``pharmacy`` (empty
+    on a database from before ``held_for``: doctor reads those too)."""
+    if is_postgres(db):
+        column = db.conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = 'outbox' AND column_name = 'held_for'"
+        ).fetchone()
+    else:
+        column = db.conn.execute(
+            "SELECT 1 FROM pragma_table_info('outbox') WHERE name = 'held_for'"
+        ).fetchone()
+    if column is None:
+        return {}
     out: dict[str, int] = {}
     for held_for, n in db.conn.execute(
         "SELECT held_for, count(*) FROM outbox WHERE status = 'held' GROUP BY held_for"
