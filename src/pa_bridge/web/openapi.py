@@ -493,7 +493,11 @@ _PATHS: dict[str, Any] = {
                     "headers": _REPLAYED,
                 },
                 "202": {
-                    **_json(_ref("ReversalAnswer"), "queued; retried until the service takes it"),
+                    **_json(
+                        _ref("ReversalAnswer"),
+                        "queued: retried until the service takes it, or held until store IT"
+                        " fixes pa-bridge's credentials or configuration (then sent by itself)",
+                    ),
                     "headers": _REPLAYED,
                 },
                 "400": _error("malformed, or not a B2"),
