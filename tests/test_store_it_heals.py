@@ -129,6 +129,7 @@ def test_a_restore_holds_items_held_for_the_configuration_for_review(tmp_path: P
                 held_for="configuration",
             )
         )
+        assert queue_items.to_hold_after_restore(store.reader()) == 1  # what restore says
         assert store.write(lambda db: queue_items.hold_undelivered(db, "restored", 1.0)) == 1
         assert store.write(lambda db: queue_items.release_held(db, "configuration", 2.0)) == 0
         (row,) = queue_items.list_items(store.reader())

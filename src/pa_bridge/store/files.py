@@ -408,7 +408,7 @@ class CopyFacts:
     integrity: str
     is_pa_bridge: bool
     mark: str | None
-    undelivered: int  # pending and failed queue items
+    undelivered: int  # queue items the daemon holds for review when it serves the copy
 
 
 class CannotOpen(StoreError):
@@ -430,8 +430,7 @@ def copy_facts(path: Path, mark_key: str) -> CopyFacts:
         if not {"outbox", "meta", "pas"} <= _tables(conn):
             return CopyFacts(integrity, False, None, 0)
         db = Database(conn)
-        counts, _oldest = queue_table.summary(db)
-        undelivered = counts.get("pending", 0) + counts.get("failed", 0)
+        undelivered = queue_table.to_hold_after_restore(db)
         return CopyFacts(integrity, True, meta.get(db, mark_key), undelivered)
     finally:
         conn.close()

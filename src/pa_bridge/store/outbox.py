@@ -33,6 +33,7 @@ __all__ = [
     "release_held",
     "retry_item",
     "reversed_since",
+    "to_hold_after_restore",
     "state",
     "summary",
 ]
@@ -241,6 +242,15 @@ def hold_undelivered(db: Database, why: str, now: float) -> int:
         [why, now_iso(now)],
     )
     return int(cur.rowcount)
+
+
+def to_hold_after_restore(db: Database) -> int:
+    """How many items :func:`hold_undelivered` would hold (for what a restore says)."""
+    counts, _ = summary(db)
+    held = held_counts(db)
+    return sum(counts.get(k, 0) for k in ("pending", "failed")) + sum(
+        n for k, n in held.items() if k != Hold.RESTORE
+    )
 
 
 def release_held(db: Database, held_for: str, now: float) -> int:
