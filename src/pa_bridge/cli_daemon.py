@@ -71,6 +71,10 @@ def serve(config_path: str | None) -> None:
         cannot_start(str(e), 1)
     except OSError as e:
         cannot_start(e.strerror or str(e), 1)
+    except Exception as e:  # unforeseen: the traceback follows, the journal has why
+        log_event("daemon.start_failed", level=logging.ERROR, error=type(e).__name__)
+        daemon.stop()
+        raise
 
 
 def _storage_settings(config_path: str | None) -> StorageSettings:
