@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports pytest browser postgres bench clean
+.PHONY: run test lint typecheck imports pytest browser postgres prometheus bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS)
 
-test: lint typecheck imports browser postgres pytest
+test: lint typecheck imports browser postgres prometheus pytest
 
 # The console's browser tests drive the system Chromium (Playwright cannot download its
 # own here). Install it with apt-get when missing and we are root; otherwise say how.
@@ -62,6 +62,19 @@ postgres:
 	else \
 		echo "postgres: PostgreSQL is not installed and this is not root with apt-get;"; \
 		echo "postgres: run 'sudo apt-get install postgresql' (the PostgreSQL tests are skipped without it)"; \
+	fi
+
+# A real Prometheus scrapes the daemon in one test (tests/test_prometheus.py): Debian's
+# package (2.42). Installed like chromium; without it that test is skipped, saying why.
+prometheus:
+	@if command -v prometheus >/dev/null 2>&1; then \
+		echo "prometheus: using $$(command -v prometheus)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "prometheus: installing prometheus with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	else \
+		echo "prometheus: prometheus is not installed and this is not root with apt-get;"; \
+		echo "prometheus: run 'sudo apt-get install prometheus' (the Prometheus scrape test is skipped without it)"; \
 	fi
 
 bench: $(STAMP)

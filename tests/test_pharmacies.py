@@ -233,7 +233,8 @@ def test_an_unknown_pharmacy_is_refused_naming_it_and_nothing_is_sent_or_stored(
 
 def test_a_pharmacy_removed_from_the_config(make_chain: Any) -> None:
     """Its stored claim cannot be submitted (422, nothing sent), and its queued
-    outcome report fails for good with the reason in `queue list`."""
+    outcome reports are held for that store with the reason in `queue list`, never
+    failed for good (issue 27): a daemon that lists the store again sends them."""
     first = make_chain(stores=(A, B))
     rejected = first.post("/v1/claims", _claim(B, b.REJECT_MR)).get_json()["claim_id"]
     assert first.post("/v1/claims", _claim(B, b.PAID)).status_code == 200
@@ -244,9 +245,17 @@ def test_a_pharmacy_removed_from_the_config(make_chain: Any) -> None:
     assert B in r.get_json()["error"]["message"]
     second.services.outbox.drain_once()
     items = second.services.outbox.list()
-    assert [i["status"] for i in items] == ["failed", "failed"]  # both claims' reports
+    assert [i["status"] for i in items] == ["held", "held"]  # both claims' reports
+    assert [i["held_for"] for i in items] == [f"pharmacy:{B}"] * 2
     assert all("unknown_pharmacy" in i["last_error"] and B in i["last_error"] for i in items)
     assert len(second.calls()) == sent
+    second.services.outbox.drain_once()  # this daemon leaves them be
+    assert len(second.calls()) == sent
+    third = make_chain(stores=(A, B))  # B listed again
+    third.services.outbox.drain_once()
+    assert [i["status"] for i in third.services.outbox.list()] == ["delivered"] * 2
+    reports = third.calls("outcomes")[-2:]
+    assert [c["username"] for c in reports] == [CREDS[B][0]] * 2
 
 
 def test_the_sandbox_refuses_one_stores_credentials_for_another_stores_claim(

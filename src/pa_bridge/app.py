@@ -46,6 +46,7 @@ def build_services(
     pas = PaService(store, client, metrics, clock=clock, pharmacies=stores)
     deliveries = Deliveries(settings, store, client, pas, clock=clock, pharmacies=stores)
     deliveries.register(outbox)
+    outbox.can_serve = stores.serves  # items held for a store this daemon lists
     return Services(
         settings=settings,
         store=store,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import logging
 import sys
 from typing import Any
 
@@ -23,12 +24,18 @@ config_option = click.option(
 )
 
 
-def _settings(config_path: str | None) -> Settings:
+def _settings(config_path: str | None, *, log: bool = False) -> Settings:
+    """The settings, or each problem on its own line and exit 2 (``log``: also as one
+    JSON log line, for the daemon's journal)."""
     try:
         return load_settings(config_path)
     except ConfigError as e:
         for p in e.problems:
             click.echo(f"config error: {p}", err=True)
+        if log:
+            from .logs import write_event
+
+            write_event("daemon.start_failed", reason="config", problems=e.problems)
         sys.exit(2)
 
 
@@ -36,28 +43,38 @@ def _settings(config_path: str | None) -> Settings:
 @config_option
 def serve(config_path: str | None) -> None:
     """Run the daemon: intake API, callback receiver, scheduler."""
-    from .logs import configure_logging
+    from .logs import configure_logging, log_event
     from .restore import RestoreError
-    from .runtime import Daemon
+    from .runtime import Daemon, StartupError
     from .store import StoreError
 
-    settings = _settings(config_path)
+    settings = _settings(config_path, log=True)
     configure_logging(settings.logging.level)
     # A fatal signal (SIGBUS when SQLite's shared-memory file can no longer be
     # written, SIGSEGV) kills the process in C; faulthandler writes the signal and
     # the threads' stacks to stderr (the journal) first, so it is never silent.
     faulthandler.enable()
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, config_path=config_path)
+
+    def cannot_start(why: str, code: int, **fields: Any) -> None:
+        # one line for a person, one JSON line for a log shipper
+        log_event("daemon.start_failed", level=logging.ERROR, error=why, **fields)
+        click.echo(f"error: cannot start: {why}", err=True)
+        daemon.stop()
+        sys.exit(code)
+
     try:
         daemon.run_forever()
+    except StartupError as e:
+        cannot_start(str(e), 2, key=e.key)
     except (RestoreError, StoreError) as e:
-        click.echo(f"error: cannot start: {e}", err=True)
-        daemon.stop()
-        sys.exit(1)
+        cannot_start(str(e), 1)
     except OSError as e:
-        click.echo(f"error: cannot start: {e.strerror or e}", err=True)
+        cannot_start(e.strerror or str(e), 1)
+    except Exception as e:  # unforeseen: the traceback follows, the journal has why
+        log_event("daemon.start_failed", level=logging.ERROR, error=type(e).__name__)
         daemon.stop()
-        sys.exit(1)
+        raise
 
 
 def _storage_settings(config_path: str | None) -> StorageSettings:
@@ -100,8 +117,9 @@ def queue() -> None:
     # store.outbox.QUEUE_STATUSES, spelled here so that the CLI starts without sqlite-utils
     type=click.Choice(["pending", "failed", "held", "dropped", "delivered"]),
     default=None,
-    help="pending: not tried yet; failed: the last attempt failed; held: held after a "
-    "restore; dropped; delivered.",
+    help="pending: not tried yet; failed: the last attempt failed; held: waiting for "
+    "store IT (a restore to review, or our configuration: LAST ERROR says why); dropped; "
+    "delivered.",
 )
 @click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -122,20 +140,55 @@ def queue_list(config_path: str | None, status: str | None, limit: int, as_json:
         click.echo(f"no {status} items" if status else "the queue is empty")
         return
     click.echo(
-        f"{'ID':>6}  {'KIND':<15} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} "
-        f"{'NEXT ATTEMPT':<24} LAST ERROR"
+        f"{'ID':>6}  {'KIND':<15} {'FOR':<39} {'STATUS':<10} {'TRIES':>5}  {'CREATED':<24} "
+        f"{'NEXT ATTEMPT':<31} LAST ERROR"
     )
     for it in items:
-        if it["next_attempt_at"]:
-            nxt = it["next_attempt_at"]
-        elif it["status"] in ("failed", "held"):
-            nxt = "by hand (queue retry)"
-        else:
-            nxt = "-"
         click.echo(
-            f"{it['id']:>6}  {it['kind']:<15} {it['status']:<10} {it['attempts']:>5}  "
-            f"{it['created_at']:<24} {nxt:<24} {it['last_error'] or ''}"
+            f"{it['id']:>6}  {it['kind']:<15} {_item_for(it):<39} {it['status']:<10} "
+            f"{it['attempts']:>5}  {it['created_at']:<24} {_next_attempt(it):<31} "
+            f"{it['last_error'] or ''}"
         )
+
+
+def _item_for(it: Any) -> str:
+    """What the item belongs to: a webhook's PA, else its claim (or reversal)."""
+    if it.get("pa_id"):
+        return f"PA {it['pa_id']}"
+    return f"claim {it['claim_id']}" if it.get("claim_id") else "-"
+
+
+def _next_attempt(it: Any) -> str:
+    """When the daemon tries the item again, in store IT's words."""
+    if it["next_attempt_at"]:
+        return str(it["next_attempt_at"])
+    held_for = str(it.get("held_for") or "")
+    if it["status"] == "held" and held_for == "configuration":
+        return "at the next reload or start"
+    if it["status"] == "held" and held_for.startswith("pharmacy:"):
+        return f"by a daemon listing {held_for.split(':', 1)[1]}"
+    if it["status"] in ("failed", "held"):
+        return "by hand (queue retry)"
+    return "-"
+
+
+def _queue_where(config_path: str | None) -> str:
+    """The database the queue commands read, as store IT needs it when an item is not
+    there: the path (or the PostgreSQL URL without its password), and where it came
+    from."""
+    from pathlib import Path
+
+    from .store import redact_url
+
+    st = _storage_settings(config_path)
+    url = st.database_url()
+    where = redact_url(url) if url is not None else str(Path(st.path).absolute())
+    if config_path is None:
+        return (
+            f"{where} (no --config: the embedded default; give the daemon's, e.g."
+            " --config /etc/pa-bridge/pa-bridge.toml)"
+        )
+    return f"{where} (storage in {config_path})"
 
 
 def _queue_write(config_path: str | None, fn: Any) -> bool:
@@ -164,7 +217,9 @@ def queue_retry(config_path: str | None, item_id: int) -> None:
     from .store.outbox import retry_item
 
     if not _queue_write(config_path, lambda db: retry_item(db, item_id, time.time())):
-        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        click.echo(
+            f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
+        )
         sys.exit(1)
     click.echo(f"queue item {item_id} is due now")
 
@@ -181,7 +236,9 @@ def queue_drop(config_path: str | None, item_id: int) -> None:
 
     why = "dropped by store IT (pa-bridge queue drop)"
     if not _queue_write(config_path, lambda db: drop_item(db, item_id, time.time(), why)):
-        click.echo(f"error: no undelivered queue item {item_id}", err=True)
+        click.echo(
+            f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
+        )
         sys.exit(1)
     click.echo(f"queue item {item_id} is dropped")
 

@@ -12,6 +12,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
@@ -33,12 +34,15 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "RELOADABLE",
     "ConfigError",
     "Settings",
+    "changed_keys",
     "load_settings",
     "load_storage_settings",
     "parse_listen",
     "is_loopback",
+    "secret_file_path",
 ]
 
 DEFAULT_INTAKE_LISTEN = "127.0.0.1:8470"
@@ -335,28 +339,119 @@ class Settings(BaseSettings):
         ]
 
 
-def _read_secret_file(path: Path) -> str:
-    p = path
+#: what ``systemctl reload pa-bridge`` (SIGHUP) applies to a running daemon: the
+#: stores, the credentials, the tokens and the log level. A change to any other key
+#: needs a restart (listen addresses, storage, ...), and a reload that brings one is
+#: refused as a whole, naming it.
+RELOADABLE = frozenset(
+    {
+        "pharmacies",
+        "service.username",
+        "service.password",
+        "service.api_key",
+        "intake.tokens",
+        "intake.scoped_tokens",
+        "logging.level",
+    }
+)
+
+
+def _keys(s: Settings) -> dict[str, Any]:
+    """Every key's value as the daemon uses it, by ``section.key``: a secret by its
+    value (whether it came from the file, a ``_file`` or the environment), so a
+    ``_file`` key itself is left out; ``[[pharmacies]]`` as one key."""
+    out: dict[str, Any] = {"pharmacies": s.pharmacies}
+    for name in type(s).model_fields:
+        section = getattr(s, name)
+        if not isinstance(section, BaseModel):
+            continue
+        for key in type(section).model_fields:
+            if not key.endswith("_file"):
+                out[f"{name}.{key}"] = getattr(section, key)
+    return out
+
+
+def changed_keys(old: Settings, new: Settings) -> list[str]:
+    """The keys whose value differs between ``old`` and ``new`` (names only: never a
+    value, which may be a secret)."""
+    a, b = _keys(old), _keys(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def secret_file_path(path: Path) -> tuple[Path, str]:
+    """Where a secret's ``_file`` is read from, and how to say so: a relative path is
+    read from systemd's ``$CREDENTIALS_DIRECTORY`` (``LoadCredential=``), or without
+    it from the current directory, which is then named with the reason."""
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if not p.is_absolute() and creds:
-        p = Path(creds) / p
-    return p.read_text(encoding="utf-8").strip()
+    if path.is_absolute():
+        return path, str(path)
+    if creds:
+        p = Path(creds) / path
+        return p, f"{p} (in $CREDENTIALS_DIRECTORY)"
+    p = Path.cwd() / path
+    return p, (
+        f"{p} (a relative path, and $CREDENTIALS_DIRECTORY is not set: systemd sets it"
+        " for LoadCredential=; elsewhere give an absolute path, or set it)"
+    )
+
+
+class _Unreadable(Exception):
+    """A secret's ``_file`` that cannot be read: ``str()`` says where it was looked for
+    and why."""
+
+
+def _read_secret_file(path: Path) -> str:
+    p, where = secret_file_path(path)
+    try:
+        return p.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise _Unreadable(f"cannot read {where}: {e.strerror or type(e).__name__}") from None
+    except UnicodeDecodeError:
+        raise _Unreadable(f"cannot read {where}: not UTF-8 text") from None
+
+
+def _env_var(name: str) -> str | None:
+    """The environment variable ``name`` as it is spelled where it is set
+    (case-insensitive, as the settings read it), when set to something other than
+    the empty string."""
+    want = name.upper()
+    return next((k for k, v in os.environ.items() if k.upper() == want and v != ""), None)
 
 
 def _from_env(section: str, key: str) -> bool:
     """Whether ``PA_BRIDGE_<SECTION>__<KEY>`` is set (case-insensitive, as the
     settings read it) to something other than the empty string."""
-    want = f"PA_BRIDGE_{section}__{key}".upper()
-    return any(k.upper() == want and v != "" for k, v in os.environ.items())
+    return _env_var(f"PA_BRIDGE_{section}__{key}") is not None
+
+
+def _naming_the_variable(problems: list[str]) -> list[str]:
+    """Each problem with a key that came from the environment names the variable too
+    (``intake.listen (from PA_BRIDGE_INTAKE__LISTEN): ...``): the file is not where
+    to look for it."""
+    out = []
+    for problem in problems:
+        where, sep, rest = problem.partition(":")
+        parts = [p for p in re.split(r"[.\s#(]+", where.strip()) if p]
+        var = None
+        if parts and not where.startswith("PA_BRIDGE_"):
+            section = parts[0]
+            if len(parts) > 1 and not parts[1].isdigit():
+                var = _env_var(f"PA_BRIDGE_{section}__{parts[1]}")
+            var = var or _env_var(f"PA_BRIDGE_{section}")
+        out.append(f"{where} (from {var}){sep}{rest}" if var and sep else problem)
+    return out
 
 
 def _resolve_secret_files(
     s: Settings, problems: list[str], file_data: dict[str, Any] | None = None
-) -> None:
+) -> set[str]:
     """Fill each secret from its ``_file``. The environment wins over the file: a
     secret given by environment variable replaces the file's ``key`` or ``key_file``,
     and an environment ``key_file`` replaces the file's ``key``. Both ``key`` and
-    ``key_file`` from the same place is a mistake, named."""
+    ``key_file`` from the same place is a mistake, named. Returns the secrets whose
+    file could not be read (``section.key``; a store's ``pharmacies <id>.key``), so
+    that what their absence causes is not reported again."""
+    unreadable: set[str] = set()
     pairs: list[tuple[BaseModel, str, str]] = [
         (s.service, "password", "service"),
         (s.service, "api_key", "service"),
@@ -386,34 +481,42 @@ def _resolve_secret_files(
             continue
         try:
             setattr(section, key, SecretStr(_read_secret_file(path)))
-        except OSError as e:
-            problems.append(f"{name}.{key}_file: cannot read {path}: {e.strerror}")
+        except _Unreadable as e:
+            problems.append(f"{name}.{key}_file: {e}")
+            unreadable.add(f"{name}.{key}")
     for ph in s.pharmacies:
         for key in ("password", "api_key"):
-            _entry_secret(ph, key, f"pharmacies (provider id {ph.provider_id})", problems)
+            where = f"pharmacies (provider id {ph.provider_id})"
+            if not _entry_secret(ph, key, where, problems):
+                unreadable.add(f"pharmacies {ph.provider_id}.{key}")
     for i, st in enumerate(s.intake.scoped_tokens, start=1):
         _entry_secret(st, "token", f"intake.scoped_tokens #{i}", problems)
     if s.intake.tokens_file is not None:
         try:
             lines = _read_secret_file(s.intake.tokens_file).splitlines()
             s.intake.tokens.extend(SecretStr(x.strip()) for x in lines if x.strip())
-        except OSError as e:
-            problems.append(f"intake.tokens_file: cannot read {s.intake.tokens_file}: {e.strerror}")
+        except _Unreadable as e:
+            problems.append(f"intake.tokens_file: {e}")
+            unreadable.add("intake.tokens")
+    return unreadable
 
 
-def _entry_secret(entry: BaseModel, key: str, where: str, problems: list[str]) -> None:
+def _entry_secret(entry: BaseModel, key: str, where: str, problems: list[str]) -> bool:
     """A list entry's secret from its ``<key>_file`` (a list comes whole from the file
-    or whole from the environment, so there is no precedence to settle)."""
+    or whole from the environment, so there is no precedence to settle); False when
+    the file cannot be read."""
     path = getattr(entry, f"{key}_file")
     if path is None:
-        return
+        return True
     if getattr(entry, key) is not None:
         problems.append(f"{where}: give either {key} or {key}_file, not both")
-        return
+        return True
     try:
         setattr(entry, key, SecretStr(_read_secret_file(path)))
-    except OSError as e:
-        problems.append(f"{where}: {key}_file: cannot read {path}: {e.strerror}")
+    except _Unreadable as e:
+        problems.append(f"{where}: {key}_file: {e}")
+        return False
+    return True
 
 
 #: what is wrong with a token :func:`_weak_token` refuses
@@ -429,9 +532,10 @@ def _weak_token(token: str) -> bool:
     return len(token.strip()) < MIN_SECRET_CHARS or token != token.strip()
 
 
-def _check_pharmacies(s: Settings, problems: list[str]) -> None:
+def _check_pharmacies(s: Settings, problems: list[str], unreadable: Collection[str]) -> None:
     """Each provider id once, each store with its three credentials (named by provider
-    id, never by secret); scoped tokens name configured stores."""
+    id, never by secret; one whose file could not be read is named once, there);
+    scoped tokens name configured stores."""
     seen: set[str] = set()
     for ph in s.pharmacies:
         if ph.provider_id in seen:
@@ -440,8 +544,11 @@ def _check_pharmacies(s: Settings, problems: list[str]) -> None:
         lacking = [
             k
             for k in ("username", "password", "api_key")
-            if getattr(ph, k) is None
-            or (isinstance(getattr(ph, k), SecretStr) and not getattr(ph, k).get_secret_value())
+            if f"pharmacies {ph.provider_id}.{k}" not in unreadable
+            and (
+                getattr(ph, k) is None
+                or (isinstance(getattr(ph, k), SecretStr) and not getattr(ph, k).get_secret_value())
+            )
         ]
         if lacking:
             problems.append(
@@ -465,8 +572,10 @@ def _check_pharmacies(s: Settings, problems: list[str]) -> None:
             problems.append(f"{where}: provider id {', '.join(unknown)} is not in [[pharmacies]]")
 
 
-def _check_storage(st: StorageSettings, problems: list[str]) -> None:
+def _check_storage(st: StorageSettings, problems: list[str], unreadable: Collection[str]) -> None:
     if st.url is None:
+        if "storage.url" in unreadable:
+            return  # named once, where its file could not be read
         if st.password is not None:
             problems.append("storage.password_file: only with storage.url (PostgreSQL)")
         return
@@ -491,15 +600,19 @@ def _check_storage(st: StorageSettings, problems: list[str]) -> None:
         )
 
 
-def _check(s: Settings, problems: list[str]) -> None:
-    _check_storage(s.storage, problems)
-    _check_pharmacies(s, problems)
+def _check(s: Settings, problems: list[str], unreadable: Collection[str] = ()) -> None:
+    """The rules across keys. A secret whose file could not be read is named once
+    (``unreadable``): the rules its absence breaks are not reported on top of it."""
+    _check_storage(s.storage, problems, unreadable)
+    _check_pharmacies(s, problems, unreadable)
     if not s.sandbox_enabled:
         # a chain's credentials are each store's own ([[pharmacies]])
         keys: tuple[str, ...] = ("claim_url", "outcomes_url")
         if not s.pharmacies:
             keys += ("username", "password", "api_key")
         for key in keys:
+            if f"service.{key}" in unreadable:
+                continue
             if getattr(s.service, key) in (None, ""):
                 problems.append(f"service.{key}: required when the sandbox is not enabled")
     for i, token in enumerate(s.intake.tokens, start=1):
@@ -518,7 +631,8 @@ def _check(s: Settings, problems: list[str]) -> None:
             f" (at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 32`)"
         )
     host, _ = parse_listen(s.intake.listen)
-    if not s.intake.tokens and not s.intake.scoped_tokens and not is_loopback(host):
+    unread_tokens = "intake.tokens" in unreadable
+    if not (s.intake.tokens or s.intake.scoped_tokens or unread_tokens or is_loopback(host)):
         problems.append(
             "intake.tokens: required when intake.listen is not a loopback address "
             f"({s.intake.listen}); without tokens the API is served on loopback only"
@@ -529,7 +643,9 @@ def _check(s: Settings, problems: list[str]) -> None:
         p = getattr(s.callbacks, key)
         if p is not None and not Path(p).is_file():
             problems.append(f"callbacks.{key}: no such file {p}")
-    if (s.callbacks.username is None) != (s.callbacks.password is None):
+    if (s.callbacks.username is None) != (s.callbacks.password is None) and (
+        "callbacks.password" not in unreadable
+    ):
         problems.append("callbacks.username / callbacks.password: give both or neither")
     if s.storage.metadata_retention_days < s.storage.retention_days:
         problems.append("storage.metadata_retention_days: must be at least storage.retention_days")
@@ -597,20 +713,22 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
     try:
         st = _StorageOnly(storage=data.get("storage", {})).storage
     except ValidationError as e:
-        raise ConfigError(_format_validation(e)) from None
+        raise ConfigError(_naming_the_variable(_format_validation(e))) from None
     except SettingsError as e:
         raise ConfigError(_format_env_error(e)) from None
     problems: list[str] = []
+    unreadable: set[str] = set()
     for key in ("url", "password"):  # PostgreSQL's URL and password: secrets in files
         file = getattr(st, f"{key}_file")
         if file is not None and getattr(st, key) is None:
             try:
                 setattr(st, key, SecretStr(_read_secret_file(file)))
-            except OSError as e:
-                problems.append(f"storage.{key}_file: cannot read {file}: {e.strerror}")
-    _check_storage(st, problems)
+            except _Unreadable as e:
+                problems.append(f"storage.{key}_file: {e}")
+                unreadable.add(f"storage.{key}")
+    _check_storage(st, problems, unreadable)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_naming_the_variable(problems))
     return st
 
 
@@ -626,12 +744,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     try:
         settings = Settings(**data)
     except ValidationError as e:
-        raise ConfigError(_format_validation(e)) from None
+        raise ConfigError(_naming_the_variable(_format_validation(e))) from None
     except SettingsError as e:
         raise ConfigError(_format_env_error(e)) from None
     problems: list[str] = []
-    _resolve_secret_files(settings, problems, data)
-    _check(settings, problems)
+    unreadable = _resolve_secret_files(settings, problems, data)
+    _check(settings, problems, unreadable)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_naming_the_variable(problems))
     return settings

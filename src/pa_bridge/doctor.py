@@ -8,7 +8,9 @@ secrets are reported as present or missing, the database only by counts.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import ssl
 import stat
 import time
@@ -16,6 +18,7 @@ import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,11 +30,20 @@ from pydantic_settings import SettingsError
 from .client import (
     DASHBOARD_LOGIN_VARIABLES,
     dashboard_login_url,
+    error_text,
     failure_kind,
+    missing_variables,
     origin,
     verify_context,
 )
-from .config import ConfigError, Settings, is_loopback, load_settings, parse_listen
+from .config import (
+    ConfigError,
+    Settings,
+    is_loopback,
+    load_settings,
+    parse_listen,
+    secret_file_path,
+)
 from .restore import BACKUP_MARK
 from .store import DatabaseError, files, migrations
 
@@ -103,25 +115,19 @@ def check_config(path: str | None) -> tuple[list[Check], Settings | None, bool]:
 
 
 # ---- secrets --------------------------------------------------------------------------
-def _secret_file(path: Path) -> Path:
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if not path.is_absolute() and creds:
-        return Path(creds) / path
-    return path
-
-
 def _secret_state(section: Any, key: str) -> tuple[bool, str]:
     value: SecretStr | None = getattr(section, key)
     if value is not None and value.get_secret_value().strip():
         return True, "present"
     file: Path | None = getattr(section, f"{key}_file", None)
     if value is None and file is not None:  # not resolved (the config did not load)
+        path, where = secret_file_path(file)
         try:
-            if _secret_file(file).read_text(encoding="utf-8").strip():
+            if path.read_text(encoding="utf-8").strip():
                 return True, f"present (in {file})"
-            return False, f"missing: {file} is empty"
-        except OSError as e:
-            return False, f"missing: cannot read {file} ({e.strerror})"
+            return False, f"missing: {where} is empty"
+        except (OSError, UnicodeDecodeError) as e:
+            return False, f"missing: cannot read {where} ({getattr(e, 'strerror', None) or e})"
     if value is not None:
         return False, "missing: it is empty"
     return False, "missing"
@@ -249,6 +255,7 @@ def check_postgres(url: str) -> list[Check]:
     if facts.failed:
         out.append(warn("queue", f"{facts.failed} items failed for good",
                         "pa-bridge queue list --status failed; queue retry ID"))  # fmt: skip
+    out += _held_checks(facts.held)
     if facts.restore_mark is not None:
         out.append(warn("database restore", f"a backup taken at {facts.restore_mark},"
                         " restored and not yet served", "the first daemon to start holds"
@@ -387,6 +394,7 @@ def _check_schema(path: Path) -> list[Check]:
                 "see `pa-bridge queue list --status failed`; re-drive with `pa-bridge queue retry ID`",
             )
         )
+    out += _held_checks(facts.held)
     if restored_from is not None:
         out.append(
             warn(
@@ -394,6 +402,33 @@ def _check_schema(path: Path) -> list[Check]:
                 f"this is a backup copy taken at {restored_from}, not yet served",
                 "the daemon that serves it holds its queued items for review: "
                 "`pa-bridge queue list --status held` after it starts",
+            )
+        )
+    return out
+
+
+def _held_checks(held: dict[str, int]) -> list[Check]:
+    """Held queue items: waiting for the configuration (sent by themselves once it is
+    fixed and the daemon reloads or restarts), or for review after a restore."""
+    out: list[Check] = []
+    waiting = held.get("configuration", 0) + held.get("pharmacy", 0)
+    if waiting:
+        out.append(
+            warn(
+                "queue",
+                f"{waiting} item(s) held for pa-bridge's configuration (credentials, an"
+                " address, a store not in [[pharmacies]])",
+                "`pa-bridge queue list --status held` says why; fix it, then"
+                " `systemctl reload pa-bridge` sends them",
+            )
+        )
+    if held.get("restore"):
+        out.append(
+            warn(
+                "queue",
+                f"{held['restore']} item(s) held after a restore, for review",
+                "`pa-bridge queue list --status held`, then `pa-bridge queue retry ID` or"
+                " `pa-bridge queue drop ID`",
             )
         )
     return out
@@ -615,8 +650,7 @@ def _answered(what: str, key: str, r: httpx.Response) -> Check | None:
         return fail(
             what,
             f"the service refused the credentials (HTTP {r.status_code})",
-            "check service.username, service.password and service.api_key with the"
-            " service's account manager",
+            f"check {_whose_credentials(what)} with the service's account manager",
         )
     if r.status_code >= 500:
         return warn(what, f"the service answered HTTP {r.status_code}", "try again later")
@@ -638,27 +672,53 @@ def _probe(
     return _answered(what, key, r) or judge(what, r)
 
 
-def _claim_interface(what: str, r: httpx.Response) -> Check:
-    if r.status_code == 404 and "ncpdp_claim" in r.text[:4000].lower():
-        return ok(what, "credentials accepted (it asks for the claim, as it should)")
+#: the claim interface's variables that carry our credentials
+_CREDENTIAL_VARIABLES = ("username", "password", "api_key")
+
+
+def _claim_interface(what: str, r: httpx.Response, whose: str) -> Check:
+    """The claim interface's answer to our credentials without a claim. The service
+    checks credentials first (a wrong one is 403 before any 404), so a 404 that asks
+    only for the claim means they were taken; a 404 asking for a credential means it
+    went empty; a 404 naming nothing is a wrong address."""
     if r.status_code == 404:
+        asked = missing_variables(error_text(r)[:4000])
+        ours = [v for v in asked if v in _CREDENTIAL_VARIABLES]
+        if ours:
+            return fail(
+                what,
+                f"HTTP 404: the service asks for {', '.join(ours)}, sent empty",
+                f"give {whose}'s {', '.join(ours)}",
+            )
+        if asked:
+            return ok(what, f"{whose}: credentials accepted (the service asks only for the claim)")
         return fail(
             what,
             "HTTP 404: nothing answers at service.claim_url",
             "check the path of service.claim_url (…/cmmimport/)",
         )
     if 200 <= r.status_code < 300 or r.status_code in (400, 422):
-        return ok(what, f"credentials not refused (HTTP {r.status_code} to an empty claim)")
+        return ok(
+            what, f"{whose}: credentials not refused (HTTP {r.status_code} to an empty claim)"
+        )
     return warn(
         what, f"unexpected HTTP {r.status_code} to an empty claim", "check service.claim_url"
     )
 
 
-def _dashboard_login(what: str, r: httpx.Response, login: str) -> Check:
+def _dashboard_login(what: str, r: httpx.Response, login: str, whose: str) -> Check:
     if r.status_code == 404:
+        text = error_text(r)[:4000]
+        ours = [v for v in DASHBOARD_LOGIN_VARIABLES if v in text]
+        if ours:
+            return fail(
+                what,
+                f"HTTP 404: the login asks for {', '.join(ours)}, sent empty",
+                f"give {whose}'s username and password",
+            )
         return fail(what, f"HTTP 404 at {urlsplit(login).path}", "check service.dashboard_url")
     if 200 <= r.status_code < 300 and r.text.strip():
-        return ok(what, "credentials accepted (a login token came back)")
+        return ok(what, f"{whose}: credentials accepted (a login token came back)")
     return warn(what, f"HTTP {r.status_code} without a token", "check service.dashboard_url")
 
 
@@ -668,38 +728,97 @@ def _outcomes_interface(what: str, r: httpx.Response) -> Check:
     return ok(what, f"answers (HTTP {r.status_code})")
 
 
+def _secret_value(section: Any, key: str) -> str | None:
+    """A secret's value, read from its ``_file`` when the config did not load (None
+    when it is missing: its ``secret`` line says why)."""
+    value: SecretStr | None = getattr(section, key)
+    if value is not None:
+        return value.get_secret_value().strip() or None
+    file: Path | None = getattr(section, f"{key}_file", None)
+    if file is None:
+        return None
+    try:
+        return secret_file_path(file)[0].read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class _Whose:
+    """One set of credentials to try: whose they are, and what is missing of them."""
+
+    label: str
+    credentials: tuple[str, str, str]
+    missing: tuple[str, ...]
+
+
+def _credential_sets(s: Settings) -> list[_Whose]:
+    """Each store's own credentials (``[[pharmacies]]``), and ``[service]``'s when it
+    names a username (or there is no store): every set the daemon sends."""
+    entries: list[tuple[str, Any]] = []
+    for p in s.pharmacies:
+        entries.append((f"pharmacy {p.provider_id}" + (f" ({p.name})" if p.name else ""), p))
+    if not s.pharmacies or s.service.username:
+        entries.append(("[service]", s.service))
+    out = []
+    for label, entry in entries:
+        password, api_key = _secret_value(entry, "password"), _secret_value(entry, "api_key")
+        missing = [
+            k
+            for k, v in (("username", entry.username), ("password", password), ("api_key", api_key))
+            if not v
+        ]
+        out.append(
+            _Whose(label, (entry.username or "", password or "", api_key or ""), tuple(missing))
+        )
+    return out
+
+
 def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list[Check]:
-    """Each configured endpoint itself, not just its host: the claim interface with
-    our credentials and no claim (nothing is created: 403 means refused credentials;
-    a 404 that names the missing claim means they were taken; any other 404 is a wrong
-    address), the dashboard login (proves the username and password), and the
-    outcomes URL (its base answers with a page)."""
+    """Each configured endpoint itself, not just its host, with each store's own
+    credentials (every line says whose): the claim interface with no claim (nothing is
+    created: 403 means refused credentials; a 404 asking only for the claim means they
+    were taken; any other 404 is a wrong address or an empty credential), the dashboard
+    login (proves the username and password), and the outcomes URL (its base answers
+    with a page). A set with a secret missing is not tried: its ``secret`` line says
+    why."""
     out: list[Check] = []
     svc = s.service
-    # a chain without [service] credentials: the first store's prove the path
-    user, password, api_key = s.own_credentials()
-    if svc.claim_url and origin(svc.claim_url) in reached:
-        claim_url = svc.claim_url
-        form = {"username": user, "password": password, "api_key": api_key}
-        out.append(
-            _probe(
-                "service claim interface",
-                "claim_url",
-                lambda: http.post(claim_url, data=form),
-                _claim_interface,
-            )
-        )
+    claim_url = svc.claim_url if svc.claim_url and origin(svc.claim_url) in reached else None
+    login = None
     if svc.dashboard_url and origin(svc.dashboard_url) in reached:
         login = dashboard_login_url(svc.dashboard_url)
-        login_form = dict(zip(DASHBOARD_LOGIN_VARIABLES, (user, password), strict=True))
-        out.append(
-            _probe(
-                "service dashboard login",
-                "dashboard_url",
-                lambda: http.post(login, data=login_form),
-                lambda what, r: _dashboard_login(what, r, login),
+    for whose in _credential_sets(s) if claim_url or login else []:
+        if whose.missing:
+            out.append(
+                warn(
+                    f"service credentials ({whose.label})",
+                    f"not tried: {', '.join(whose.missing)} missing (see above)",
+                    "give them first",
+                )
             )
-        )
+            continue
+        user, password, api_key = whose.credentials
+        if claim_url is not None:
+            form = {"username": user, "password": password, "api_key": api_key}
+            out.append(
+                _probe(
+                    f"service claim interface ({whose.label})",
+                    "claim_url",
+                    partial(http.post, claim_url, data=form),
+                    partial(_claim_interface, whose=whose.label),
+                )
+            )
+        if login is not None:
+            login_form = dict(zip(DASHBOARD_LOGIN_VARIABLES, (user, password), strict=True))
+            out.append(
+                _probe(
+                    f"service dashboard login ({whose.label})",
+                    "dashboard_url",
+                    partial(http.post, login, data=login_form),
+                    partial(_dashboard_login, login=login, whose=whose.label),
+                )
+            )
     if svc.outcomes_url and origin(svc.outcomes_url) in reached:
         outcomes_url = svc.outcomes_url
         out.append(
@@ -711,6 +830,110 @@ def _check_endpoints(s: Settings, http: httpx.Client, reached: set[str]) -> list
             )
         )
     return out
+
+
+def _whose_credentials(what: str) -> str:
+    """``[service]``'s keys, or a store's entry, from a check's name."""
+    if "(pharmacy " in what:
+        return "that store's username, password and api_key under its [[pharmacies]] entry"
+    return "service.username, service.password and service.api_key"
+
+
+# ---- listeners and the webhook --------------------------------------------------------
+def _bind_problem(host: str, port: int) -> int | None:
+    """None when ``host:port`` can be bound now (as the daemon binds it), else errno."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            return e.errno or errno.EADDRINUSE
+    return None
+
+
+def _loopback_for(host: str) -> str:
+    if host in ("", "0.0.0.0"):  # noqa: S104 - a wildcard listen is reached on loopback
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _get_json(url: str, *, verify: bool = True) -> Any:
+    try:
+        r = httpx.get(url, timeout=2.0, verify=verify, follow_redirects=False)
+        return r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def check_listeners(s: Settings) -> list[Check]:
+    """Each address the daemon listens on is free now, or held by the daemon this
+    configuration runs (its intake ``/healthz`` answers as pa-bridge, and on SQLite it
+    holds this database), not by another program."""
+    listens = [("intake.listen", s.intake.listen), ("callbacks.listen", s.callbacks.listen)]
+    if s.sandbox_enabled:
+        listens.append(("sandbox.listen", s.sandbox.listen))
+    intake_host, intake_port = parse_listen(s.intake.listen)
+    running = _get_json(f"http://{_loopback_for(intake_host)}:{intake_port}/healthz")
+    ours = isinstance(running, dict) and "daemon_id" in running
+    if ours and s.storage.database_url() is None:
+        from .restore import database_in_use
+
+        ours = database_in_use(Path(s.storage.path))
+    out: list[Check] = []
+    for key, listen in listens:
+        name = f"listen {key}"
+        host, port = parse_listen(listen)
+        if port == 0:
+            out.append(ok(name, f"{listen}: a free port is picked at start"))
+            continue
+        problem = _bind_problem(host, port)
+        if problem is None:
+            out.append(ok(name, f"{listen} is free"))
+        elif problem != errno.EADDRINUSE:
+            out.append(
+                fail(name, f"{listen} cannot be bound: {os.strerror(problem)}", f"fix {key}")
+            )
+        elif ours and (key != "callbacks.listen" or running.get("callbacks")):
+            out.append(
+                ok(name, f"{listen} is held by this pa-bridge (daemon {running['daemon_id']})")
+            )
+        elif key == "sandbox.listen" and ours:
+            out.append(ok(name, f"{listen} is held by this pa-bridge's sandbox"))
+        else:
+            out.append(
+                fail(
+                    name,
+                    f"{listen} is in use by another program",
+                    f"stop it (`ss -ltnp 'sport = :{port}'` names it), or set {key} to a free port",
+                )
+            )
+    return out
+
+
+def check_forward_url(s: Settings) -> list[Check]:
+    """``callbacks.forward_url`` (the dispensing system's webhook) answers: any HTTP
+    answer to a HEAD (a signed POST is only ever a real change)."""
+    url = s.callbacks.forward_url
+    if not url:
+        return []
+    name = "webhook callbacks.forward_url"
+    shown = origin(url) if url.startswith(("http://", "https://")) else "(not an http URL)"
+    try:
+        r = httpx.head(url, timeout=REACH_TIMEOUT_S, follow_redirects=False)
+    except httpx.HTTPError as e:
+        return [
+            fail(
+                name,
+                f"{shown}: unreachable: {failure_kind(e)}",
+                "check callbacks.forward_url and that the dispensing system's receiver runs",
+            )
+        ]
+    if r.status_code >= 500:
+        return [warn(name, f"{shown} answers HTTP {r.status_code}", "check the receiver")]
+    return [ok(name, f"{shown} answers (HTTP {r.status_code} to a HEAD)")]
 
 
 # ---- all ------------------------------------------------------------------------------
@@ -729,5 +952,7 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
     checks += check_secrets(settings)
     checks += check_database(settings)
     checks += check_tls(settings, now=t)
+    checks += check_listeners(settings)
     checks += check_service(settings)
+    checks += check_forward_url(settings)
     return checks

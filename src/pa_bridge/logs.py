@@ -16,7 +16,14 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["configure_logging", "log_event", "redact", "PHI_KEYS", "SECRET_KEYS"]
+__all__ = [
+    "configure_logging",
+    "log_event",
+    "redact",
+    "write_event",
+    "PHI_KEYS",
+    "SECRET_KEYS",
+]
 
 LOGGER = logging.getLogger("pa_bridge")
 
@@ -118,3 +125,17 @@ def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
                 LOGGER.name, level, "", 0, event, (), None, extra={"event": event, "fields": fields}
             )
         )
+
+
+def write_event(
+    event: str, *, level: int = logging.ERROR, stream: Any = None, **fields: Any
+) -> None:
+    """One JSON line like :func:`log_event`'s, written to ``stream`` (stderr) at once,
+    with no logging configured: a start-up failure that comes before the daemon's
+    logging is set up (the config cannot be read) is a log line too."""
+    record = LOGGER.makeRecord(
+        LOGGER.name, level, "", 0, event, (), None, extra={"event": event, "fields": fields}
+    )
+    out = stream or sys.stderr
+    out.write(_JsonFormatter().format(record) + "\n")
+    out.flush()

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .outbox import queue_summary
+from .outbox import Hold, held_summary, queue_summary
 from .store import Status, callbacks, parse_iso
 
 if TYPE_CHECKING:
@@ -35,17 +35,28 @@ class _StoreCollector(Collector):
         oldest = GaugeMetricFamily(
             "pa_bridge_queue_oldest_age_seconds", "Age of the oldest undelivered queue item"
         )
+        held = GaugeMetricFamily(
+            "pa_bridge_queue_held",
+            "Held queue items, by why they wait: restore (review after a restore),"
+            " configuration (refused for our credentials or configuration: retried at the"
+            " next start or reload), pharmacy (a store this daemon does not list)",
+            labels=["held_for"],
+        )
         dead = GaugeMetricFamily("pa_bridge_dead_letters", "Callback bodies kept as dead letters")
         try:
             counts, first = queue_summary(self.store)
             for status in (Status.PENDING, Status.FAILED, Status.HELD):
                 depth.add_metric([status], counts.get(status, 0))
+            why = held_summary(self.store) if counts.get(Status.HELD) else {}
+            for hold in Hold:
+                held.add_metric([hold.value], why.get(hold.value, 0))
             age = 0.0 if first is None else max(0.0, self.clock() - parse_iso(first))
             oldest.add_metric([], age)
             dead.add_metric([], callbacks.count_dead_letters(self.store.reader()))
         except Exception:  # a scrape never fails because of the database
             return
         yield depth
+        yield held
         yield oldest
         yield dead
 

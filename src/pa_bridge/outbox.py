@@ -12,9 +12,12 @@ report again after the restart (the service answers it again).
 
 A delivery that fails with a retryable error is tried again after an exponential
 backoff with jitter (capped); one that fails for good (the service refuses the
-content) is marked ``failed``. Nothing is dropped: both stay visible in
-``pa-bridge queue list`` with their last error, and ``pa-bridge queue retry ID``
-re-drives any of them.
+content) is marked ``failed``. One refused for our own credentials or configuration
+is ``held`` (``held_for`` says why, :class:`Hold`) and tried again by itself: at the
+next start or reload (:meth:`Outbox.release`), or, held for a store this daemon does
+not list, by a daemon that lists it (:attr:`Outbox.can_serve`). Nothing is dropped:
+all stay visible in ``pa-bridge queue list`` with their last error, and
+``pa-bridge queue retry ID`` re-drives any of them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .store import Database, Kind, Status, Store, now_iso, parse_iso
 from .store import outbox as items
 from .store.outbox import (
     QUEUE_STATUSES,
+    Hold,
     drop_item,
     enqueue,
     hold_undelivered,
@@ -42,6 +46,7 @@ from .store.outbox import (
 
 __all__ = [
     "QUEUE_STATUSES",
+    "Hold",
     "Kind",
     "Status",
     "enqueue",
@@ -49,6 +54,7 @@ __all__ = [
     "DeliveryFailed",
     "Outbox",
     "drop_item",
+    "held_summary",
     "hold_undelivered",
     "list_items",
     "queue_summary",
@@ -59,13 +65,23 @@ Deliverer = Callable[[dict[str, Any]], None]
 
 
 class DeliveryFailed(Exception):
-    """Raised by a deliverer; ``retryable`` False marks the item failed for good."""
+    """Raised by a deliverer; ``retryable`` False marks the item failed for good, and
+    ``hold`` (a :class:`Hold` value) holds it instead: it was refused for our own
+    credentials or configuration, and is tried again once that may have changed."""
 
-    def __init__(self, message: str, *, retryable: bool = True, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = True,
+        reason: str | None = None,
+        hold: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = retryable and hold is None
         #: a stable word for metrics and health (``unreachable``, ``credentials``, ...)
         self.reason = reason
+        self.hold = hold
 
 
 def _reason(e: DeliveryFailed) -> str:
@@ -80,6 +96,9 @@ def _reason(e: DeliveryFailed) -> str:
 #: told of every delivery attempt: (kind, delivered?, failure reason or None)
 Observer = Callable[[str, bool, str | None], None]
 
+#: a delivery's result: (error or None, retryable, why it is held or None)
+_Result = tuple[str | None, bool, str | None]
+
 
 def _still_due(item: items.QueueRow, now: float, horizon: float) -> bool:
     """Whether an item a drain pass found due still is (as :func:`items.due` reads it)."""
@@ -91,6 +110,13 @@ def queue_summary(store: Store) -> tuple[dict[str, int], str | None]:
     """Undelivered items by status, and when the oldest of them was created."""
     store.flush()  # deliveries' records may be deferred (decision 0025)
     return items.summary(store.reader())
+
+
+def held_summary(store: Store) -> dict[str, int]:
+    """Held items by why they wait (:meth:`Hold.kind`: ``restore``, ``configuration``,
+    ``pharmacy``)."""
+    store.flush()
+    return items.held_counts(store.reader())
 
 
 class Outbox:
@@ -108,10 +134,11 @@ class Outbox:
         self.clock = clock
         self._inflight: dict[int, threading.Event] = {}
         #: deliveries whose result could not be recorded yet (the database was locked):
-        #: item id -> (error, retryable); recorded by the next drain, never re-delivered
-        self._unrecorded: dict[int, tuple[str | None, bool]] = {}
+        #: item id -> (error, retryable, hold); recorded by the next drain, never
+        #: re-delivered
+        self._unrecorded: dict[int, _Result] = {}
         #: delivered items whose deferred record is not committed yet: item id -> result
-        self._settling: dict[int, tuple[str | None, bool]] = {}
+        self._settling: dict[int, _Result] = {}
         #: one daemon per SQLite file: nobody else can deliver an item whose record waits
         self._defer_records = store.dialect == "sqlite"
         self._lock = threading.Lock()
@@ -119,6 +146,10 @@ class Outbox:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.observer: Observer | None = None
+        #: whether this daemon can deliver the items of a store (a provider id): told
+        #: by the composition root; items held for a store it serves are taken back
+        self.can_serve: Callable[[str], bool] | None = None
+        self._next_scan = 0.0
 
     def register(self, kind: str, deliverer: Deliverer) -> None:
         """Deliver items of ``kind`` with ``deliverer`` (the composition root's call)."""
@@ -171,6 +202,7 @@ class Outbox:
     # ---- delivering ----------------------------------------------------------
     def drain_once(self) -> int:
         self._record_pending()
+        self._take_back_stores()
         now = self.clock()
         # Due: its time has come, or its time lies further ahead than any backoff can
         # put it, which means the wall clock was set back since it was scheduled (a
@@ -220,21 +252,23 @@ class Outbox:
                 error: str | None = None
                 reason: str | None = None
                 retryable = True
-                if deliverer is None:
+                hold: str | None = None
+                if deliverer is None:  # a kind of another version: this one cannot send it
                     error, retryable = f"no deliverer for kind {item['kind']!r}", False
-                    reason = "no_deliverer"
+                    reason, hold = "no_deliverer", Hold.CONFIGURATION
                 else:
                     try:
                         deliverer(json.loads(item["payload_json"]))
                     except DeliveryFailed as e:
                         error, retryable, reason = str(e), e.retryable, _reason(e)
+                        hold = e.hold
                     except Exception as e:  # unexpected: keep it, retry later
                         error, reason = f"unexpected {type(e).__name__}", "unexpected"
                 try:
-                    self._record(item, error, retryable)
+                    self._record(item, error, retryable, hold)
                 except Exception as e:  # the result stands; write it down on the next drain
                     with self._lock:
-                        self._unrecorded[item_id] = (error, retryable)
+                        self._unrecorded[item_id] = (error, retryable, hold)
                     log_event(
                         "outbox.record_deferred",
                         level=logging.WARNING,
@@ -262,17 +296,22 @@ class Outbox:
         """Record the results that could not be written when they happened."""
         with self._lock:
             pending = list(self._unrecorded.items())
-        for item_id, (error, retryable) in pending:
+        for item_id, (error, retryable, hold) in pending:
             item = items.get(self.store.reader(), item_id)
             if item is not None:
-                self._record(item, error, retryable)
+                self._record(item, error, retryable, hold)
             with self._lock:
                 self._unrecorded.pop(item_id, None)
 
-    def _record(self, item: items.QueueRow, error: str | None, retryable: bool) -> None:
+    def _record(
+        self, item: items.QueueRow, error: str | None, retryable: bool, hold: str | None = None
+    ) -> None:
         attempts = int(item["attempts"]) + 1
         now = self.clock()
-        if error is None:
+        if error is not None and hold is not None:
+            status, next_at = Status.HELD, now
+            payload = item["payload_json"]
+        elif error is None:
             status, next_at = Status.DELIVERED, now
             # a delivered outcome report needs no PHI kept in the queue
             payload = "{}" if item["kind"] == Kind.OUTCOME_REPORT else item["payload_json"]
@@ -298,11 +337,12 @@ class Outbox:
                 last_error=error,
                 now=now_iso(now),
                 payload_json=payload,
+                held_for=hold if status == Status.HELD else None,
             )
 
         if error is None and self._defer_records and item["kind"] == Kind.OUTCOME_REPORT:
             with self._lock:
-                self._settling[item_id] = (error, retryable)
+                self._settling[item_id] = (error, retryable, None)
             self.store.defer(job, then=lambda ok: self._settled(item_id, ok))
         else:
             self.store.write(job)
@@ -314,6 +354,7 @@ class Outbox:
             status=str(status),
             attempts=attempts,
             error=error,
+            **({"held_for": hold} if status == Status.HELD else {}),
         )
 
     def _settled(self, item_id: int, committed: bool) -> None:
@@ -325,6 +366,35 @@ class Outbox:
                 self._unrecorded[item_id] = result
         if not committed:
             self.wake()
+
+    # ---- held items ----------------------------------------------------------
+    def release(self, held_for: str = Hold.CONFIGURATION) -> int:
+        """Make every item held for ``held_for`` due now (the configuration may have
+        changed: at start and on reload); the count. Items held for a store are looked
+        at again at the next drain too."""
+        released = self._release(held_for)
+        self._next_scan = 0.0
+        self.wake()
+        return released
+
+    def _release(self, held_for: str) -> int:
+        released = self.store.write(lambda db: items.release_held(db, held_for, self.clock()))
+        if released:
+            log_event("outbox.released", held_for=str(held_for), count=released)
+        return released
+
+    def _take_back_stores(self) -> None:
+        """Items held for a store this daemon lists (another daemon, or this one before
+        a reload, could not serve them): due now. Looked at once per ``poll_seconds``,
+        not on every wake-up."""
+        can_serve = self.can_serve
+        now = time.monotonic()
+        if can_serve is None or now < self._next_scan:
+            return
+        self._next_scan = now + self.settings.poll_seconds
+        mine = [p for p in items.held_pharmacies(self.store.reader()) if can_serve(p)]
+        for provider_id in mine:
+            self._release(Hold.pharmacy(provider_id))
 
     # ---- store IT ------------------------------------------------------------
     def list(self, status: str | None = None, limit: int = 200) -> list[items.QueueItem]:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -21,17 +22,23 @@ from .app import build_services, make_client
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
-from .config import Settings, parse_listen
+from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
-from .outbox import Outbox, queue_summary
+from .outbox import Hold, Outbox, held_summary, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
-__all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
+__all__ = [
+    "Daemon",
+    "StartupError",
+    "WsgiServer",  # re-exported for the tests
+    "build_services",
+    "check_database_path",
+]
 
 
 #: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
@@ -56,9 +63,73 @@ def raise_open_files_limit(wanted: int = OPEN_FILES) -> int:
     return soft
 
 
+class StartupError(Exception):
+    """The daemon cannot start for a reason store IT fixes: ``key`` names the setting,
+    the message the path or address and what to do (one line, no traceback)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def check_database_path(path: Path) -> None:
+    """Before anything opens it: the SQLite file's directory is writable by this user
+    (SQLite writes ``-wal`` and ``-shm`` beside it), and the file, if there, readable
+    and writable; else :class:`StartupError` naming the path and what to do."""
+    user = _user()
+    run_as = (
+        "or run pa-bridge as the user that owns it (the unit's User=pa-bridge;"
+        " its StateDirectory= makes /var/lib/pa-bridge that user's)"
+    )
+    d = path.absolute().parent
+    if not d.exists():
+        nearest = d
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            raise StartupError(
+                "storage.path",
+                f"{d} does not exist and user {user} may not create it in {nearest}:"
+                f" create it (`install -d -o {user} -m 0700 {d}`), {run_as}",
+            )
+        return
+    if not d.is_dir():
+        raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise StartupError(
+            "storage.path",
+            f"the directory {d} is not writable by user {user} (the database's -wal and"
+            f" -shm files live beside it): `chown {user} {d}`, {run_as}",
+        )
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+            raise StartupError(
+                "storage.path",
+                f"{p} is not readable and writable by user {user}: `chown {user} {p}`"
+                f" (and the database's -wal and -shm), {run_as}",
+            )
+
+
 class Daemon:
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        config_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.settings = settings
+        #: the file :meth:`reload` reads again (None: the environment alone)
+        self.config_path = config_path
         self.clock = clock
         self.store: Store | None = None
         self.sandbox: Any = None
@@ -68,6 +139,9 @@ class Daemon:
         self.intake_server: WsgiServer | None = None
         self.callback_server: CallbackFront | None = None
         self.callback_receiver: CallbackReceiver | None = None
+        self.callback_service: CallbackService | None = None
+        self.intake_app: Any = None
+        self._reload_lock = threading.Lock()
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -87,6 +161,7 @@ class Daemon:
             )
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
+            check_database_path(Path(s.storage.path))
             self._lock_database()
             self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
             log_event("daemon.database_ready", path=str(s.storage.path))
@@ -102,7 +177,7 @@ class Daemon:
             pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
         )
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
-        self.callback_receiver = receiver
+        self.callback_service, self.callback_receiver = service, receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -113,6 +188,8 @@ class Daemon:
         )
         self.bridge.outbox.observer = self.service_health.delivery
         metrics.watch_service(self.service_health)
+        # what was held for our configuration is tried again: it may have changed
+        self.bridge.outbox.release(Hold.CONFIGURATION)
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
@@ -130,7 +207,7 @@ class Daemon:
         self.scheduler.start()
         from .web.intake import create_intake_app
 
-        app = create_intake_app(
+        app = self.intake_app = create_intake_app(
             self.bridge,
             tokens=s.intake_tokens(),
             scoped_tokens=s.scoped_intake_tokens(),
@@ -185,7 +262,15 @@ class Daemon:
             ),
         )
         self.sandbox = SandboxServer(cfg, host=host, port=port)
-        self.sandbox.start()
+        try:
+            self.sandbox.start()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise OSError(
+                e.errno,
+                f"sandbox.listen {s.sandbox.listen}: {reason} (another pa-bridge, or"
+                " `pa-bridge sandbox`, may hold it: set sandbox.listen to a free port)",
+            ) from e
         log_event("daemon.sandbox_started", url=self.sandbox.url)
 
     def _make_client(self) -> PaServiceClient:
@@ -275,8 +360,13 @@ class Daemon:
             out["queue"] = {
                 str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
             }
-            if counts.get(Status.HELD):
+            held = held_summary(self.store) if counts.get(Status.HELD) else {}  # type: ignore[arg-type]
+            # why the held ones wait: restore, configuration, pharmacy
+            out["queue_held_for"] = {k: held.get(k, 0) for k in (h.value for h in Hold)}
+            if held.get(Hold.RESTORE):
                 degraded.append("queue_held_after_restore")
+            if held.get(Hold.CONFIGURATION) or held.get(Hold.PHARMACY):
+                degraded.append("queue_held_for_configuration")
             if counts.get(Status.FAILED):
                 degraded.append("queue_failed")
         out["degraded"] = degraded
@@ -318,6 +408,63 @@ class Daemon:
                 self.service_health.service_failed("probe.outcomes", "http_error")
             else:  # the page for exploration, or a 4xx: something answered
                 self.service_health.service_answered("probe.outcomes", credentials_checked=False)
+
+    # ---- reload (SIGHUP) ------------------------------------------------------------
+    def reload(self) -> bool:
+        """Read the configuration again and apply what a running daemon can take
+        (:data:`~pa_bridge.config.RELOADABLE`: stores, credentials, tokens, log level);
+        then try again what was held for the configuration. A configuration with
+        problems, or one changing a key that needs a restart, is refused as a whole
+        (one log line per problem or key, never a value) and the running one stays.
+        True when applied."""
+        with self._reload_lock:
+            self._notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+            try:
+                return self._reload()
+            finally:
+                self._notify("READY=1\nSTATUS=serving")
+
+    def _reload(self) -> bool:
+        try:
+            new = load_settings(self.config_path)
+        except ConfigError as e:
+            for problem in e.problems:
+                log_event("config.reload_refused", level=logging.ERROR, problem=problem)
+            return False
+        changed = changed_keys(self.settings, new)
+        restart = [k for k in changed if k not in RELOADABLE]
+        for key in restart:
+            log_event(
+                "config.reload_refused",
+                level=logging.ERROR,
+                key=key,
+                reason="needs a restart (systemctl restart pa-bridge); the running"
+                " configuration stays",
+            )
+        if restart:
+            return False
+        self._apply(new)
+        released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
+        log_event("config.reloaded", changed=changed, released=released)
+        logging.getLogger().setLevel(new.logging.level)  # after its own line
+        return True
+
+    def _apply(self, new: Settings) -> None:
+        """Swap in what :meth:`reload` may change (the log level aside); each use from
+        now on sees it."""
+        from .client import Credentials
+        from .service.pharmacies import Pharmacies
+        from .web.intake import set_tokens
+
+        if self.bridge is not None:
+            self.bridge.pharmacies.replace(Pharmacies.from_settings(new))
+        if self.callback_service is not None:  # a callback-only PA's store
+            self.callback_service.pharmacies = frozenset(p.provider_id for p in new.pharmacies)
+        if self.client is not None and self.sandbox is None:  # the sandbox's are its own
+            self.client.credentials = Credentials(*new.own_credentials())
+        if self.intake_app is not None:
+            set_tokens(self.intake_app, new.intake_tokens(), new.scoped_intake_tokens())
+        self.settings = new
 
     # ---- one daemon per database, and restores ----------------------------------
     def _lock_database(self) -> None:
@@ -382,8 +529,12 @@ class Daemon:
                 raise SystemExit(1)
             threading.Thread(target=self.stop, name="stopper", daemon=True).start()
 
+        def on_hup(signum: int, frame: Any) -> None:  # systemctl reload pa-bridge
+            threading.Thread(target=self.reload, name="reload", daemon=True).start()
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGHUP, on_hup)
         self.start()
         # What start-up made (modules, the app, settings) lives as long as the process:
         # out of the collector's sight, each collection a claim triggers is shorter.

@@ -15,9 +15,12 @@ as Stripe and GitHub sign theirs::
 The receiver recomputes the HMAC over the exact bytes it received, compares in
 constant time and refuses old timestamps (:func:`verify` does all three).
 
-A 2xx is delivered. A 4xx other than 408 and 429 is the receiver refusing this body:
-retrying the same bytes cannot help, so the item fails for good (``queue list``
-shows it; ``queue retry`` sends it again). Anything else is retried with backoff.
+A 2xx is delivered. A 401 or 403 is the receiver refusing our signature or access
+(``callbacks.forward_secret``, its own access rules): the item is held until the
+configuration changes, like a missing ``callbacks.forward_url``. Another 4xx other than
+408 and 429 is the receiver refusing this body: retrying the same bytes cannot help,
+so the item fails for good (``queue list`` shows it; ``queue retry`` sends it again).
+Anything else is retried with backoff.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import httpx
 
 from . import __version__
-from .outbox import DeliveryFailed
+from .outbox import DeliveryFailed, Hold
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -149,7 +152,11 @@ class WebhookSender:
 
     def deliver(self, payload: Mapping[str, Any], pa_now: Mapping[str, Any]) -> None:
         if not self.url:
-            raise DeliveryFailed("callbacks.forward_url is not configured", retryable=False)
+            raise DeliveryFailed(
+                "callbacks.forward_url is not configured",
+                reason="not_configured",
+                hold=Hold.CONFIGURATION,
+            )
         body = body_for(payload, pa_now)
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = {
@@ -168,6 +175,13 @@ class WebhookSender:
             ) from None
         if 200 <= r.status_code < 300:
             return
+        if r.status_code in (401, 403):
+            raise DeliveryFailed(
+                f"webhook refused pa-bridge's access: HTTP {r.status_code} (held; check"
+                " callbacks.forward_secret and the receiver, then restart or reload)",
+                reason="credentials",
+                hold=Hold.CONFIGURATION,
+            )
         if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
             raise DeliveryFailed(
                 f"webhook refused: HTTP {r.status_code} (not retried; fix the receiver,"

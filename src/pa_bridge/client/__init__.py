@@ -39,7 +39,9 @@ from ._answers import (
     FALLBACK_REASONS,
     ClaimResult,
     OutcomeResult,
+    error_text,
     fallback_reason,
+    missing_variables,
     read_claim_body,
 )
 from ._client import PaServiceClient
@@ -110,11 +112,13 @@ __all__ = [
     "claim_metadata",
     "claim_minimum_missing",
     "dashboard_login_url",
+    "error_text",
     "failure_kind",
     "fallback_reason",
     "form_encode",
     "frame_claim",
     "is_framed",
+    "missing_variables",
     "origin",
     "outcome_variables",
     "pa_id_from_url",

@@ -135,6 +135,11 @@ class PaServiceClient:
         """The credentials used when a call is given none (a single store's)."""
         return self._credentials
 
+    @credentials.setter
+    def credentials(self, value: Credentials) -> None:
+        """New credentials for the calls that start from now on (a reload)."""
+        self._credentials = value
+
     # -- lifecycle
 
     def close(self) -> None:

@@ -135,8 +135,27 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
 
     # ------------------------------------------------------------ claim interface
 
+    def refused(form: Any, password_key: str, *, api_key: bool) -> bool:
+        """Credentials that were sent and are wrong: refused (403) before any missing
+        variable is named (404), as the service does, so a wrong password is never
+        taken for a right one missing its claim."""
+        username, password = form.get("username"), form.get(password_key)
+        if not (username and password):
+            return False  # not sent: a missing variable, named below
+        pharmacy = who(username, password)
+        if pharmacy is None:
+            return True
+        return (
+            api_key
+            and bool(form.get("api_key"))
+            and not _same(form.get("api_key"), pharmacy.api_key)
+        )
+
     def claim(fmt: str) -> Response:
         form = request.form
+        wrong = (403, (403001, "Wrong or unknown username or password", "credentials rejected"))
+        if refused(form, "password", api_key=True):
+            return _errors(*wrong)
         missing = [v for v in CLAIM_VARIABLES if not form.get(v)]
         if missing:
             return _errors(
@@ -145,9 +164,7 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             )
         pharmacy = who(form.get("username"), form.get("password"))
         if pharmacy is None or not _same(form.get("api_key"), pharmacy.api_key):
-            return _errors(
-                403, (403001, "Wrong or unknown username or password", "credentials rejected")
-            )
+            return _errors(*wrong)
         state.portal = state.portal or request.host_url.rstrip("/")
         raw_claim = form["ncpdp_claim"]
         framed = is_framed(raw_claim)
@@ -296,6 +313,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
 
     def outcomes(fmt: str) -> Response:
         form = request.form
+        if form.get("api_key") and by_api_key(form.get("api_key")) is None:
+            return _errors(403, (403002, "Unknown api_key", "api_key rejected"))
         missing = [v for v in OUTCOME_VARIABLES if v not in form]
         if "api_key" not in missing and not form.get("api_key"):
             missing.insert(0, "api_key")
@@ -359,6 +378,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
     @app.post("/dashboard/login")
     def dashboard_login() -> Response:
         form = request.form
+        if refused(form, "plaintext_password", api_key=False):
+            return _errors(403, (403003, "Wrong or unknown username or password", "login"))
         missing = [v for v in DASHBOARD_LOGIN_VARIABLES if not form.get(v)]
         if missing:
             return _errors(404, *((404003, f"Missing POST variable: {v}", v) for v in missing))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -11,10 +12,20 @@ import click
 
 from .config import SandboxConfig
 
+#: not the embedded sandbox's port (sandbox.listen, 127.0.0.1:8480), so this one runs
+#: beside `make run` / `pa-bridge serve` on the embedded default
+DEFAULT_PORT = 8490
+
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=8480, show_default=True, help="0 picks a free port.")
+@click.option(
+    "--port",
+    type=int,
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="0 picks a free port (8480 is the embedded sandbox's, in `pa-bridge serve`).",
+)
 @click.option("--callback-url", default=None, help="Where to POST status callbacks.")
 @click.option("--callback-username", default=None, help="HTTP Basic user for callbacks.")
 @click.option(
@@ -58,8 +69,19 @@ def sandbox(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    server = SandboxServer(config, host=host, port=port)
+    try:
+        server.start()
+    except OSError as e:
+        server.stop()
+        click.echo(
+            f"error: --port {port} ({host}): {e.strerror or e}; another program holds it"
+            " (the embedded sandbox of `pa-bridge serve` is on 8480): give --port N, or"
+            " --port 0 for a free one",
+            err=True,
+        )
+        sys.exit(1)
     previous = signal.signal(signal.SIGTERM, on_signal)
-    server = SandboxServer(config, host=host, port=port).start()
     try:
         click.echo(f"pa-bridge sandbox listening on {server.url}")
         click.echo(f"  claim interface:    {server.claim_url}  (json, empty)")

@@ -13,10 +13,16 @@ from typing import Any
 
 import ncpdp
 
-from ..client import Credentials, PaServiceClient, ServiceError, outcome_variables
+from ..client import (
+    Credentials,
+    PaServiceClient,
+    ServiceError,
+    fallback_reason,
+    outcome_variables,
+)
 from ..config import Settings
 from ..logs import log_event
-from ..outbox import DeliveryFailed, Outbox
+from ..outbox import DeliveryFailed, Hold, Outbox
 from ..store import Database, Kind, Store, exchanges, now_iso, pa_history, pas
 from ..webhooks import WebhookSender
 from .decisions import prescriber_fax
@@ -24,13 +30,28 @@ from .errors import BridgeError
 from .pas import PaService, pa_json
 from .pharmacies import Pharmacies
 
-__all__ = ["READY_MAX", "Deliveries"]
+__all__ = ["CONFIGURATION_CODES", "READY_MAX", "Deliveries", "service_failure"]
 
 #: the outcome reports intake hands over in memory, at most (the oldest then fall
 #: back to the stored exchange)
 READY_MAX = 1024
 
 Variables = dict[str, str]
+
+#: the service's refusals that are about our own credentials or configuration, not
+#: the item: 401/403 (username, password, api_key), 404 (a wrong claim_url, or our
+#: variables missing), a redirect (a wrong address), a TLS failure (service.verify).
+#: Such an item is held until the configuration changes, never failed for good.
+CONFIGURATION_CODES = frozenset({"credentials", "missing_variables", "redirect", "tls"})
+
+
+def service_failure(e: ServiceError) -> DeliveryFailed:
+    """A service error as the queue takes it: held for the configuration, retried, or
+    failed for good (the service refused the content)."""
+    message = f"{e.code}: {e.message}"
+    if e.code in CONFIGURATION_CODES:
+        return DeliveryFailed(message, reason=e.code, hold=Hold.CONFIGURATION)
+    return DeliveryFailed(message, retryable=e.retryable, reason=e.code)
 
 
 class Deliveries:
@@ -64,13 +85,17 @@ class Deliveries:
         self._webhooks.close()
 
     def _credentials(self, provider_id: str | None) -> Credentials | None:
-        """The credentials of the pharmacy ``provider_id`` (201-B1); a pharmacy taken
-        out of ``[[pharmacies]]`` while its item waited fails the item for good (``queue
-        list`` shows why; ``queue retry`` once it is back)."""
+        """The credentials of the pharmacy ``provider_id`` (201-B1). An item of a store
+        this daemon does not list (taken out of ``[[pharmacies]]``, or not added yet in
+        a rolling change) is held for that store: a daemon that lists it takes it, or
+        this one after a reload that adds it (``queue list`` shows why)."""
         try:
             return self.pharmacies.credentials_for(provider_id)
         except BridgeError as e:
-            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=False) from None
+            pid = e.detail.get("provider_id", "") if isinstance(e.detail, dict) else ""
+            raise DeliveryFailed(
+                f"{e.code}: {e.message}", reason=e.code, hold=Hold.pharmacy(pid)
+            ) from None
 
     def report_ready(self, claim_id: str, index: int, variables: Callable[[], Variables]) -> None:
         """Intake's hand-off: how to build the outcome report of transaction ``index`` of
@@ -112,7 +137,11 @@ class Deliveries:
         variables = self.report_variables(payload)
         res = self.client.outcomes(variables, budget_ms=10_000, fallback_message="")
         if res.source != "outcomes":
-            raise DeliveryFailed(f"outcomes interface: {res.error or 'no answer'}")
+            error = f"outcomes interface: {res.error or 'no answer'}"
+            if fallback_reason(res.error).get("fallback_http_status") in (401, 403):
+                # the api_key refused: held until the configuration changes
+                raise DeliveryFailed(error, reason="credentials", hold=Hold.CONFIGURATION)
+            raise DeliveryFailed(error)
 
     def reversal(self, payload: dict[str, Any]) -> None:
         row = exchanges.get(self.store.reader(), str(payload.get("exchange_id")))
@@ -125,7 +154,7 @@ class Deliveries:
         try:
             self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:
-            raise DeliveryFailed(f"{e.code}: {e.message}", retryable=e.retryable) from None
+            raise service_failure(e) from None
         keys = payload.get("claim_keys") or []
         now = now_iso(self.clock())
 

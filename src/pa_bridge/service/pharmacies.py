@@ -95,6 +95,14 @@ class Pharmacies:
             for p in settings.pharmacies
         )
 
+    def replace(self, other: Pharmacies) -> None:
+        """Take ``other``'s stores (a reload): each lookup from now on sees them."""
+        self._by_id = other._by_id
+
+    def serves(self, provider_id: str) -> bool:
+        """Whether ``provider_id`` is one of the stores listed here."""
+        return _pid(provider_id) in self._by_id
+
     @property
     def chain(self) -> bool:
         """Whether ``[[pharmacies]]`` is configured."""

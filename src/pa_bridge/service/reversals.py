@@ -47,6 +47,14 @@ def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
         )
     elif status == Status.FAILED:
         message = "The PA service refused the reversal; nothing was deleted."
+    elif status == Status.HELD:
+        # refused for pa-bridge's own configuration (or held after a restore): the
+        # dispensing system has nothing to change, store IT has
+        message = (
+            "The reversal is queued and waits for store IT (pa-bridge queue list shows"
+            " why); it is sent once that is fixed"
+            + (f"; it then deletes PA {names}." if held else ".")
+        )
     else:
         message = "The reversal is queued and retried until the PA service takes it" + (
             f"; it then deletes PA {names}." if held else "."
@@ -78,7 +86,8 @@ class Reversals:
         scope: Scope = None,
     ) -> tuple[ReversalAnswer, bool]:
         """Returns (answer, delivered now?). Raises ``422 reversal_refused`` when the
-        service refused the B2 for good (it stays in the queue, ``failed``). A key used
+        service refused the B2 for good (it stays in the queue, ``failed``); one refused
+        for our own credentials or configuration is held, and answered as queued. A key used
         before answers that reversal's state and sends nothing (decision 0017). A chain's
         B2 from a pharmacy it does not list (422) or outside ``scope`` (403) is refused
         before anything is stored (decision 0022)."""

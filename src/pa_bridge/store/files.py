@@ -14,7 +14,7 @@ import errno
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,8 @@ class PgFacts:
     restore_mark: str | None = None  # a restored copy no daemon has served yet
     # why this user has no schema to work in (its search_path names none it may use)
     schema_problem: str | None = None
+    #: held queue items by why they wait (``outbox.held_counts``)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 #: what the daemon does to each table
@@ -270,7 +272,8 @@ def pg_facts(url: str, mark_key: str | None = None) -> PgFacts:
         mark = None
         if mark_key is not None and "meta" in readable:
             mark = meta.get(PgDatabase(raw), mark_key)
-        return PgFacts(version, applied, missing, bool(row and row[0]), failed, mark)
+        held = queue_table.held_counts(PgDatabase(raw)) if "outbox" in readable else {}
+        return PgFacts(version, applied, missing, bool(row and row[0]), failed, mark, held=held)
     finally:
         raw.close()
 
@@ -301,6 +304,8 @@ class FileFacts:
     applied: list[str]  # migrations applied, in order
     backup_taken_at: str | None  # the mark of a backup copy not yet served
     failed: int  # queue items failed for good
+    #: held queue items by why they wait (``outbox.held_counts``)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 def inspect_file(path: Path, backup_mark: str) -> FileFacts:
@@ -318,9 +323,10 @@ def inspect_file(path: Path, backup_mark: str) -> FileFacts:
         applied = [m.name for m in MIGRATIONS.applied(db)]
         taken_at = meta.get(db, backup_mark) if "meta" in tables else None
         failed = queue_table.count_failed(db) if "outbox" in tables else 0
+        held = queue_table.held_counts(db) if "outbox" in tables else {}
     finally:
         conn.close()
-    return FileFacts(applied, taken_at, failed)
+    return FileFacts(applied, taken_at, failed, held)
 
 
 # ---- backup and restore ------------------------------------------------------------------
@@ -402,7 +408,7 @@ class CopyFacts:
     integrity: str
     is_pa_bridge: bool
     mark: str | None
-    undelivered: int  # pending and failed queue items
+    undelivered: int  # queue items the daemon holds for review when it serves the copy
 
 
 class CannotOpen(StoreError):
@@ -424,8 +430,7 @@ def copy_facts(path: Path, mark_key: str) -> CopyFacts:
         if not {"outbox", "meta", "pas"} <= _tables(conn):
             return CopyFacts(integrity, False, None, 0)
         db = Database(conn)
-        counts, _oldest = queue_table.summary(db)
-        undelivered = counts.get("pending", 0) + counts.get("failed", 0)
+        undelivered = queue_table.to_hold_after_restore(db)
         return CopyFacts(integrity, True, meta.get(db, mark_key), undelivered)
     finally:
         conn.close()

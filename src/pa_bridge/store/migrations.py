@@ -183,6 +183,18 @@ def m006_pharmacies(db: Database) -> None:
             db.execute("UPDATE pas SET provider_id = ? WHERE id = ?", [provider, pa_id])
 
 
+@MIGRATIONS()
+def m007_queue_holds(db: Database) -> None:
+    # Issue 27: why a held queue item waits. ``restore``: held after a restore, for
+    # store IT to review (``queue retry`` or ``drop``); ``configuration``: refused for
+    # our own credentials or configuration, retried at the next start or reload;
+    # ``pharmacy:<provider id>``: its store is not in this daemon's [[pharmacies]],
+    # left for a daemon that lists it. Every item held before this step was held
+    # after a restore.
+    db.execute("ALTER TABLE outbox ADD COLUMN held_for TEXT")
+    db.execute("UPDATE outbox SET held_for = 'restore' WHERE status = 'held'")
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

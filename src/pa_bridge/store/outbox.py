@@ -14,6 +14,7 @@ from .engine import now_iso
 
 __all__ = [
     "QUEUE_STATUSES",
+    "Hold",
     "Kind",
     "QueueItem",
     "QueueRow",
@@ -24,11 +25,15 @@ __all__ = [
     "enqueue",
     "for_claim",
     "get",
+    "held_counts",
+    "held_pharmacies",
     "hold_undelivered",
     "list_items",
     "record_attempt",
+    "release_held",
     "retry_item",
     "reversed_since",
+    "to_hold_after_restore",
     "state",
     "summary",
 ]
@@ -52,6 +57,29 @@ class Status(StrEnum):
     DROPPED = "dropped"
 
 
+class Hold(StrEnum):
+    """Why a ``held`` item waits (its ``held_for``). A store's hold is spelled
+    ``pharmacy:<provider id>`` (:meth:`pharmacy`)."""
+
+    #: held when a backup was restored: store IT reviews it (``queue retry``/``drop``)
+    RESTORE = "restore"
+    #: refused for our own credentials or configuration: retried by itself at the next
+    #: start or reload of a daemon
+    CONFIGURATION = "configuration"
+    #: its store is not in this daemon's ``[[pharmacies]]``: left for a daemon that
+    #: lists it (or for this one once its configuration does)
+    PHARMACY = "pharmacy"
+
+    @staticmethod
+    def pharmacy(provider_id: str) -> str:
+        return f"{Hold.PHARMACY.value}:{provider_id}"
+
+    @staticmethod
+    def kind(held_for: str | None) -> str:
+        """``restore``, ``configuration`` or ``pharmacy`` of a stored ``held_for``."""
+        return (held_for or Hold.RESTORE.value).split(":", 1)[0]
+
+
 class QueueRow(TypedDict):
     id: int
     kind: str
@@ -64,6 +92,7 @@ class QueueRow(TypedDict):
     created_at: str
     updated_at: str
     delivered_at: str | None
+    held_for: str | None
 
 
 class QueueItem(TypedDict):
@@ -80,6 +109,10 @@ class QueueItem(TypedDict):
     updated_at: str
     delivered_at: str | None
     retrying: bool
+    #: why a held item waits (:class:`Hold`); None unless held
+    held_for: str | None
+    #: the PA a webhook is about (None for the other kinds: their claim is ``claim_id``)
+    pa_id: str | None
 
 
 def enqueue(
@@ -119,9 +152,9 @@ def count_failed(db: Database) -> int:
 
 #: what ``queue list --status`` takes. ``pending``: not tried yet; ``failed``: the last
 #: attempt failed (retried automatically at ``next_attempt_at``, or, when the service
-#: refused it for good, only by ``queue retry``); ``held``: put on hold when a backup
-#: was restored (it may have been delivered after the backup was taken: check, then
-#: ``queue retry`` or ``queue drop``); ``dropped``: dropped by store IT; ``delivered``.
+#: refused it for good, only by ``queue retry``); ``held``: waiting for what its
+#: ``held_for`` says (:class:`Hold`: a restore's review, our configuration, a daemon
+#: that lists its store); ``dropped``: dropped by store IT; ``delivered``.
 QUEUE_STATUSES = ("pending", "failed", "held", "dropped", "delivered")
 
 _STATUS_WHERE = {
@@ -144,7 +177,8 @@ def list_items(db: Database, status: str | None = None, limit: int = 200) -> lis
     when (None when it will not)."""
     sql = (
         "SELECT id, kind, claim_id, status, attempts, next_attempt_at, last_error,"
-        " created_at, updated_at, delivered_at FROM outbox"
+        " created_at, updated_at, delivered_at, held_for,"
+        " CASE WHEN kind = 'webhook' THEN payload_json END AS webhook FROM outbox"
     )
     if status:
         if status not in _STATUS_WHERE:
@@ -159,16 +193,29 @@ def list_items(db: Database, status: str | None = None, limit: int = 200) -> lis
             it["status"] = Status.FAILED.value
         it["retrying"] = retrying
         it["next_attempt_at"] = _iso_or_none(it["next_attempt_at"]) if retrying else None
+        if stored != Status.HELD:
+            it["held_for"] = None
+        it["pa_id"] = _webhook_pa(it.pop("webhook"))
         out.append(cast(QueueItem, it))
     return out
+
+
+def _webhook_pa(payload_json: str | None) -> str | None:
+    if not payload_json:
+        return None
+    try:
+        pa_id = json.loads(payload_json).get("pa_id")
+    except (ValueError, AttributeError):
+        return None
+    return str(pa_id) if pa_id else None
 
 
 def retry_item(db: Database, item_id: int, now: float) -> bool:
     """Make an undelivered item due now (held, failed or dropped ones too); call in a
     write transaction. False when there is no such undelivered item."""
     cur = db.conn.execute(
-        "UPDATE outbox SET status = 'pending', next_attempt_at = ?, updated_at = ?"
-        " WHERE id = ? AND status != 'delivered'",
+        "UPDATE outbox SET status = 'pending', held_for = NULL, next_attempt_at = ?,"
+        " updated_at = ? WHERE id = ? AND status != 'delivered'",
         [now, now_iso(now), item_id],
     )
     return cur.rowcount > 0
@@ -185,13 +232,67 @@ def drop_item(db: Database, item_id: int, now: float, why: str) -> bool:
 
 
 def hold_undelivered(db: Database, why: str, now: float) -> int:
-    """Put every undelivered item on hold (after a restore); the count."""
+    """Put every undelivered item on hold for review (after a restore); the count.
+    Items held for the configuration are among them: they too may have been
+    delivered after the backup was taken."""
     cur = db.conn.execute(
-        "UPDATE outbox SET status = 'held', last_error = ?, updated_at = ?"
-        " WHERE status IN ('pending', 'failed')",
+        "UPDATE outbox SET status = 'held', held_for = 'restore', last_error = ?,"
+        " updated_at = ? WHERE status IN ('pending', 'failed')"
+        " OR (status = 'held' AND coalesce(held_for, '') != 'restore')",
         [why, now_iso(now)],
     )
     return int(cur.rowcount)
+
+
+def to_hold_after_restore(db: Database) -> int:
+    """How many items :func:`hold_undelivered` would hold (for what a restore says)."""
+    counts, _ = summary(db)
+    held = held_counts(db)
+    return sum(counts.get(k, 0) for k in ("pending", "failed")) + sum(
+        n for k, n in held.items() if k != Hold.RESTORE
+    )
+
+
+def release_held(db: Database, held_for: str, now: float) -> int:
+    """Make every item held for ``held_for`` (:class:`Hold`) due now; the count."""
+    cur = db.conn.execute(
+        "UPDATE outbox SET status = 'pending', held_for = NULL, next_attempt_at = ?,"
+        " updated_at = ? WHERE status = 'held' AND held_for = ?",
+        [now, now_iso(now), held_for],
+    )
+    return int(cur.rowcount)
+
+
+def held_pharmacies(db: Database) -> list[str]:
+    """The provider ids of the stores whose items are held for a daemon that lists them."""
+    rows = db.conn.execute(
+        "SELECT DISTINCT held_for FROM outbox WHERE status = 'held' AND held_for LIKE ?",
+        [Hold.pharmacy("%")],
+    )
+    return [str(r[0]).split(":", 1)[1] for r in rows]
+
+
+def held_counts(db: Database) -> dict[str, int]:
+    """Held items by why they wait: ``restore``, ``configuration``, ``pharmacy`` (empty
+    on a database from before ``held_for``: doctor reads those too)."""
+    if is_postgres(db):
+        column = db.conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = 'outbox' AND column_name = 'held_for'"
+        ).fetchone()
+    else:
+        column = db.conn.execute(
+            "SELECT 1 FROM pragma_table_info('outbox') WHERE name = 'held_for'"
+        ).fetchone()
+    if column is None:
+        return {}
+    out: dict[str, int] = {}
+    for held_for, n in db.conn.execute(
+        "SELECT held_for, count(*) FROM outbox WHERE status = 'held' GROUP BY held_for"
+    ):
+        kind = Hold.kind(held_for)
+        out[kind] = out.get(kind, 0) + int(n)
+    return out
 
 
 def due(db: Database, now: float, horizon: float, limit: int) -> list[int]:
@@ -240,13 +341,14 @@ def record_attempt(
     last_error: str | None,
     now: str,
     payload_json: str,
+    held_for: str | None = None,
 ) -> None:
-    """The outcome of a delivery attempt."""
+    """The outcome of a delivery attempt (``held_for``: why a held item waits)."""
     db.conn.execute(
         "UPDATE outbox SET status = ?, attempts = ?, next_attempt_at = ?, last_error = ?,"
-        " updated_at = ?, delivered_at = ?, payload_json = ? WHERE id = ?",
+        " updated_at = ?, delivered_at = ?, payload_json = ?, held_for = ? WHERE id = ?",
         [str(status), attempts, next_attempt_at, last_error, now,
-         now if status == Status.DELIVERED else None, payload_json, item_id],
+         now if status == Status.DELIVERED else None, payload_json, held_for, item_id],
     )  # fmt: skip
 
 

@@ -153,8 +153,8 @@ def settle_restored(url: str, key: str, fallback: str) -> tuple[str, int]:
         try:
             meta.add(db, key, fallback)
             mark = meta.get(db, key)
-            counts, _oldest = outbox.summary(db)
+            queued = outbox.to_hold_after_restore(db)
         except psycopg.Error as e:
             raise _fail(url, e) from None
     assert mark is not None
-    return mark, counts.get("pending", 0) + counts.get("failed", 0)
+    return mark, queued

@@ -117,6 +117,13 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             " '') WHERE provider_id IS NULL AND claim_key IS NOT NULL",
         ],
     ),
+    (
+        "m007_queue_holds",
+        [
+            f"ALTER TABLE outbox ADD COLUMN held_for {T}",
+            "UPDATE outbox SET held_for = 'restore' WHERE status = 'held'",
+        ],
+    ),
 ]
 
 _TABLE = (

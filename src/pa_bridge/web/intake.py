@@ -153,7 +153,9 @@ def open_dashboard() -> BaseResponse:
 @bp.get("/metrics")
 def metrics() -> Response:
     data = generate_latest(_services().metrics.registry)
-    return Response(data, mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: Flask adds a charset to a text/ mimetype, and this one
+    # has its own; Go's mime.ParseMediaType (Prometheus 3) refuses a parameter twice
+    return Response(data, content_type=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/healthz")
@@ -166,6 +168,17 @@ def healthz() -> tuple[Response, int]:
     degraded = checks.get("degraded") or []
     checks["status"] = "unavailable" if not ready else "degraded" if degraded else "ok"
     return jsonify(checks), 200 if ready else 503
+
+
+def set_tokens(
+    app: Flask, tokens: list[str], scoped_tokens: list[tuple[str, frozenset[str]]]
+) -> None:
+    """New intake tokens for the requests that come from now on (a reload)."""
+    new = checks.Tokens.of(list(tokens), list(scoped_tokens))
+    app.extensions["pa_bridge.tokens"] = new
+    route = app.wsgi_app
+    if isinstance(route, claim_route.ClaimRoute):
+        route.tokens = new
 
 
 def create_intake_app(

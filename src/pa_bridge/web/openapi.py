@@ -105,11 +105,20 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {"type": "string"},
                 "description": "service_unreachable, service_credentials_refused,"
-                " queue_failed, queue_held_after_restore (docs/operations.md)",
+                " queue_failed, queue_held_after_restore, queue_held_for_configuration"
+                " (docs/operations.md)",
             },
             "database": {"type": "boolean"},
             "queue_depth": {"type": ["integer", "null"], "minimum": 0},
             "queue_oldest_age_s": {"type": ["number", "null"]},
+            "queue_held_for": {
+                "type": "object",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+                "description": "held queue items by why they wait: restore (for review"
+                " after a restore), configuration (refused for pa-bridge's credentials or"
+                " configuration: retried at the next start or reload), pharmacy (a store"
+                " this daemon does not list: left for a daemon that does)",
+            },
             "scheduler": {"type": "boolean"},
             "writer": {"type": "boolean"},
             "callbacks": {
@@ -484,7 +493,11 @@ _PATHS: dict[str, Any] = {
                     "headers": _REPLAYED,
                 },
                 "202": {
-                    **_json(_ref("ReversalAnswer"), "queued; retried until the service takes it"),
+                    **_json(
+                        _ref("ReversalAnswer"),
+                        "queued: retried until the service takes it, or held until store IT"
+                        " fixes pa-bridge's credentials or configuration (then sent by itself)",
+                    ),
                     "headers": _REPLAYED,
                 },
                 "400": _error("malformed, or not a B2"),
