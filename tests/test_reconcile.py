@@ -113,7 +113,9 @@ class Pharmacy:
 
     def reverse(self, rx: str, group: str = "SYNGRP01") -> None:
         claim = b.Claim(code="B2", group_id=group, rxs=(b.Rx(rx_number=rx),))
-        r = self.api.post("/v1/reversals", json={"request": b.request_bytes(claim).decode("latin-1")})
+        r = self.api.post(
+            "/v1/reversals", json={"request": b.request_bytes(claim).decode("latin-1")}
+        )
         assert r.status_code == 200, r.text
 
     def pa(self, pa_id: str) -> dict[str, Any]:
@@ -340,7 +342,9 @@ def test_a_read_back_applies_the_callbacks_ordering_rule(store_url: str) -> None
     store = PgStore(store_url) if store_url.startswith("postgresql://") else Store(store_url)
     try:
         ingest = CallbackService(store, forward=False)
-        (stored,) = ingest.receive_many([(callback_body("RC28AA", "PA Response", "Favorable"), None)])
+        (stored,) = ingest.receive_many(
+            [(callback_body("RC28AA", "PA Response", "Favorable"), None)]
+        )
         assert not isinstance(stored, BaseException) and stored.outcome == "stored"
         older = callback_body("RC28AA", "PA Request")
         assert [r.outcome for r in ingest.reconcile_many([older])] == ["unchanged"]
@@ -401,3 +405,83 @@ def test_tokens_come_from_the_links_the_pa_has() -> None:
     assert tokens_of(row) == ["tok-a", "tok-b"]
     assert tokens_of({"urls_json": "[]", "links_json": "{}"}) == []
     assert tokens_of({"urls_json": "not json", "links_json": None}) == []
+
+
+def _config(tmp_path: Any, sb: SandboxServer, db: Any) -> str:
+    """A config file for ``pa-bridge reconcile`` on ``db`` and the service ``sb``."""
+    path = tmp_path / "reconcile.toml"
+    path.write_text(
+        f"[storage]\npath = '{db}'\n[sandbox]\nenabled = false\n"
+        "[reconcile]\ncalls_per_minute = 0\n[service]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in service_settings(sb).items())
+    )
+    return str(path)
+
+
+def test_the_command_reads_one_pa_or_all_of_them_without_a_daemon(
+    make_daemon: Any, service: SandboxServer, tmp_path: Any, cli: Any
+) -> None:
+    d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        control(service, drop_callbacks=True)
+        one, two = ph.submit("000000400001"), ph.submit("000000400002", "SYNDENY")
+        wait_until(lambda: _settled(service, [one, two]), what="the service's PAs settled")
+    finally:
+        ph.close()
+    d.stop()  # no daemon serves the file now: the command runs the pass itself
+    config = _config(tmp_path, service, d.settings.storage.path)
+    r = cli("reconcile", "--config", config, "--pa", one)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"PA {one}: changed")
+    r = cli("reconcile", "--config", config, "--pa", one)
+    assert r.exit_code == 0 and r.output.startswith(f"PA {one}: unchanged"), r.output
+    r = cli("reconcile", "--config", config)
+    assert r.exit_code == 0, r.output
+    assert "pass complete: 2 of 2 PAs read in 1 call(s); 1 change(s) found" in r.output
+    assert "callbacks were lost" in r.output
+    r = cli("reconcile", "--config", config, "--pa", "NOSUCH", "--json")
+    assert r.exit_code == 1 and json.loads(r.output)["outcome"] == "unknown_pa"
+    store = Store(d.settings.storage.path)
+    try:
+        assert store.query("SELECT plan_outcome FROM pas WHERE id = ?", [two]) == [
+            {"plan_outcome": "Unfavorable"}
+        ]
+    finally:
+        store.close()
+
+
+def test_the_command_asks_the_daemon_serving_the_database(
+    make_daemon: Any, service: SandboxServer, tmp_path: Any, cli: Any
+) -> None:
+    d = make_daemon(
+        service=service_settings(service),
+        sandbox={"enabled": False},
+        reconcile={"calls_per_minute": 0},
+    )
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        control(service, drop_callbacks=True)
+        pa_id = ph.submit("000000500001")
+        wait_until(lambda: _settled(service, [pa_id]), what="the service's PA settled")
+        config = _config(tmp_path, service, d.settings.storage.path)
+        r = cli("reconcile", "--config", config, "--wait", "60")
+        assert r.exit_code == 0, r.output
+        assert "asked the serving daemon" in r.output
+        assert "1 change(s) found" in r.output
+        assert ph.pa(pa_id)["history"][-1]["source"] == "reconcile"  # the daemon applied it
+        r = cli("reconcile", "--config", config, "--pa", pa_id, "--wait", "60")
+        assert r.exit_code == 0 and f"PA {pa_id}: unchanged" in r.output, r.output
+    finally:
+        ph.close()
+
+
+def test_the_command_says_when_reconciliation_is_off(tmp_path: Any, cli: Any) -> None:
+    config = tmp_path / "off.toml"
+    config.write_text(
+        f"[storage]\npath = '{tmp_path / 'db.sqlite3'}'\n[reconcile]\nenabled = false\n"
+    )
+    r = cli("reconcile", "--config", str(config))
+    assert r.exit_code == 1 and "reconciliation is off: [reconcile] enabled = false" in r.output

@@ -144,9 +144,14 @@ def attention_of(
         deleted=_deleted(row),
         fax_failed=bool(row["fax_failed"]),
     )
-    if g.attention in (None, "approved") and expiring_days is not None:
+    if g.attention in (None, "approved") and expiring_days is not None and row.get("expires_at"):
         if is_expiring(row, now, expiring_days):
             return "expiring"
+        left = days_left(row, now)
+        if g.attention == "approved" and (
+            row.get("renewed_by") or (left is not None and left < -expiring_days)
+        ):
+            return None  # a renewal took over, or the approval is long over
     if g.attention is not None:
         return g.attention
     if (
