@@ -55,10 +55,10 @@ def api(fake: Any) -> Iterator[RequestsResource]:
 
 
 def test_search_sends_the_tokens_as_form_data_and_the_api_id(fake: Any, api: Any) -> None:
-    server, replies = fake
+    _, replies = fake
     replies.append(json_reply(200, {"requests": []}))
     assert api.search_requests(["tok-a", "tok b&c"], api_id=API_ID) == []
-    (req,) = server.requests
+    (req,) = fake[0].requests
     parts = urlsplit(req.path)
     assert (req.method, parts.path, parse_qs(parts.query)) == (
         "POST",
@@ -72,11 +72,11 @@ def test_search_sends_the_tokens_as_form_data_and_the_api_id(fake: Any, api: Any
 
 
 def test_get_sends_the_pas_own_token_in_a_bearer_header(fake: Any, api: Any) -> None:
-    server, replies = fake
+    _, replies = fake
     obj = request_object("AB12CD", "PA Response", "Favorable")
     replies.append(json_reply(200, {"request": obj}))
     assert api.get_request("AB 12/CD", "tok-1", api_id=API_ID) == obj
-    (req,) = server.requests
+    (req,) = fake[0].requests
     parts = urlsplit(req.path)
     assert (req.method, parts.path, parse_qs(parts.query)) == (
         "GET",
@@ -87,7 +87,7 @@ def test_get_sends_the_pas_own_token_in_a_bearer_header(fake: Any, api: Any) -> 
 
 
 def test_search_reads_bare_and_wrapped_elements_and_string_values(fake: Any, api: Any) -> None:
-    server, replies = fake
+    _, replies = fake
     bare = request_object("AA11AA", "PA Response", "Favorable")
     bare.update(
         is_renewal="true",  # strings where the type is a boolean or a number
@@ -120,7 +120,7 @@ def test_search_reads_bare_and_wrapped_elements_and_string_values(fake: Any, api
 def test_errors_are_typed_and_carry_the_services_words_but_never_debug(
     fake: Any, api: Any, status: int, error: type[ServiceError], retryable: bool
 ) -> None:
-    server, replies = fake
+    _, replies = fake
     body = {"errors": [{"code": status * 1000 + 1, "message": "said so", "debug": "stack XYZ"}]}
     replies.append(json_reply(status, body))
     with pytest.raises(error) as caught:
@@ -148,7 +148,7 @@ def test_a_2xx_that_is_not_the_described_json_is_a_bad_response(
 
 
 def test_a_get_answer_bare_or_wrapped_but_never_without_an_id(fake: Any, api: Any) -> None:
-    server, replies = fake
+    _, replies = fake
     bare = request_object("CC33CC", "New")
     replies += [json_reply(200, bare), json_reply(200, {"request": {"workflow_status": "New"}})]
     assert api.get_request("CC33CC", "t", api_id=API_ID)["id"] == "CC33CC"
