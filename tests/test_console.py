@@ -426,7 +426,7 @@ def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(
     ]  # fmt: skip
     assert data["counts"] == {
         "not_submitted": 1, "denied": 1, "fax_failed": 1, "deleted": 1, "failed": 0,
-        "pending_too_long": 0, "approved": 1, "total": 5,
+        "pending_too_long": 0, "approved": 1, "expiring": 0, "total": 5,
     }  # fmt: skip
     by_pa = {i["pa"]["pa_id"]: i["pa"] for i in data["items"] if i["pa"]}
     ok = by_pa[approved]
@@ -779,9 +779,9 @@ def test_a_busy_day_what_is_above_the_fold(make_daemon: Any, page: Any, tmp_path
     page.goto(f"{url}/")
     expect(page.locator("#claims-body tr")).to_have_count(40)
     counts = page.locator("#counts button")
-    expect(counts).to_have_count(8)
+    expect(counts).to_have_count(9)
     expect(counts.first).to_have_text("37 All")
-    for i in range(8):
+    for i in range(9):
         assert _in_view(page, counts.nth(i)), counts.nth(i).inner_text()
     expect(page.locator("#counts [data-filter=denied]")).to_have_text("5 Denied")
     assert _in_view(page, page.get_by_role("heading", name="Needs you"))

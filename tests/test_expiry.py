@@ -298,3 +298,45 @@ def test_the_sandbox_renewal_reaches_a_daemon_and_links_both_ways(make_daemon: A
         assert httpx.post(f"{d.sandbox.url}/sandbox/pas/NOSUCH/renew").status_code == 404
     finally:
         api.close()
+
+
+def test_the_upgrade_reads_the_end_date_of_approvals_kept_before(store: Any) -> None:
+    """m007 fills ``expires_at`` from the period callbacks kept in ``details_json``; the
+    two engines' steps (Python on SQLite, SQL on PostgreSQL) read the same dates."""
+    from pa_bridge.store import now_iso, pas
+    from pa_bridge.store.migrations import backfill_expires_at
+    from pa_bridge.store.pg_migrations import PG_MIGRATIONS
+
+    kept = {
+        "UP28A": "2027-06-15T00:00:00-05:00",
+        "UP28B": "06/15/2027",
+        "UP28C": "6/5/2027",
+        "UP28D": "soon",
+        "UP28E": None,
+    }
+
+    def job(db: Any) -> None:
+        for pa_id, end in kept.items():
+            details = {"drug_name": "X"} if end is None else {"expiration_date": end}
+            state: pas.CallbackState = {
+                "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                "status_time": None, "events_json": "[]", "deleted": 0, "fax_failed": 0,
+                "links_json": "{}", "urls_json": "[]", "details_json": json.dumps(details),
+            }  # fmt: skip
+            pas.insert_from_callback(db, pa_id, state, now=now_iso(), seq=store.next_seq(db))
+        db.conn.execute("UPDATE pas SET expires_at = NULL")  # as before m007
+        if store.dialect == "postgresql":
+            (step,) = [sql for name, sql in PG_MIGRATIONS if name == "m007_reconcile_and_expiry"]
+            db.conn.execute(step[-1])
+        else:
+            backfill_expires_at(db)
+
+    store.write(job)
+    got = {r["id"]: r["expires_at"] for r in store.query("SELECT id, expires_at FROM pas")}
+    assert got == {
+        "UP28A": "2027-06-15",
+        "UP28B": "2027-06-15",
+        "UP28C": "2027-06-05",
+        "UP28D": None,
+        "UP28E": None,
+    }

@@ -195,6 +195,12 @@ def m007_reconcile_and_expiry(db: Database) -> None:
         db.execute(f"ALTER TABLE pas ADD COLUMN {column} TEXT")
     db.execute("CREATE INDEX pas_expires ON pas(expires_at)")
     db.execute("CREATE INDEX pas_renewal_of ON pas(renewal_of)")
+    backfill_expires_at(db)
+
+
+def backfill_expires_at(db: Database) -> None:
+    """``expires_at`` of the PAs approved before m007, from the period their callbacks
+    kept in ``details_json`` (pg_migrations' m007 reads it the same way)."""
     from .expiry import expiry_date  # the same reading as the callbacks' (store/expiry.py)
 
     rows = db.execute(
