@@ -485,3 +485,34 @@ def test_the_command_says_when_reconciliation_is_off(tmp_path: Any, cli: Any) ->
     )
     r = cli("reconcile", "--config", str(config))
     assert r.exit_code == 1 and "reconciliation is off: [reconcile] enabled = false" in r.output
+
+
+def test_a_pass_fetches_the_approval_period_a_callback_lacked(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    """The callbacks came, but without ``authorization_period``: the pass reads it back
+    (the PA was changed within ``recent_days``). Completing a PA is no lost callback:
+    /healthz does not say callbacks_lost."""
+    d = make_daemon(
+        service=service_settings(service),
+        sandbox={"enabled": False},
+        reconcile={"calls_per_minute": 0},
+    )
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        control(service, omit_period=True)
+        pa_id = ph.submit("000000600001")
+        wait_until(lambda: ph.pa(pa_id)["plan_outcome"] == "Favorable", what="approved")
+        assert ph.pa(pa_id)["expires_at"] is None
+        report = d.reconciler.run_pass()
+        assert (report.changed, report.completed, report.changes) == (0, 1, 0)
+        got = ph.pa(pa_id)
+        end = sandbox_pas(service)[pa_id]["authorization_period"]["expiration_date"]
+        assert got["expires_at"] == end[:10]
+        assert got["history"][-1]["source"] == "reconcile"
+        assert "callbacks_lost" not in ph.api.get("/healthz").json()["degraded"]
+        assert d.reconciler.run_pass().completed == 0  # once
+    finally:
+        ph.close()
+        control(service, omit_period=False)

@@ -25,6 +25,7 @@ _OUTCOMES = {
     "changed": "changed: the service had news the callbacks missed; applied as its callback"
     " would have been",
     "unchanged": "unchanged: pa-bridge already had what the service has",
+    "completed": "completed: the service had the approval period or links its callbacks lacked",
     "gone": "gone: the service no longer returns it (no access token left); shown as deleted",
     "back": "back: the service returns it again",
     "unknown_pa": "unknown: pa-bridge holds no PA with that id",
@@ -172,6 +173,8 @@ def _describe(r: dict[str, Any]) -> str:
             f" read in {r.get('calls', 0)} call(s); {r.get('changes', 0)} change(s) found"
             f" ({r.get('changed', 0)} changed, {r.get('gone', 0)} gone, {r.get('back', 0)} back)"
         )
+        if r.get("completed"):
+            line += f"; {r['completed']} completed (approval period or links)"
         unread = (r.get("no_token") or 0) + (r.get("no_api_id") or 0)
         if unread:
             line += f"; {unread} cannot be read (no token or no api_id)"

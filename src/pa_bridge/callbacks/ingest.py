@@ -438,17 +438,23 @@ def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[s
     return merged
 
 
-def _same_state(new: pas.CallbackState, old: pas.CallbackState) -> bool:
-    """Whether merging changed nothing of the PA (JSON columns compared as values;
-    ``details_json`` None is "nothing new")."""
+#: what a PA's status is made of: a difference here is a change a callback carried
+_STATUS_COLS = ("workflow_status", "plan_outcome", "status_time", "deleted", "fax_failed")
+
+
+def _same_state(
+    new: pas.CallbackState, old: pas.CallbackState, cols: tuple[str, ...] = pas.STATE_COLS
+) -> bool:
+    """Whether merging changed nothing of ``cols`` of the PA (JSON columns compared as
+    values; ``details_json`` None is "nothing new")."""
     a, b = cast(dict[str, Any], new), cast(dict[str, Any], old)
-    for key in ("workflow_status", "plan_outcome", "status_time", "deleted", "fax_failed"):
-        if a[key] != b[key]:
-            return False
-    for key in ("events_json", "links_json", "urls_json", "details_json"):
-        if key == "details_json" and a[key] is None:
-            continue
-        if _stored_json(a[key]) != _stored_json(b[key]):
+    for key in cols:
+        if key.endswith("_json"):
+            if (key != "details_json" or a[key] is not None) and _stored_json(
+                a[key]
+            ) != _stored_json(b[key]):
+                return False
+        elif a[key] != b[key]:
             return False
     return True
 
@@ -463,7 +469,9 @@ def _stored_json(text: str | None) -> Any:
 # ---- the commit ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class CallbackResult:
-    outcome: str  # stored, duplicate, dead_letter; reconcile: changed, unchanged, unknown, invalid
+    #: stored, duplicate, dead_letter; reconciliation: changed, completed, unchanged,
+    #: unknown, invalid
+    outcome: str
     pa_id: str | None = None
 
 
@@ -537,8 +545,10 @@ class CallbackService:
         """Apply request objects read back from the service's requests resource
         (reconciliation, issue 28) exactly as their callbacks would have been: the
         same merge, ordering rule and webhook, the history entry's source
-        ``reconcile``; but only where the PA changes (``changed``, else
-        ``unchanged``), and never for a PA we do not hold (``unknown``). One commit
+        ``reconcile``; but only where the PA changes (``changed``: its status or
+        events, what a lost callback carried; ``completed``: only what callbacks may
+        lack, the approval period or links; else ``unchanged``), and never for a PA we
+        do not hold (``unknown``). One commit
         for the lot; raises what kept it from committing (StoreUnavailable). A body
         that is not a request object is ``invalid``, and nothing is kept of it."""
         parsed: list[ParsedCallback | None] = []
@@ -565,9 +575,7 @@ class CallbackService:
                 result, _state = self._merge(
                     db, cb, row, now, seq, source="reconcile", only_if_changed=True
                 )
-                out.append(
-                    result if result.outcome == "unchanged" else CallbackResult("changed", cb.pa_id)
-                )
+                out.append(result)
             return out
 
         if not any(parsed):
@@ -733,8 +741,13 @@ class CallbackService:
             "urls_json": urls_json,
             "details_json": details_json,  # None: keep what the PA has
         }
-        if only_if_changed and row is not None and _same_state(state, row):
-            return CallbackResult("unchanged", cb.pa_id), row
+        outcome = "stored"
+        if only_if_changed and row is not None:
+            if _same_state(state, row):
+                return CallbackResult("unchanged", cb.pa_id), row
+            # only what a callback may lack (the period, links): completed, not missed
+            same = _same_state(state, row, (*_STATUS_COLS, "events_json"))
+            outcome = "completed" if same else "changed"
         # a PA we did not start (or whose submit we have not stored): kept all the same
         record = pas.insert_from_callback if row is None else pas.update_from_callback
         # the store and the NDC only where the PA has none (never over a submit's)
@@ -778,7 +791,7 @@ class CallbackService:
                 "events_json": events_json,
             }
             enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
-        return CallbackResult("stored", cb.pa_id), state
+        return CallbackResult(outcome, cb.pa_id), state
 
 
 # ---- the answers -------------------------------------------------------------------

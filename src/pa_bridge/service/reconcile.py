@@ -113,8 +113,12 @@ class PassReport:
     skipped: bool = False
     candidates: int = 0
     read: int = 0
-    #: PAs the read changed (each applied as its callback would have been)
+    #: PAs whose status or events the read changed: what a lost callback carried
+    #: (each applied as its callback would have been)
     changed: int = 0
+    #: PAs the read only completed (the approval period, links: what a callback may
+    #: lack); applied the same way, but no sign of a lost callback
+    completed: int = 0
     gone: int = 0
     back: int = 0
     unchanged: int = 0
@@ -177,8 +181,9 @@ class Reconciler:
         registry = metrics.registry
         self.changes_found = Counter(
             "pa_bridge_reconcile_changes",
-            "Changes found by reconciliation (missed callbacks), by kind: changed (status,"
-            " events, links or period), gone (no longer returned), back",
+            "Changes found by reconciliation, by kind: changed (status or events: a"
+            " missed callback), gone (no longer returned), back, completed (only the"
+            " approval period or links, which a callback may lack)",
             ["kind"],
             registry=registry,
         )
@@ -369,11 +374,14 @@ class Reconciler:
             returned.add(pa_id)
             bodies.append(json.dumps({"request": obj}).encode())
         report.read += len(returned)
-        before = report.changes
+        before = report.changes + report.completed
         for result in self.callbacks.reconcile_many(bodies) if bodies else []:
             if result.outcome == "changed":
                 report.changed += 1
                 self.changes_found.labels("changed").inc()
+            elif result.outcome == "completed":
+                report.completed += 1
+                self.changes_found.labels("completed").inc()
             elif result.outcome == "unchanged":
                 report.unchanged += 1
         missing = [pa_id for pa_id in ours if pa_id not in returned and not ours[pa_id]["gone_at"]]
@@ -384,7 +392,7 @@ class Reconciler:
             report.back += came_back
             self.changes_found.labels("gone").inc(gone)
             self.changes_found.labels("back").inc(came_back)
-        if report.changes > before and self.on_change is not None:
+        if (report.changes + report.completed) > before and self.on_change is not None:
             self.on_change()  # the queue's wake-up: webhooks were queued
 
     def _mark(self, db: Database, missing: list[str], back: list[str]) -> tuple[int, int]:
@@ -447,6 +455,7 @@ class Reconciler:
             candidates=report.candidates,
             read=report.read,
             changed=report.changed,
+            completed=report.completed,
             gone=report.gone,
             back=report.back,
             no_token=report.no_token,
@@ -503,8 +512,10 @@ class Reconciler:
             report.outcome = "changed"
         elif report.back:
             report.outcome = "back"
+        elif report.changes > before:
+            report.outcome = "changed"
         else:
-            report.outcome = "changed" if report.changes > before else "unchanged"
+            report.outcome = "completed" if report.completed else "unchanged"
         report.finished_at = now_iso(self.clock())
         return report
 
