@@ -516,3 +516,36 @@ def test_a_pass_fetches_the_approval_period_a_callback_lacked(
     finally:
         ph.close()
         control(service, omit_period=False)
+
+
+def test_a_pass_cut_short_by_a_stop_is_not_reported_and_the_next_is_due(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    d = make_daemon(
+        service=service_settings(service),
+        sandbox={"enabled": False},
+        reconcile={"calls_per_minute": 1, "batch_size": 1},  # a minute between calls
+    )
+    ph = Pharmacy(d, service)
+    try:
+        ph.submit("000000700001")
+        ph.submit("000000700002")
+
+        def searches() -> int:
+            calls = httpx.get(f"{service.url}/sandbox/calls").json()["calls"]
+            return sum(c["interface"] == "requests.search_requests" for c in calls)
+
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(d.reconciler.run_pass()))
+        worker.start()
+        wait_until(lambda: searches() == 1, what="the first call")  # then it waits a minute
+        d.reconciler.stop()  # what the daemon's stop does
+        worker.join(20)
+        assert not worker.is_alive() and done[0].errors == ["stopped"]
+        assert searches() == 1
+        health = ph.api.get("/healthz").json()
+        assert health["reconcile"]["last_pass_complete"] is None  # nothing reported
+        assert "reconcile_incomplete" not in health["degraded"]
+        assert d.reconciler._due(d.store.reader())  # the fleet's next pass is due
+    finally:
+        ph.close()

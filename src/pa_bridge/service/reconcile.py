@@ -25,6 +25,7 @@ runs it. A summary of each pass is kept in ``meta`` (``reconcile.last_pass``, an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -290,9 +291,13 @@ class Reconciler:
                 after = page[-1]["id"]
                 report.candidates += len(page)
                 complete = self._read_page(page, report) and complete
-        except _Stopped:
-            complete = False
+        except _Stopped:  # the daemon is stopping: not a pass to report, and the
+            # fleet's next one is due at once (after the next start's delay)
             report.errors.append("stopped")
+            with contextlib.suppress(Exception):
+                self.store.write(lambda db: meta.delete(db, LAST_STARTED))
+            log_event("reconcile.stopped", candidates=report.candidates, read=report.read)
+            return
         except StoreUnavailable as e:
             complete = False
             report.errors.append(f"database: {e}")
