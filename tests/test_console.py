@@ -16,7 +16,7 @@ import pytest
 
 from pa_bridge import worklist
 from tests import builders as b
-from tests.support import wait_until
+from tests.support import NO_SERVICE, wait_until
 
 TOKEN = "console-test-token-1"
 PHI = (b.PATIENT_FIRST, b.PATIENT_LAST, b.PATIENT_DOB, b.CARDHOLDER_ID)
@@ -426,7 +426,7 @@ def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(
     ]  # fmt: skip
     assert data["counts"] == {
         "not_submitted": 1, "denied": 1, "fax_failed": 1, "deleted": 1, "failed": 0,
-        "pending_too_long": 0, "approved": 1, "total": 5,
+        "pending_too_long": 0, "approved": 1, "expiring": 0, "total": 5,
     }  # fmt: skip
     by_pa = {i["pa"]["pa_id"]: i["pa"] for i in data["items"] if i["pa"]}
     ok = by_pa[approved]
@@ -779,9 +779,9 @@ def test_a_busy_day_what_is_above_the_fold(make_daemon: Any, page: Any, tmp_path
     page.goto(f"{url}/")
     expect(page.locator("#claims-body tr")).to_have_count(40)
     counts = page.locator("#counts button")
-    expect(counts).to_have_count(8)
+    expect(counts).to_have_count(9)
     expect(counts.first).to_have_text("37 All")
-    for i in range(8):
+    for i in range(9):
         assert _in_view(page, counts.nth(i)), counts.nth(i).inner_text()
     expect(page.locator("#counts [data-filter=denied]")).to_have_text("5 Denied")
     assert _in_view(page, page.get_by_role("heading", name="Needs you"))
@@ -943,3 +943,37 @@ def test_a_chains_console_picks_one_pharmacy_and_submits_with_its_credentials(
     page.reload()  # the choice stays with the address
     expect(select).to_have_value("2222222")
     expect(claims).to_have_count(1)
+
+
+def test_an_expiring_approval_and_its_renewal_on_the_page(
+    make_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    """Issue 28: "Expiring soon" with the days left and what to do; the renewal PA and
+    the PA it renews link to each other's page, and the renewal closes the entry."""
+    import datetime as dt
+
+    from playwright.sync_api import expect
+
+    d = make_daemon(sandbox={"enabled": False}, service=NO_SERVICE)
+    url = d.intake_server.url
+    end = (dt.date.today() + dt.timedelta(days=10)).isoformat()
+    _callback(d, {"id": "EXPG01", "workflow_status": "PA Response", "plan_outcome": "Favorable",
+                  "authorization_period": {"expiration_date": end}})  # fmt: skip
+    page.goto(f"{url}/")
+    item = page.locator('#groups .group[data-group=expiring] li[data-key="pa:EXPG01"]')
+    expect(item).to_contain_text("Approval ends soon")
+    expect(item).to_contain_text("The approval ends in 10 days.")
+    expect(item).to_contain_text("renewal PA")
+    expect(page.locator("#counts [data-filter=expiring]")).to_have_text("1 Expiring soon")
+    _shot(page, tmp_path, "worklist-expiring.png")
+
+    _callback(d, {"id": "EXPG02", "workflow_status": "New", "is_renewal": "true",
+                  "associated_requests": {"request_being_renewed": {"id": "EXPG01"}}})  # fmt: skip
+    expect(item).to_have_count(0)  # the renewal closed the entry
+    page.goto(f"{url}/console/pa/EXPG02")
+    expect(page.locator("#pa-renewal")).to_contain_text("Renews PA EXPG01")
+    page.locator("#renewal-of").click()
+    expect(page).to_have_url(f"{url}/console/pa/EXPG01")
+    expect(page.locator("#pa-renewal")).to_contain_text("Renewed by PA EXPG02")
+    expect(page.locator("#renewed-by")).to_have_attribute("href", "/console/pa/EXPG02")
+    _shot(page, tmp_path, "pa-page-renewed.png", full_page=True)

@@ -347,7 +347,7 @@ def test_the_document_types_statuses_events_and_declares_401_413() -> None:
     assert event["properties"]["type"]["anyOf"][0]["enum"][0] == "DELETE"
     assert event["required"] == ["type", "time"]
     entry = doc["components"]["schemas"]["HistoryEntry"]["properties"]
-    assert entry["source"]["enum"] == ["submit", "callback", "reversal"]
+    assert entry["source"]["enum"] == ["submit", "callback", "reversal", "reconcile", "expiring"]
     assert entry["workflow_status"] == pa["workflow_status"]
     for path, item in doc["paths"].items():
         for method, op in item.items():

@@ -15,16 +15,18 @@ from typing import Any
 
 from flask import Flask
 
-from .client import PaServiceClient
+from .callbacks.ingest import CallbackService
+from .client import PaServiceClient, RequestsResource
 from .config import Settings
 from .metrics import Metrics
 from .outbox import Outbox
 from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
 from .service.pharmacies import Pharmacies
+from .service.reconcile import Reconciler
 from .store import Store
 from .web.intake import create_intake_app
 
-__all__ = ["build_services", "create_app", "make_client"]
+__all__ = ["build_services", "create_app", "make_client", "make_reconciler"]
 
 
 def build_services(
@@ -102,6 +104,49 @@ def make_client(settings: Settings, sandbox_url: str | None = None) -> PaService
         timeout_s=s.service.timeout_seconds,
         verify=s.service.verify,
         claim_framing=s.service.claim_framing,
+    )
+
+
+def make_reconciler(
+    settings: Settings,
+    store: Store,
+    callbacks: CallbackService,
+    *,
+    metrics: Metrics,
+    sandbox_url: str | None = None,
+    clock: Callable[[], float] = time.time,
+    on_change: Callable[[], None] | None = None,
+) -> Reconciler:
+    """Reconciliation (issue 28) on the callbacks' apply path: reading from
+    ``service.api_url`` with ``service.api_id`` (or each store's), or from the sandbox
+    at ``sandbox_url`` with its published api_id; off (and saying why) without them."""
+    off = settings.reconcile_off()
+    requests: RequestsResource | None = None
+    api_id: str | None = None
+    if off is None and sandbox_url is not None:
+        from .sandbox import SANDBOX_API_ID
+
+        requests = RequestsResource(sandbox_url, timeout_s=settings.service.timeout_seconds)
+        api_id = SANDBOX_API_ID
+    elif off is None and settings.service.api_url:
+        requests = RequestsResource(
+            settings.service.api_url,
+            timeout_s=settings.service.timeout_seconds,
+            verify=settings.service.verify,
+        )
+        api_id = settings.service.api_id
+    elif off is None:
+        off = "the sandbox is not running"
+    return Reconciler(
+        settings,
+        store,
+        requests,
+        callbacks,
+        metrics=metrics,
+        default_api_id=api_id,
+        off=off,
+        clock=clock,
+        on_change=on_change,
     )
 
 

@@ -7,6 +7,7 @@ import click
 from . import __version__
 from .cli_claim import claim
 from .cli_daemon import backup, doctor, queue, restore, serve
+from .cli_reconcile import reconcile
 from .sandbox.cli import sandbox
 
 
@@ -23,3 +24,4 @@ main.add_command(queue)
 main.add_command(doctor)
 main.add_command(backup)
 main.add_command(restore)
+main.add_command(reconcile)

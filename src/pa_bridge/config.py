@@ -115,6 +115,10 @@ class ServiceSettings(_Section):
     probe_seconds: float = Field(default=300.0, ge=0)
     #: how claims go on the wire: STX ... ETX (as every reference claim) or bare
     claim_framing: Literal["stx_etx", "none"] = "stx_etx"
+    #: the requests resource (``GET /requests/{id}``, ``POST /requests/search``): its
+    #: base address and the developer account's api_id (reconciliation, issue 28)
+    api_url: str | None = None
+    api_id: str | None = None
 
     def configured(self) -> bool:
         return any(
@@ -224,6 +228,9 @@ class PharmacySettings(_Section):
     password_file: Path | None = None
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
+    #: the store's own developer account for the requests resource, when it differs
+    #: from ``service.api_id`` (reconciliation reads its PAs with it)
+    api_id: str | None = None
 
     @field_validator("provider_id")
     @classmethod
@@ -232,6 +239,32 @@ class PharmacySettings(_Section):
         if not v or len(v) > 15 or not v.isprintable():
             raise ValueError("must be the store's 201-B1 service provider id (NPI or NCPDP id)")
         return v
+
+
+class ReconcileSettings(_Section):
+    """``[reconcile]``: read open PAs back from the service's requests resource and
+    apply what the callbacks missed (issue 28, decision 0031). Off without an api_id."""
+
+    enabled: bool = True
+    #: one pass over the PAs every this many minutes, for the whole fleet
+    interval_minutes: float = Field(default=60.0, ge=1, le=7 * 24 * 60)
+    #: PAs changed within this many days are read too, whatever their state
+    recent_days: int = Field(default=7, ge=0, le=365)
+    #: tokens per POST /requests/search (the service neither filters nor pages)
+    batch_size: int = Field(default=50, ge=1, le=500)
+    #: at most this many calls to the requests resource a minute (0: no pause)
+    calls_per_minute: int = Field(default=30, ge=0, le=6000)
+
+
+class WorklistSettings(_Section):
+    """``[worklist]``: what the console's "Needs you" shows beyond the statuses."""
+
+    #: an approval ending within this many days is "Expiring soon" (and announced once
+    #: by a ``pa.expiring`` webhook and feed entry)
+    expiring_days: int = Field(default=21, ge=1, le=365)
+    #: an "Expiring soon" entry acknowledged earlier comes back this many days before
+    #: the approval ends
+    expiring_reminder_days: int = Field(default=7, ge=0, le=365)
 
 
 class OutcomesSettings(_Section):
@@ -289,6 +322,8 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    worklist: WorklistSettings = Field(default_factory=WorklistSettings)
     #: a chain's stores; empty for a single store (its credentials are in [service])
     pharmacies: list[PharmacySettings] = Field(default_factory=list)
 
@@ -325,6 +360,27 @@ class Settings(BaseSettings):
         if self.pharmacies and not self.service.username:
             return self.credentials(self.pharmacies[0])
         return self.credentials(self.service)
+
+    def api_id_for(self, provider_id: str | None) -> str | None:
+        """The api_id that reads a PA of the store ``provider_id`` from the requests
+        resource: its ``[[pharmacies]]`` entry's, else ``service.api_id``."""
+        for p in self.pharmacies:
+            if provider_id is not None and p.provider_id == provider_id.strip() and p.api_id:
+                return p.api_id
+        return self.service.api_id or None
+
+    def reconcile_off(self) -> str | None:
+        """Why reconciliation is off (None: it is on). Without the sandbox it needs
+        ``service.api_url`` and an api_id (``service.api_id``, or a store's)."""
+        if not self.reconcile.enabled:
+            return "[reconcile] enabled = false"
+        if self.sandbox_enabled:
+            return None
+        if not self.service.api_id and not any(p.api_id for p in self.pharmacies):
+            return "no service.api_id (nor a [[pharmacies]] api_id)"
+        if not self.service.api_url:
+            return "no service.api_url (the requests resource's address)"
+        return None
 
     def intake_tokens(self) -> list[str]:
         """The tokens for every pharmacy (``[intake] tokens``)."""
@@ -649,6 +705,12 @@ def _check(s: Settings, problems: list[str], unreadable: Collection[str] = ()) -
         problems.append("callbacks.username / callbacks.password: give both or neither")
     if s.storage.metadata_retention_days < s.storage.retention_days:
         problems.append("storage.metadata_retention_days: must be at least storage.retention_days")
+    if s.worklist.expiring_reminder_days >= s.worklist.expiring_days:
+        problems.append("worklist.expiring_reminder_days: must be less than worklist.expiring_days")
+    if s.service.api_url:
+        parts = urlsplit(s.service.api_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append("service.api_url: must be an http(s) URL (the requests resource)")
 
 
 def _format_env_error(e: SettingsError) -> list[str]:

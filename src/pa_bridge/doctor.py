@@ -936,6 +936,52 @@ def check_forward_url(s: Settings) -> list[Check]:
     return [ok(name, f"{shown} answers (HTTP {r.status_code} to a HEAD)")]
 
 
+# ---- reconciliation (issue 28) ----------------------------------------------------------
+def check_reconcile(s: Settings) -> list[Check]:
+    """Whether reconciliation is on (it needs an api_id), and what its last complete
+    pass found: changes mean callbacks are being lost."""
+    from .service.reconcile import summary
+    from .store import StoreError
+
+    off = s.reconcile_off()
+    if off is not None:
+        return [warn("reconciliation", f"off: {off}; callbacks the service fails to"
+                     " deliver are never found", "set service.api_id and service.api_url"
+                     " (the requests resource) from the service's developer account")]  # fmt: skip
+    every = f"every {s.reconcile.interval_minutes:g} min"
+    out = [ok("reconciliation", f"on ({'the sandbox' if s.sandbox_enabled else s.service.api_url},"
+              f" {every})")]  # fmt: skip
+    url = s.storage.database_url()
+    try:
+        if url is not None:
+            db: Any = files.open_url(url)
+        elif Path(s.storage.path).is_file():
+            db = files.open_database(s.storage.path)
+        else:
+            return out
+    except (StoreError, DatabaseError, OSError):
+        return out  # the database check says why
+    try:
+        _, last = summary(db)
+    except Exception:  # an older schema, a lacking privilege: the database checks say
+        last = None
+    finally:
+        db.conn.close()
+    if last is None:
+        out.append(ok("reconciliation pass", "no complete pass yet"))
+    elif last.get("changes"):
+        out.append(warn("reconciliation pass", f"the last complete pass ({last.get('finished_at')})"
+                        f" found {last['changes']} change(s) the callbacks had missed:"
+                        " callbacks are being lost", "check that the service reaches"
+                        " callbacks.listen (its certificate, the firewall, the URL registered"
+                        " with the service); /healthz says callbacks_lost until a pass finds"
+                        " none"))  # fmt: skip
+    else:
+        out.append(ok("reconciliation pass", f"{last.get('finished_at')}: {last.get('read')}"
+                      " PAs read, no change the callbacks had missed"))  # fmt: skip
+    return out
+
+
 # ---- all ------------------------------------------------------------------------------
 def run_checks(config_path: str | None, *, now: float | None = None) -> list[Check]:
     t = time.time() if now is None else now
@@ -955,4 +1001,5 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
     checks += check_listeners(settings)
     checks += check_service(settings)
     checks += check_forward_url(settings)
+    checks += check_reconcile(settings)
     return checks

@@ -35,6 +35,7 @@ ATTENTION_ORDER = (
     "failed",
     "pending_too_long",
     "approved",
+    "expiring",
 )
 ATTENTION_TITLES = {
     "not_submitted": "Rejected for PA, not submitted",
@@ -44,6 +45,7 @@ ATTENTION_TITLES = {
     "failed": "Failed or expired at the service",
     "pending_too_long": "Waiting too long",
     "approved": "Approved or not required: not yet acknowledged",
+    "expiring": "Expiring soon",
 }
 
 _APPROVED = Guide(

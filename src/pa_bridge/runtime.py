@@ -18,7 +18,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .app import build_services, make_client
+from .app import build_services, make_client, make_reconciler
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
@@ -28,6 +28,9 @@ from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
+from .service.expiry import ExpiryWatch
+from .service.reconcile import Reconciler
+from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
@@ -40,6 +43,10 @@ __all__ = [
     "check_database_path",
 ]
 
+
+#: how often the scheduler asks whether a reconciliation pass is due, and answers
+#: `pa-bridge reconcile` commands waiting for it (the pass itself: reconcile.interval_minutes)
+RECONCILE_TICK_S = 5
 
 #: Descriptors the daemon asks for (its soft limit, raised up to the hard one): each
 #: open connection holds one, and the listeners serve many slow or idle ones at once
@@ -142,6 +149,8 @@ class Daemon:
         self.callback_service: CallbackService | None = None
         self.intake_app: Any = None
         self._reload_lock = threading.Lock()
+        self.reconciler: Reconciler | None = None
+        self.expiry: ExpiryWatch | None = None
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -190,6 +199,19 @@ class Daemon:
         metrics.watch_service(self.service_health)
         # what was held for our configuration is tried again: it may have changed
         self.bridge.outbox.release(Hold.CONFIGURATION)
+        # issue 28: missed callbacks read back, and approvals about to lapse
+        self.reconciler = make_reconciler(
+            s,
+            self.store,
+            service,
+            metrics=metrics,
+            sandbox_url=self.sandbox.url if self.sandbox is not None else None,
+            clock=self.clock,
+            on_change=outbox.wake,
+        )
+        self.expiry = ExpiryWatch(
+            s, self.store, forward=service.forward, clock=self.clock, on_change=outbox.wake
+        )
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
@@ -284,6 +306,26 @@ class Daemon:
         except ImportError:  # pragma: no cover - during development only
             return
         schedule_maintenance(scheduler, self.store, self.settings, clock=self.clock)
+        if self.reconciler is not None and self.expiry is not None:
+            soon = datetime.now(UTC) + timedelta(seconds=RECONCILE_TICK_S)
+            scheduler.add_job(
+                self.reconciler.tick,
+                "interval",
+                seconds=RECONCILE_TICK_S,
+                id="reconcile-tick",
+                next_run_time=soon,
+            )
+            scheduler.add_job(
+                self._expiry_scan, "interval", seconds=60, id="expiry-scan", next_run_time=soon
+            )
+
+    def _expiry_scan(self) -> None:
+        """Announce approvals entering the expiring window; never raises."""
+        try:
+            if self.expiry is not None:
+                self.expiry.scan()
+        except Exception as e:
+            log_event("expiry.scan_failed", level=logging.ERROR, error=type(e).__name__)
 
     # ---- systemd ------------------------------------------------------------------
     def _notify(self, message: str) -> None:
@@ -369,6 +411,9 @@ class Daemon:
                 degraded.append("queue_held_for_configuration")
             if counts.get(Status.FAILED):
                 degraded.append("queue_failed")
+        if problem is None and self.reconciler is not None:  # issue 28
+            out["reconcile"], reasons = reconcile_health(self.store.reader(), self.reconciler.off)  # type: ignore[union-attr]
+            degraded += reasons
         out["degraded"] = degraded
         return out
 
@@ -502,12 +547,16 @@ class Daemon:
                 srv.stop()
         if self.callback_receiver is not None:
             self.callback_receiver.unauthorized_log.flush()
+        if self.reconciler is not None:
+            self.reconciler.stop()  # a pass in progress ends at its next call
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.bridge is not None:
             self.bridge.close()
         if self.client is not None:
             self.client.close()
+        if self.reconciler is not None:
+            self.reconciler.close()
         if self.sandbox is not None:
             self.sandbox.stop()
         if self.store is not None:

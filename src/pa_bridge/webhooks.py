@@ -49,6 +49,8 @@ SIGNATURE_HEADER = "PA-Bridge-Signature"
 DELIVERY_HEADER = "PA-Bridge-Delivery"
 EVENT_HEADER = "PA-Bridge-Event"
 EVENT = "pa.changed"
+#: an approval entered the expiring window (issue 28): once per PA and end date
+EXPIRING = "pa.expiring"
 #: how old a signature's timestamp :func:`verify` accepts by default
 TOLERANCE_S = 300
 
@@ -86,17 +88,24 @@ def change_payload(
     received_at: str,
     change: Mapping[str, Any],
     state: Mapping[str, Any],
+    *,
+    event: str = EVENT,
 ) -> dict[str, Any]:
     """The queue item of one change: ``change`` (what the callback said: status,
-    outcome, event time, its events) and ``state`` (the PA right after it: status,
-    outcome, deleted, fax_failed, events_json)."""
-    return {
+    outcome, event time, its events; ``source`` when it was not a callback) and
+    ``state`` (the PA right after it: status, outcome, deleted, fax_failed,
+    events_json; ``gone`` and ``expiring`` when they are true). ``event``:
+    ``pa.changed``, or ``pa.expiring``."""
+    item = {
         "pa_id": pa_id,
         "change_seq": seq,
         "received_at": received_at,
         "change": dict(change),
         "state": dict(state),
     }
+    if event != EVENT:
+        item["event"] = event
+    return item
 
 
 def body_for(payload: Mapping[str, Any], pa_now: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,11 +122,13 @@ def body_for(payload: Mapping[str, Any], pa_now: Mapping[str, Any]) -> dict[str,
             events = json.loads(state.get("events_json") or "[]")
         except ValueError:
             events = []
+        gone = bool(state.get("gone", pa.get("gone")))
         pa.update(
             workflow_status=state.get("workflow_status"),
             status=state.get("workflow_status"),
             plan_outcome=state.get("plan_outcome"),
-            deleted=bool(state.get("deleted")),
+            deleted=bool(state.get("deleted")) or gone,
+            gone=gone,
             fax_failed=bool(state.get("fax_failed")),
             events=events,
             updated_at=payload.get("received_at") or pa.get("updated_at"),
@@ -129,9 +140,11 @@ def body_for(payload: Mapping[str, Any], pa_now: Mapping[str, Any]) -> dict[str,
             "source": "callback",
             **(dict(raw) if isinstance(raw, Mapping) else {}),
         }
+        if state.get("expiring"):
+            pa["expiring"] = True
     return {
         "delivery_id": f"{pa['pa_id']}@{seq}",
-        "event": EVENT,
+        "event": str(payload.get("event") or EVENT),
         "pa_id": pa["pa_id"],
         "cursor": seq,
         "change": change,
@@ -163,7 +176,7 @@ class WebhookSender:
             "Content-Type": "application/json",
             "User-Agent": f"pa-bridge/{__version__}",
             DELIVERY_HEADER: body["delivery_id"],
-            EVENT_HEADER: EVENT,
+            EVENT_HEADER: body["event"],
         }
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = sign(self._secret, raw, int(time.time()))

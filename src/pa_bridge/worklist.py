@@ -19,9 +19,10 @@ from .pa_guide import ATTENTION_ORDER, ATTENTION_TITLES, guide, guide_table
 from .service import Services
 from .service.decisions import claim_key
 from .service.errors import BridgeError
+from .service.expiry import EXPIRING_GUIDE, days_left, is_expiring, reminder_due, window
 from .service.pas import pa_json
 from .service.pharmacies import Scope, in_scope
-from .store import StoreUnavailable, exchanges, now_iso
+from .store import StoreUnavailable, exchanges, expiry, now_iso
 from .store import console as console_store
 from .store import pas as pa_rows
 
@@ -120,17 +121,37 @@ def _details(row: Mapping[str, Any]) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
+def _deleted(row: Mapping[str, Any]) -> bool:
+    """A DELETE event, or the service no longer returns the PA (issue 28)."""
+    return bool(row["deleted"]) or row.get("gone_at") is not None
+
+
 def attention_of(
-    row: Mapping[str, Any], now: float, pending_hours: float, cutoff: str | None = None
+    row: Mapping[str, Any],
+    now: float,
+    pending_hours: float,
+    cutoff: str | None = None,
+    *,
+    expiring_days: int | None = None,
 ) -> str | None:
     """The worklist group a PA belongs in as it is now, or None (nothing to do).
-    ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it."""
+    ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it;
+    ``expiring_days``: ``[worklist] expiring_days``, for "Expiring soon" (an approval
+    ending within it, with no renewal, comes before "approved")."""
     g = guide(
         row["workflow_status"],
         row["plan_outcome"],
-        deleted=bool(row["deleted"]),
+        deleted=_deleted(row),
         fax_failed=bool(row["fax_failed"]),
     )
+    if g.attention in (None, "approved") and expiring_days is not None and row.get("expires_at"):
+        if is_expiring(row, now, expiring_days):
+            return "expiring"
+        left = days_left(row, now)
+        if g.attention == "approved" and (
+            row.get("renewed_by") or (left is not None and left < -expiring_days)
+        ):
+            return None  # a renewal took over, or the approval is long over
     if g.attention is not None:
         return g.attention
     if (
@@ -148,15 +169,23 @@ def _pa_summary(
     now: float | None = None,
     pending_hours: float | None = None,
     cutoff: str | None = None,
+    expiring_days: int | None = None,
 ) -> dict[str, Any]:
     pa = pa_json(row)
     out = {k: pa[k] for k in _CONSOLE_PA_FIELDS}
     g = guide(
         row["workflow_status"],
         row["plan_outcome"],
-        deleted=bool(row["deleted"]),
+        deleted=_deleted(row),
         fax_failed=bool(row["fax_failed"]),
     )
+    attention = (
+        None
+        if now is None or pending_hours is None
+        else attention_of(row, now, pending_hours, cutoff, expiring_days=expiring_days)
+    )
+    if attention == "expiring":
+        g = EXPIRING_GUIDE
     d = _details(row)
     out.update(
         {
@@ -164,9 +193,13 @@ def _pa_summary(
             "meaning": g.meaning,
             "next_step": g.next_step,
             "tone": g.tone,
-            "attention": None
-            if now is None or pending_hours is None
-            else attention_of(row, now, pending_hours, cutoff),
+            "attention": attention,
+            # issue 28: the approval's last day, days left, the renewal links, gone
+            "expires_at": row.get("expires_at"),
+            "days_left": None if now is None else days_left(row, now),
+            "renewal_of": row.get("renewal_of"),
+            "renewed_by": row.get("renewed_by"),
+            "gone": pa["gone"],
             "drug_name": " ".join(x for x in (d.get("drug_name"), d.get("drug_strength")) if x)
             or None,
             "expiration_date": d.get("expiration_date"),
@@ -188,6 +221,7 @@ def claims_today(
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    days = bridge.settings.worklist.expiring_days
     bridge.store.flush()  # the answers' records may be deferred (decision 0025)
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
@@ -195,11 +229,11 @@ def claims_today(
         return []
     pas: dict[tuple[str | None, int], dict[str, Any]] = {}
     for p in pa_rows.for_claims(reader, [r["id"] for r in rows]):
-        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours)
+        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours, None, days)
     keys = {r["id"]: claim_keys(r["id"], r["request_raw"]) for r in rows}
     wanted = sorted({k for ks in keys.values() for k in ks})
     by_key = {
-        k: _pa_summary(p, t_now, hours)
+        k: _pa_summary(p, t_now, hours, None, days)
         for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
     }
     default_label = bridge.settings.intake.default_button_label
@@ -267,8 +301,9 @@ def pas_today(
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    days = bridge.settings.worklist.expiring_days
     rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS, pharmacies)
-    return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
+    return [_with_line(bridge, r, _pa_summary(r, t_now, hours, None, days)) for r in rows]
 
 
 #: At most this many worklist items in one answer (the counts still count them all).
@@ -298,20 +333,34 @@ def _needs_action(
     pharmacies: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     hours = bridge.settings.intake.pending_alert_hours
+    wl = bridge.settings.worklist
     cutoff = now_iso(t_now - hours * 3600)
     # (attention, since, claim entry or PA row) for everything that needs the pharmacist
     found: list[tuple[str, str, dict[str, Any] | None, Mapping[str, Any] | None]] = [
         ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
     ]
     horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
-    rows = console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
-    flagged = [(r, a) for r in rows if (a := attention_of(r, t_now, hours, cutoff)) is not None]
+    rows: list[Mapping[str, Any]] = list(
+        console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
+    )
+    # approvals about to lapse, however long ago they last changed (issue 28)
+    seen = {r["id"] for r in rows}
+    rows += [
+        r
+        for r in expiry.in_window(bridge.store.reader(), *window(t_now, wl.expiring_days), MAX_ROWS)
+        if r["id"] not in seen and (pharmacies is None or r["provider_id"] in pharmacies)
+    ]
+    flagged = [
+        (r, a)
+        for r in rows
+        if (a := attention_of(r, t_now, hours, cutoff, expiring_days=wl.expiring_days)) is not None
+    ]
     acks = console_store.latest_acknowledgements(
         bridge.store.reader(), [r["id"] for r, _ in flagged]
     )
     for r, a in flagged:
         ack = acks.get(r["id"])
-        if ack is None or ack["attention"] != a:
+        if ack is None or not _ack_holds(ack, a, r, t_now, wl.expiring_reminder_days):
             found.append((a, r["updated_at"] or "", None, r))
     counts = {a: 0 for a in ATTENTION_ORDER}
     for a, *_ in found:
@@ -328,7 +377,7 @@ def _needs_action(
     for attention, since, claim, row in found:
         pa = None
         if row is not None:
-            pa = _pa_summary(row, t_now, hours, cutoff)
+            pa = _pa_summary(row, t_now, hours, cutoff, wl.expiring_days)
             pa = _with_line(bridge, {**row, "request_raw": raws.get(row["claim_id"])}, pa)
             pa["acknowledged"] = acks.get(row["id"])
         key = "claim:" + claim["key"] if claim is not None else "pa:" + (pa or {})["pa_id"]
@@ -336,6 +385,16 @@ def _needs_action(
             {"attention": attention, "key": key, "since": since or None, "claim": claim, "pa": pa}
         )
     return items, counts
+
+
+def _ack_holds(
+    ack: Mapping[str, Any], attention: str, row: Mapping[str, Any], now: float, reminder_days: int
+) -> bool:
+    """Whether an acknowledgement still keeps the PA off the worklist: it was for the
+    same reason, and (for "Expiring soon") not made before the reminder's time."""
+    if ack["attention"] != attention:
+        return False
+    return not (attention == "expiring" and reminder_due(row, now, reminder_days, ack["at"]))
 
 
 def worklist(
@@ -387,12 +446,20 @@ def pa_page(
     bridge.store.flush()  # the claim's answer may be deferred (decision 0025)
     row = bridge.pas.get_pa_row(pa_id)
     assert row is not None
-    pa = _pa_summary(row, t, hours)
+    wl = bridge.settings.worklist
+    pa = _pa_summary(row, t, hours, None, wl.expiring_days)
     pa["links"] = full["links"]
     pa["urls"] = full["urls"]
     pa["link_pending"] = full["link_pending"]
     acks = console_store.acknowledgements(bridge.store.reader(), pa_id)
-    pa["acknowledged"] = acks[-1] if acks else None
+    last = acks[-1] if acks else None
+    if (
+        last is not None
+        and pa["attention"] is not None
+        and not _ack_holds(last, pa["attention"], row, t, wl.expiring_reminder_days)
+    ):
+        last = None  # back on the worklist: the earlier acknowledgement no longer holds
+    pa["acknowledged"] = last
     claim: dict[str, Any] | None = None
     if row["claim_id"]:
         c = console_store.claim(bridge.store.reader(), row["claim_id"])
@@ -440,7 +507,12 @@ def acknowledge(
     row = bridge.pas.get_pa_row(pa_id)
     if row is None or not in_scope(scope, row["provider_id"]):
         raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
-    attention = attention_of(row, t, bridge.settings.intake.pending_alert_hours)
+    attention = attention_of(
+        row,
+        t,
+        bridge.settings.intake.pending_alert_hours,
+        expiring_days=bridge.settings.worklist.expiring_days,
+    )
     try:
         at, cursor = now_iso(t), str(row["change_seq"])
         ack = bridge.store.write(

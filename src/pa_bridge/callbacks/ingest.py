@@ -40,12 +40,12 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..logs import log_event
 from ..metrics import Metrics
-from ..store import Database, Kind, Store, StoreUnavailable, now_iso, pa_history, pas
+from ..store import Database, Kind, Store, StoreUnavailable, expiry, now_iso, pa_history, pas
 from ..store import callbacks as kept
 from ..store.outbox import enqueue
 from ..webhooks import change_payload
@@ -220,6 +220,29 @@ def _details(req: dict[str, Any]) -> dict[str, Any]:
     epa = _text(req.get("is_epa"))
     if epa in ("true", "false"):
         out["is_epa"] = epa == "true"
+    out.update(_renewal(req))
+    return out
+
+
+def _renewal(req: dict[str, Any]) -> dict[str, Any]:
+    """``is_renewal``, the PA this one renews (``associated_requests``'
+    ``request_being_renewed``) and its renewals' ids, when the body says (issue 28)."""
+    out: dict[str, Any] = {}
+    flag = (_text(req.get("is_renewal")) or "").lower()
+    if flag in ("true", "1", "false", "0"):
+        out["is_renewal"] = flag in ("true", "1")
+    assoc = req.get("associated_requests")
+    if not isinstance(assoc, dict):
+        return out
+    being = assoc.get("request_being_renewed")
+    of = _text(being.get("id")) if isinstance(being, dict) else None
+    if of:
+        out["renewal_of"] = of[:64]
+    renewals = assoc.get("renewals")
+    if isinstance(renewals, list):
+        ids = [i[:64] for r in renewals if isinstance(r, dict) and (i := _text(r.get("id")))]
+        if ids:
+            out["renewals"] = ids[:20]
     return out
 
 
@@ -415,10 +438,40 @@ def merge_events(old_json: str | None, new: list[dict[str, Any]]) -> list[dict[s
     return merged
 
 
+#: what a PA's status is made of: a difference here is a change a callback carried
+_STATUS_COLS = ("workflow_status", "plan_outcome", "status_time", "deleted", "fax_failed")
+
+
+def _same_state(
+    new: pas.CallbackState, old: pas.CallbackState, cols: tuple[str, ...] = pas.STATE_COLS
+) -> bool:
+    """Whether merging changed nothing of ``cols`` of the PA (JSON columns compared as
+    values; ``details_json`` None is "nothing new")."""
+    a, b = cast(dict[str, Any], new), cast(dict[str, Any], old)
+    for key in cols:
+        if key.endswith("_json"):
+            if (key != "details_json" or a[key] is not None) and _stored_json(
+                a[key]
+            ) != _stored_json(b[key]):
+                return False
+        elif a[key] != b[key]:
+            return False
+    return True
+
+
+def _stored_json(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
+
+
 # ---- the commit ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class CallbackResult:
-    outcome: str  # stored, duplicate, dead_letter
+    #: stored, duplicate, dead_letter; reconciliation: changed, completed, unchanged,
+    #: unknown, invalid
+    outcome: str
     pa_id: str | None = None
 
 
@@ -486,6 +539,48 @@ class CallbackService:
                     result=value.outcome,
                     workflow_status=cb_or_reason.workflow_status,
                 )
+        return results
+
+    def reconcile_many(self, bodies: list[bytes]) -> list[CallbackResult]:
+        """Apply request objects read back from the service's requests resource
+        (reconciliation, issue 28) exactly as their callbacks would have been: the
+        same merge, ordering rule and webhook, the history entry's source
+        ``reconcile``; but only where the PA changes (``changed``: its status or
+        events, what a lost callback carried; ``completed``: only what callbacks may
+        lack, the approval period or links; else ``unchanged``), and never for a PA we
+        do not hold (``unknown``). One commit
+        for the lot; raises what kept it from committing (StoreUnavailable). A body
+        that is not a request object is ``invalid``, and nothing is kept of it."""
+        parsed: list[ParsedCallback | None] = []
+        for body in bodies:
+            try:
+                parsed.append(parse_callback(body))
+            except CallbackShapeError:
+                parsed.append(None)
+
+        def job(db: Database) -> list[CallbackResult]:
+            now = now_iso()
+            out = []
+            for cb in parsed:
+                if cb is None:
+                    out.append(CallbackResult("invalid"))
+                    continue
+                # the feed position first, as for a callback: on PostgreSQL the PA's
+                # state is then read after every change committed before (decision 0021)
+                seq = self.store.next_seq(db)
+                row = pas.callback_state(db, cb.pa_id)
+                if row is None:
+                    out.append(CallbackResult("unknown", cb.pa_id))
+                    continue
+                result, _state = self._merge(
+                    db, cb, row, now, seq, source="reconcile", only_if_changed=True
+                )
+                out.append(result)
+            return out
+
+        if not any(parsed):
+            return [CallbackResult("invalid") for _ in parsed]
+        results: list[CallbackResult] = self.store.write(job, timeout=self.commit_timeout_s)
         return results
 
     def _commit(
@@ -573,10 +668,21 @@ class CallbackService:
         return out
 
     def _merge(
-        self, db: Database, cb: ParsedCallback, row: pas.CallbackState | None, now: str, seq: int
+        self,
+        db: Database,
+        cb: ParsedCallback,
+        row: pas.CallbackState | None,
+        now: str,
+        seq: int,
+        *,
+        source: str = "callback",
+        only_if_changed: bool = False,
     ) -> tuple[CallbackResult, pas.CallbackState]:
         """Merge a kept callback with its PA's state ``row`` and write the PA; the
-        result and the PA's state now."""
+        result and the PA's state now. ``source``: what the history entry and the
+        webhook say made the change (``reconcile``: a read back from the service);
+        ``only_if_changed``: a body that changes nothing of the PA is not applied
+        (result ``unchanged``), as a reconciliation read usually is."""
         note = None
         if row is None:
             placeholder = self._claim_placeholder(db, cb)
@@ -635,19 +741,34 @@ class CallbackService:
             "urls_json": urls_json,
             "details_json": details_json,  # None: keep what the PA has
         }
+        outcome = "stored"
+        if only_if_changed and row is not None:
+            if _same_state(state, row):
+                return CallbackResult("unchanged", cb.pa_id), row
+            # only what a callback may lack (the period, links): completed, not missed
+            same = _same_state(state, row, (*_STATUS_COLS, "events_json"))
+            outcome = "completed" if same else "changed"
         # a PA we did not start (or whose submit we have not stored): kept all the same
         record = pas.insert_from_callback if row is None else pas.update_from_callback
         # the store and the NDC only where the PA has none (never over a submit's)
         record(
             db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
         )
+        if cb.details:  # the approval's end and the renewal links (issue 28)
+            expiry.record_facts(
+                db,
+                cb.pa_id,
+                expires_at=expiry.expiry_date(cb.details.get("expiration_date")),
+                renewal_of=cb.details.get("renewal_of"),
+                renewals=cb.details.get("renewals") or [],
+            )
         if details_json is None:
             state = {**state, "details_json": row["details_json"] if row else "{}"}
         pa_history.add(
             db,
             cb.pa_id,
             now,
-            "callback",
+            source,
             workflow_status=cb.workflow_status,
             plan_outcome=cb.plan_outcome,
             event_time=cb.event_time,
@@ -656,6 +777,7 @@ class CallbackService:
         )
         if self.forward:  # the change itself, not the PA at delivery (decision 0018)
             change = {
+                "source": source,
                 "workflow_status": cb.workflow_status,
                 "plan_outcome": cb.plan_outcome,
                 "event_time": cb.event_time,
@@ -669,7 +791,7 @@ class CallbackService:
                 "events_json": events_json,
             }
             enqueue(db, Kind.WEBHOOK, change_payload(cb.pa_id, seq, now, change, after))
-        return CallbackResult("stored", cb.pa_id), state
+        return CallbackResult(outcome, cb.pa_id), state
 
 
 # ---- the answers -------------------------------------------------------------------

@@ -12,7 +12,9 @@ and docs/decisions/0007-outcomes-http-path.md and 0029):
   Errors say whether a retry can help (``ServiceError.retryable``);
 * the **outcomes interface** (:meth:`PaServiceClient.outcomes`): never raises, and
   returns within a hard total deadline (``_outcomes``, decision 0002);
-* the **dashboard login** (:meth:`PaServiceClient.dashboard_login`).
+* the **dashboard login** (:meth:`PaServiceClient.dashboard_login`);
+* the **requests resource**, read back (:class:`RequestsResource`: ``GET
+  /requests/{id}``, ``POST /requests/search``), for reconciliation (issue 28).
 
 Every failure is one of our own :class:`ServiceError` subclasses, with a stable
 ``code``, a ``message`` a pharmacist can act on (plain words, no PHI, no secrets), a
@@ -29,7 +31,8 @@ One concern a module, each importing only those above it in this list:
   (pure functions);
 * ``_answers``: the success bodies, the error pages, the outcomes body;
 * ``_outcomes_http`` and ``_outcomes``: the outcomes call's transport and deadline;
-* ``_client``: :class:`PaServiceClient`.
+* ``_client``: :class:`PaServiceClient`;
+* ``_requests``: :class:`RequestsResource`.
 
 Logging: status codes, PA ids, elapsed times and error codes only. Never claim
 content, patient data, cardholder ids, the password, the api_key or a dashboard token.
@@ -64,6 +67,7 @@ from ._errors import (
     MissingClaimDataError,
     MissingVariablesError,
     RedirectError,
+    RequestNotFoundError,
     ServiceError,
     ServiceTimeoutError,
     TlsError,
@@ -79,6 +83,7 @@ from ._mapping import (
     patient_age,
 )
 from ._outcomes import OutcomesCall, form_encode
+from ._requests import RequestsResource
 from ._tls import failure_kind, verify_context
 from ._urls import best_urls, origin, pa_id_from_url
 
@@ -103,6 +108,8 @@ __all__ = [
     "OutcomesCall",
     "PaServiceClient",
     "RedirectError",
+    "RequestNotFoundError",
+    "RequestsResource",
     "ServiceError",
     "ServiceTimeoutError",
     "TlsError",

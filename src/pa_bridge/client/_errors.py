@@ -15,6 +15,7 @@ __all__ = [
     "MissingClaimDataError",
     "MissingVariablesError",
     "RedirectError",
+    "RequestNotFoundError",
     "ServiceError",
     "ServiceTimeoutError",
     "TlsError",
@@ -93,6 +94,13 @@ class RedirectError(ServiceError):
     """3xx: a redirect or proxy problem; the configured URL is probably wrong."""
 
     code = "redirect"
+
+
+class RequestNotFoundError(ServiceError):
+    """404 from the requests resource: the PA is not returned (deleted, or no access
+    token left: "inaccessible through the API")."""
+
+    code = "not_found"
 
 
 class HttpStatusError(ServiceError):

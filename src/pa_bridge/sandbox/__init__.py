@@ -6,7 +6,8 @@ Run it alone with ``pa-bridge sandbox --port N`` or in-process::
         sb.claim_url, sb.outcomes_url, sb.dashboard_url
 
 Credentials (published, not secret): username ``sandbox-pharmacy``, password
-``sandbox-password``, api_key ``sandbox-api-key`` (``SANDBOX_USERNAME`` etc.). A chain's
+``sandbox-password``, api_key ``sandbox-api-key``, api_id ``sandbox-api-id``
+(``SANDBOX_USERNAME`` etc.). A chain's
 stores' credentials are accepted too when given (``SandboxConfig.pharmacies``), each
 only for claims from its own store.
 
@@ -31,6 +32,18 @@ Paths (the real service's shapes, docs/real-service-evidence.md):
                                            with (claim, outcomes, dashboard login)
 ``POST /sandbox/callback-url``             admin: register the callback target at runtime
                                            (``url``, ``username``, ``password``; form or JSON)
+``GET /requests/<id>?v=1``                 the requests resource: one PA, ``Authorization:
+                                           Bearer <api_id>+<token_id>`` (or the parameters)
+``POST /requests/search?v=1``              the requests resource: ``token_ids[]`` (form) ->
+                                           ``{"requests": [...]}`` (deleted PAs left out)
+``GET /requests/_ping``                    the requests resource's health
+``POST /sandbox/control``                  admin (JSON): ``drop_callbacks`` (lose them, for
+                                           reconciliation drills), ``omit_period`` (callbacks
+                                           without ``authorization_period``),
+                                           ``requests_status`` (the requests resource answers
+                                           this HTTP status; null: normally)
+``POST /sandbox/pas/<id>/renew``           admin: a renewal PA of ``<id>`` (``is_renewal``,
+                                           ``associated_requests`` both ways)
 =========================================  ==============================================
 
 Test payer (PRODUCT.md, "The sandbox's test payer"):
@@ -71,6 +84,7 @@ from ..wsgi import WsgiServer
 from ._state import SandboxState
 from .app import create_sandbox_app, sandbox_state
 from .config import (
+    SANDBOX_API_ID,
     SANDBOX_API_KEY,
     SANDBOX_PASSWORD,
     SANDBOX_USERNAME,
@@ -79,6 +93,7 @@ from .config import (
 )
 
 __all__ = [
+    "SANDBOX_API_ID",
     "SANDBOX_API_KEY",
     "SANDBOX_PASSWORD",
     "SANDBOX_USERNAME",

@@ -95,6 +95,14 @@ class SandboxState:
         self._closed = False
         self._claims: list[dict[str, Any]] = []
         self._calls: list[dict[str, Any]] = []
+        #: token id -> PA id, for the requests resource (rebuilt from the store at start)
+        self._by_token: dict[str, str] = {}
+        #: drills (POST /sandbox/control): callbacks lost on purpose (counted), callbacks
+        #: without the approval period, the requests resource answering an error status
+        self.drop_callbacks = False
+        self.dropped_callbacks = 0
+        self.omit_period = False
+        self.requests_status: int | None = None
         self._resume()
 
     # ------------------------------------------------------------------ store
@@ -142,6 +150,21 @@ class SandboxState:
         """The hosted-page link a pharmacist opens: ``{portal}/request/view/{id}?token_id=``."""
         return f"{self.portal_of(pa)}/request/view/{pa['id']}?token_id={pa['tokens'][0]['id']}"
 
+    def by_tokens(self, tokens: list[str]) -> list[dict[str, Any]]:
+        """The PAs not deleted that these tokens open, once each, in the tokens' order."""
+        with self._db_lock:
+            ids = [self._by_token.get(t) for t in tokens]
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for pa_id in ids:
+            if pa_id is None or pa_id in seen:
+                continue
+            seen.add(pa_id)
+            pa = self.get(pa_id)
+            if pa is not None and not pa["deleted"]:
+                out.append(pa)
+        return out
+
     def request_object(self, pa: dict[str, Any]) -> dict[str, Any]:
         """The PA as the real service's request object looks in a callback (the
         evidence, docs/real-service-evidence.md): links (``href``, ``html_url``,
@@ -156,7 +179,7 @@ class SandboxState:
             rx[key] = "" if rx.get(key) is None else str(rx[key])
         return {
             "id": pa_id,
-            "api_id": "sandbox",
+            "api_id": self.config.api_id,
             "href": f"{portal}/requests/{pa_id}",
             "html_url": f"{portal}/request/view/{pa_id}",
             "pdf_url": f"{portal}/requests/{pa_id}/download",
@@ -164,6 +187,8 @@ class SandboxState:
             "workflow_status": pa["workflow_status"],
             "plan_outcome": pa["plan_outcome"],
             "is_epa": True,
+            # booleans as strings, as the evidence's urgent is
+            "is_renewal": "true" if pa.get("renewal_of") else "false",
             "urgent": "false",
             "attachments_included": 0,
             "memo": None,
@@ -184,6 +209,19 @@ class SandboxState:
                 for t in pa["tokens"]
             ],
             "events": list(pa.get("events") or []),
+            "associated_requests": {
+                "appeals": [],
+                "renewals": [
+                    {"id": r, "href": f"{portal}/requests/{r}"} for r in pa.get("renewals") or []
+                ],
+                "request_being_appealed": None,
+                "request_being_renewed": {
+                    "id": pa["renewal_of"],
+                    "href": f"{portal}/requests/{pa['renewal_of']}",
+                }
+                if pa.get("renewal_of")
+                else None,
+            },
             **(
                 {"authorization_period": pa["authorization_period"]}
                 if pa.get("authorization_period")
@@ -251,6 +289,7 @@ class SandboxState:
                 "portal": portal.rstrip("/"),
             }
             self._save(pa)
+            self._by_token[token] = pa_id
         log.info("sandbox PA %s created (New)", pa_id)
         self._enqueue_callback(pa)
         self._schedule(self.config.step_seconds, lambda: self._advance(pa_id))
@@ -320,9 +359,37 @@ class SandboxState:
         self._enqueue_callback(current)
         return current
 
+    def renew(self, pa_id: str) -> dict[str, Any] | None:
+        """A renewal of the PA (as a prescriber starts one before the approval lapses):
+        a new PA with ``is_renewal`` and ``associated_requests.request_being_renewed``,
+        the original's ``renewals`` naming it; its own status steps and callbacks
+        follow. None for an unknown PA."""
+        with self._db_lock:
+            original = self.get(pa_id)
+            if original is None:
+                return None
+            fields: dict[str, Any] = {
+                k: original[k]
+                for k in ("payer", "prescription", "prescriber", "pharmacy")
+                if k in original
+            }
+            fields["renewal_of"] = pa_id
+            renewal = self.create(
+                f"renewal:{pa_id}:{len(original.get('renewals') or [])}",
+                fields,
+                original["final_outcome"],
+                self.portal_of(original),
+            )
+            original = self.get(pa_id) or original
+            original.setdefault("renewals", []).append(renewal["id"])
+            self._save(original)
+        return renewal
+
     def _resume(self) -> None:
         """After a restart on SQLite: finish the status steps of unfinished PAs."""
         for pa in self.all():
+            for t in pa.get("tokens") or []:
+                self._by_token[t["id"]] = pa["id"]
             if not pa["deleted"] and pa["workflow_status"] != "PA Response":
                 pa_id = pa["id"]
                 self._schedule(self.config.step_seconds, functools.partial(self._advance, pa_id))
@@ -360,8 +427,15 @@ class SandboxState:
     # ------------------------------------------------------------------ callbacks
 
     def _enqueue_callback(self, pa: dict[str, Any]) -> None:
-        payload = {"request": self.request_object(pa)}
         pa_id = pa["id"]
+        if self.drop_callbacks:  # lost for good, as the service's are after its retries
+            with self._cond:
+                self.dropped_callbacks += 1
+            log.info("sandbox PA %s callback dropped (drill)", pa_id)
+            return
+        payload = {"request": self.request_object(pa)}
+        if self.omit_period:
+            payload["request"].pop("authorization_period", None)
         with self._cond:
             q = self._queues.setdefault(pa_id, _PaQueue())
             q.items.append(_Delivery(pa_id, payload))

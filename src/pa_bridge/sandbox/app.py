@@ -438,7 +438,96 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
         }
         return Response(json.dumps(body), mimetype="application/json")
 
+    # ------------------------------------------------------------ requests resource
+
+    def api_error(status: int, code: int, message: str) -> Response:
+        """The requests resource's error shape: ``{"errors": [{code, message, debug}]}``."""
+        body = {"errors": [{"code": code, "message": message, "debug": f"sandbox: {message}"}]}
+        return Response(json.dumps(body), status=status, mimetype="application/json")
+
+    def api_caller() -> tuple[str, str] | Response:
+        """(api_id, token part) from ``Authorization: Bearer <api_id>+<token>`` or the
+        ``api_id`` / ``token_id`` parameters; an error answer when the version or the
+        api_id is missing or wrong, or the resource is drilled to fail."""
+        if state.requests_status is not None:
+            return api_error(state.requests_status, state.requests_status * 1000, "drill")
+        if request.values.get("v") != "1":
+            return api_error(400, 400001, "v=1 is required")
+        auth = request.headers.get("Authorization", "")
+        api_id, token = request.values.get("api_id", ""), request.values.get("token_id", "")
+        if auth[:7].lower() == "bearer ":
+            api_id, _, token = auth[7:].strip().partition("+")
+        if not _same(api_id, config.api_id):
+            return api_error(401, 401001, "api_id missing or incorrect")
+        state.record_call(f"requests.{request.endpoint}", api_id)
+        return api_id, token
+
+    @app.get("/requests/_ping")
+    def requests_ping() -> Response:
+        return ping()
+
+    @app.get("/requests/<pa_id>")
+    def get_request(pa_id: str) -> Response:
+        caller = api_caller()
+        if isinstance(caller, Response):
+            return caller
+        pa = state.get(pa_id)
+        token = caller[1]
+        if (
+            pa is None
+            or pa["deleted"]  # soft-deleted: all access revoked
+            or not any(_same(token, t["id"]) for t in pa["tokens"])
+        ):
+            return api_error(404, 404001, "request not found")
+        return Response(
+            json.dumps({"request": state.request_object(pa)}), mimetype="application/json"
+        )
+
+    @app.post("/requests/search")
+    def search_requests() -> Response:
+        caller = api_caller()
+        if isinstance(caller, Response):
+            return caller
+        tokens = request.form.getlist("token_ids[]") or request.form.getlist("token_ids")
+        if not tokens:
+            return api_error(400, 400002, "token_ids is required")
+        found = [state.request_object(pa) for pa in state.by_tokens(tokens)]
+        items = [{"request": o} for o in found] if config.search_wrapped else found
+        return Response(json.dumps({"requests": items}), mimetype="application/json")
+
     # ------------------------------------------------------------ admin (tests, store IT)
+
+    @app.post("/sandbox/control")
+    def control() -> Response:
+        """Drills: ``drop_callbacks`` (true: every callback is lost, counted),
+        ``omit_period`` (callbacks without ``authorization_period``), and
+        ``requests_status`` (the requests resource answers that HTTP status; null:
+        normally). Answers the drills as they now are."""
+        data = request.get_json(silent=True) or {}
+        if "drop_callbacks" in data:
+            state.drop_callbacks = bool(data["drop_callbacks"])
+        if "omit_period" in data:
+            state.omit_period = bool(data["omit_period"])
+        if "requests_status" in data:
+            value = data["requests_status"]
+            state.requests_status = int(value) if value else None
+        body = {
+            "drop_callbacks": state.drop_callbacks,
+            "dropped_callbacks": state.dropped_callbacks,
+            "omit_period": state.omit_period,
+            "requests_status": state.requests_status,
+        }
+        return Response(json.dumps(body), mimetype="application/json")
+
+    @app.post("/sandbox/pas/<pa_id>/renew")
+    def renew(pa_id: str) -> Response:
+        renewal = state.renew(pa_id)
+        if renewal is None:
+            return api_error(404, 404002, "no such PA")
+        return Response(
+            json.dumps({"pa_id": renewal["id"], "renewal_of": pa_id, "url": pa_url(renewal)}),
+            mimetype="application/json",
+        )
 
     @app.get("/sandbox/pas")
     def list_pas() -> Response:

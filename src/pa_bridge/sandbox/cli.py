@@ -87,9 +87,11 @@ def sandbox(
         click.echo(f"  claim interface:    {server.claim_url}  (json, empty)")
         click.echo(f"  outcomes interface: {server.outcomes_url}  (/outcomes.txt, /outcomes)")
         click.echo(f"  dashboard:          {server.dashboard_url}  (POST /dashboard/login)")
+        click.echo(f"  requests resource:  {server.url}/requests  (service.api_url: {server.url})")
         click.echo(f"  username: {config.username}")
         click.echo(f"  password: {config.password}")
         click.echo(f"  api_key:  {config.api_key}")
+        click.echo(f"  api_id:   {config.api_id}")
         click.echo("Ctrl-C or SIGTERM stops it.", nl=True)
         try:
             while not stop.wait(0.5):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "SANDBOX_API_ID",
     "SANDBOX_API_KEY",
     "SANDBOX_PASSWORD",
     "SANDBOX_USERNAME",
@@ -16,6 +17,8 @@ __all__ = [
 SANDBOX_USERNAME = "sandbox-pharmacy"
 SANDBOX_PASSWORD = "sandbox-password"  # noqa: S105 - published test credential
 SANDBOX_API_KEY = "sandbox-api-key"
+#: the developer account's api_id for the requests resource (published, like the rest)
+SANDBOX_API_ID = "sandbox-api-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +44,10 @@ class SandboxConfig:
     memory, else a SQLite file. Callbacks that do not get a 200 are retried after
     ``retry_base_seconds * 2**(attempt-1)``, at most ``retry_max_seconds``. The fault
     drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table.
-    ``pharmacies``: more stores' credentials accepted besides the published ones."""
+    ``pharmacies``: more stores' credentials accepted besides the published ones.
+    ``api_id``: the one the requests resource takes; ``search_wrapped``: each element
+    of ``POST /requests/search``'s answer as ``{"request": {...}}`` instead of bare
+    (the interface allows both readings)."""
 
     username: str = SANDBOX_USERNAME
     password: str = SANDBOX_PASSWORD
@@ -58,6 +64,8 @@ class SandboxConfig:
     stall_seconds: float = 5.0
     trickle_seconds: float = 3.0
     pharmacies: tuple[SandboxPharmacy, ...] = ()
+    api_id: str = SANDBOX_API_ID
+    search_wrapped: bool = False
 
     def __repr__(self) -> str:
         return (

@@ -358,18 +358,44 @@ class Pa(BaseModel):
     workflow_status: WorkflowStatus
     plan_outcome: PlanOutcome
     status: WorkflowStatus = Field(description="the same as workflow_status")
-    deleted: bool
+    deleted: bool = Field(
+        description="a DELETE event arrived, or the service no longer returns the PA"
+        " (`gone`): either way it is deleted"
+    )
     fax_failed: bool
     events: list[Event]
     matched: bool
     created_at: str
     updated_at: str
     cursor: str
+    gone: bool = Field(
+        default=False,
+        description="reconciliation found that the service no longer returns the PA (no"
+        " access token left): effectively deleted; false again if it comes back",
+    )
+    expires_at: str | None = Field(
+        default=None,
+        description="the last day of the approval (`authorization_period.expiration_date`"
+        " as YYYY-MM-DD), null when the service gave none",
+    )
+    expiring: bool = Field(
+        default=False,
+        description="the approval ends within `[worklist] expiring_days` and no renewal"
+        " is known: announced once by a `pa.expiring` webhook and feed entry",
+    )
+    renewal_of: str | None = Field(
+        default=None, description="the PA this one renews (`is_renewal`), if known"
+    )
+    renewed_by: str | None = Field(default=None, description="a PA that renews this one, if known")
 
 
 class HistoryEntry(BaseModel):
     received_at: str
-    source: Literal["submit", "callback", "reversal"] = Field(description="what made the entry")
+    source: Literal["submit", "callback", "reversal", "reconcile", "expiring"] = Field(
+        description="what made the entry: reconcile, a change the callbacks missed, found"
+        " by reading the PA back from the service (applied as its callback would have"
+        " been); expiring, the approval entered the expiring window"
+    )
     workflow_status: WorkflowStatus
     plan_outcome: PlanOutcome
     event_time: str | None
@@ -451,7 +477,11 @@ class Claim(BaseModel):
 
 class WebhookChangeInfo(BaseModel):
     received_at: str | None = None
-    source: Literal["callback"] = "callback"
+    source: Literal["callback", "reconcile", "expiring"] = Field(
+        default="callback",
+        description="callback; reconcile (the same change, found by reading the PA back"
+        " from the service: handle it exactly as a callback's); expiring (`pa.expiring`)",
+    )
     workflow_status: WorkflowStatus = None
     plan_outcome: PlanOutcome = None
     event_time: str | None = None
@@ -462,7 +492,10 @@ class WebhookChange(BaseModel):
     """One change of one PA, POSTed to ``callbacks.forward_url`` (decision 0018)."""
 
     delivery_id: str = Field(description="the same on every retry of this change")
-    event: Literal["pa.changed"]
+    event: Literal["pa.changed", "pa.expiring"] = Field(
+        description="pa.changed: the PA changed; pa.expiring: its approval entered the"
+        " expiring window (once per PA and end date)"
+    )
     pa_id: str
     cursor: str = Field(description="the feed cursor of this change")
     change: WebhookChangeInfo = Field(description="what this callback said")

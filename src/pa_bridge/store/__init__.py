@@ -9,7 +9,8 @@
   rows: :mod:`.exchanges`, :mod:`.pas`, :mod:`.pa_history`, :mod:`.outbox` (the queue,
   with its :class:`Kind` and :class:`Status`), :mod:`.callbacks`, :mod:`.audit`,
   :mod:`.meta`, :mod:`.idempotency`, :mod:`.console` (the pharmacist console's reads
-  and acknowledgements);
+  and acknowledgements), :mod:`.expiry` (approvals that lapse, renewals) and
+  :mod:`.reconcile` (what reconciliation reads and a PA no longer returned);
 - :mod:`.retention` (purge and VACUUM) and :mod:`.files` (the database as a file, for
   ``queue``, ``doctor``, ``backup`` and ``restore``).
 
@@ -26,6 +27,7 @@ from . import (
     callbacks,
     console,
     exchanges,
+    expiry,
     files,
     idempotency,
     meta,
@@ -33,6 +35,7 @@ from . import (
     outbox,
     pa_history,
     pas,
+    reconcile,
 )
 from . import retention as retention
 from ._db import Database
@@ -71,6 +74,7 @@ __all__ = [
     "console",
     "create_private",
     "exchanges",
+    "expiry",
     "files",
     "idempotency",
     "meta",
@@ -81,5 +85,6 @@ __all__ = [
     "parse_iso",
     "redact_url",
     "pas",
+    "reconcile",
     "retention",
 ]

@@ -6,6 +6,8 @@ released never change. :func:`applied` and :func:`known` are what doctor compare
 
 from __future__ import annotations
 
+import json
+
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
@@ -193,6 +195,37 @@ def m007_queue_holds(db: Database) -> None:
     # after a restore.
     db.execute("ALTER TABLE outbox ADD COLUMN held_for TEXT")
     db.execute("UPDATE outbox SET held_for = 'restore' WHERE status = 'held'")
+
+
+@MIGRATIONS()
+def m008_reconcile_and_expiry(db: Database) -> None:
+    # Issue 28: the approval's end date (for "Expiring soon" and pa.expiring, kept from
+    # the callbacks' authorization_period as a YYYY-MM-DD date), when the PA entered
+    # that window (announced once), the renewal links both ways, and when the service
+    # stopped returning the PA (effectively deleted: no token left).
+    for column in ("expires_at", "expiring_at", "renewal_of", "renewed_by", "gone_at"):
+        db.execute(f"ALTER TABLE pas ADD COLUMN {column} TEXT")
+    db.execute("CREATE INDEX pas_expires ON pas(expires_at)")
+    db.execute("CREATE INDEX pas_renewal_of ON pas(renewal_of)")
+    backfill_expires_at(db)
+
+
+def backfill_expires_at(db: Database) -> None:
+    """``expires_at`` of the PAs approved before m008, from the period their callbacks
+    kept in ``details_json`` (pg_migrations' m008 reads it the same way)."""
+    from .expiry import expiry_date  # the same reading as the callbacks' (store/expiry.py)
+
+    rows = db.execute(
+        "SELECT id, details_json FROM pas WHERE details_json LIKE '%expiration_date%'"
+    ).fetchall()
+    for pa_id, details in rows:
+        try:
+            value = json.loads(details).get("expiration_date")
+        except (ValueError, AttributeError):
+            continue
+        day = expiry_date(value)
+        if day is not None:
+            db.execute("UPDATE pas SET expires_at = ? WHERE id = ?", [day, pa_id])
 
 
 def known() -> list[str]:

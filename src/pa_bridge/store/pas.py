@@ -64,6 +64,11 @@ class PaRow(TypedDict):
     rx_number: str | None  # of the claim it was submitted for (issue 16)
     product_id: str | None
     provider_id: str | None  # the pharmacy: 201-B1 of its claim (issue 18)
+    expires_at: str | None  # the approval's end, YYYY-MM-DD (issue 28: store/expiry.py)
+    expiring_at: str | None  # when it entered the "Expiring soon" window (announced)
+    renewal_of: str | None  # the PA this one renews
+    renewed_by: str | None  # a PA that renews this one
+    gone_at: str | None  # when the service stopped returning it (store/reconcile.py)
 
 
 class PaWithRequest(PaRow):

@@ -124,6 +124,25 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             "UPDATE outbox SET held_for = 'restore' WHERE status = 'held'",
         ],
     ),
+    (
+        "m008_reconcile_and_expiry",
+        [
+            *(
+                f"ALTER TABLE pas ADD COLUMN {c} {T}"
+                for c in ("expires_at", "expiring_at", "renewal_of", "renewed_by", "gone_at")
+            ),
+            "CREATE INDEX pas_expires ON pas(expires_at)",
+            "CREATE INDEX pas_renewal_of ON pas(renewal_of)",
+            # the same reading as store.expiry.expiry_date for what json.dumps wrote:
+            # an ISO date or date-time (its date as written), or MM/DD/YYYY
+            "UPDATE pas SET expires_at = CASE"
+            " WHEN d ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}' THEN substr(d, 1, 10)"
+            " WHEN d ~ '^[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}$'"
+            " THEN to_char(to_date(d, 'MM/DD/YYYY'), 'YYYY-MM-DD') END"
+            ' FROM (SELECT id AS pid, substring(details_json from \'"expiration_date": "([^"]*)"\')'
+            " AS d FROM pas) AS x WHERE pas.id = x.pid AND x.d IS NOT NULL",
+        ],
+    ),
 ]
 
 _TABLE = (

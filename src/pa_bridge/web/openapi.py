@@ -105,8 +105,9 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {"type": "string"},
                 "description": "service_unreachable, service_credentials_refused,"
-                " queue_failed, queue_held_after_restore, queue_held_for_configuration"
-                " (docs/operations.md)",
+                " queue_failed, queue_held_after_restore, queue_held_for_configuration,"
+                " callbacks_lost (the last reconciliation pass found changes the callbacks"
+                " missed), reconcile_incomplete (docs/operations.md)",
             },
             "database": {"type": "boolean"},
             "queue_depth": {"type": ["integer", "null"], "minimum": 0},
@@ -131,6 +132,21 @@ _SCHEMAS: dict[str, Any] = {
                 " may share one PostgreSQL database)",
             },
             "database_engine": {"enum": ["sqlite", "postgresql"]},
+            "reconcile": {
+                "type": "object",
+                "description": "reading PAs back from the service (issue 28): the fleet's"
+                " last complete pass",
+                "properties": {
+                    "enabled": {"type": "boolean"},
+                    "off_reason": _NULLABLE_STR,
+                    "last_complete_at": _NULLABLE_STR,
+                    "last_changes": {
+                        "type": ["integer", "null"],
+                        "description": "changes it found: non-zero means callbacks are lost",
+                    },
+                    "last_pass_complete": {"type": ["boolean", "null"]},
+                },
+            },
         },
         "additionalProperties": True,
     },
@@ -184,6 +200,20 @@ _SCHEMAS: dict[str, Any] = {
                 "service wrote it",
             },
             "effective_date": _NULLABLE_STR,
+            "expires_at": {
+                "type": ["string", "null"],
+                "description": "the approval's last day, YYYY-MM-DD",
+            },
+            "days_left": {
+                "type": ["integer", "null"],
+                "description": "days until the approval ends (negative: ended)",
+            },
+            "renewal_of": {"type": ["string", "null"], "description": "the PA this one renews"},
+            "renewed_by": {"type": ["string", "null"], "description": "a PA renewing this one"},
+            "gone": {
+                "type": "boolean",
+                "description": "the service no longer returns it: effectively deleted",
+            },
             "is_epa": {"type": ["boolean", "null"], "description": "ePA or classic (fax)"},
             "page_url": {"type": "string", "description": "the PA's console page"},
             "acknowledged": {"oneOf": [_ref("Acknowledgement"), {"type": "null"}]},
@@ -799,7 +829,42 @@ _WEBHOOKS: dict[str, Any] = {
             },
             "responses": {"2XX": {"description": "stored by the dispensing system"}},
         }
-    }
+    },
+    "paExpiring": {
+        "post": {
+            "operationId": "paExpiring",
+            "summary": "A PA's approval ends within `[worklist] expiring_days` (once per PA"
+            " and end date): flag the next fill, ask the prescriber to renew",
+            "description": "Sent, signed and retried exactly as `paChanged`, with"
+            " `event: pa.expiring`, `change.source: expiring` and the PA's `expires_at`"
+            " and `expiring: true`; the same change is a feed entry (`GET /v1/pa?since=`).",
+            "parameters": [
+                {
+                    "name": "PA-Bridge-Signature",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "PA-Bridge-Delivery",
+                    "in": "header",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "PA-Bridge-Event",
+                    "in": "header",
+                    "required": True,
+                    "schema": {"enum": ["pa.expiring"]},
+                },
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {_JSON: {"schema": _ref("WebhookChange")}},
+            },
+            "responses": {"2XX": {"description": "stored by the dispensing system"}},
+        }
+    },
 }
 
 _DOCUMENT: dict[str, Any] = {

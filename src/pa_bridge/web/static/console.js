@@ -208,6 +208,10 @@
       if (pa.expiration_date) {
         what.appendChild(el("span", { className: "expires" }, [" Approved until ", C.dateOf(pa.expiration_date), "."]));
       }
+      if (item.attention === "expiring" && pa.days_left !== null && pa.days_left !== undefined) {
+        var left = pa.days_left;
+        what.appendChild(el("span", { className: "note", text: left > 1 ? "The approval ends in " + left + " days." : (left === 1 ? "The approval ends tomorrow." : (left === 0 ? "The approval ends today." : "The approval ended " + (-left) + " day(s) ago.")) }));
+      }
       if (item.attention === "pending_too_long") {
         what.appendChild(el("span", { className: "note", text: "No decision " + Math.round(lastData.pending_alert_hours) + " hours or more after it was started." }));
       }

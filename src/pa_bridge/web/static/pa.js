@@ -14,13 +14,19 @@
 
   var GROUP_WORDS = {
     denied: "denied", fax_failed: "fax failed", deleted: "deleted", failed: "failed or expired",
-    pending_too_long: "waiting too long", approved: "approved or not required"
+    pending_too_long: "waiting too long", approved: "approved or not required",
+    expiring: "expiring soon"
   };
 
   function schedule(ms) {
     if (timer !== null) { window.clearTimeout(timer); }
     timer = window.setTimeout(load, ms);
   }
+
+  var HISTORY_SOURCES = {
+    callback: "the service", submit: "submit", reversal: "reversal",
+    reconcile: "the service (read back: its callback was missed)", expiring: "approval ending"
+  };
 
   function fact(dl, term, value) {
     if (value === null || value === undefined || value === "") { return; }
@@ -43,6 +49,24 @@
       exp.appendChild(el("strong", { text: "Approved until " }));
       exp.appendChild(C.dateOf(pa.expiration_date));
       if (pa.effective_date) { exp.appendChild(document.createTextNode(" (from ")); exp.appendChild(C.dateOf(pa.effective_date)); exp.appendChild(document.createTextNode(")")); }
+    }
+
+    // a renewal PA and the PA it renews, each linked to the other's page
+    var ren = $("pa-renewal");
+    C.clear(ren);
+    ren.hidden = !pa.renewal_of && !pa.renewed_by;
+    if (pa.renewal_of) {
+      ren.appendChild(el("strong", { text: "Renews PA " }));
+      ren.appendChild(el("a", { href: "/console/pa/" + encodeURIComponent(pa.renewal_of), className: "mono", id: "renewal-of", text: pa.renewal_of }));
+      ren.appendChild(document.createTextNode(". "));
+    }
+    if (pa.renewed_by) {
+      ren.appendChild(el("strong", { text: "Renewed by PA " }));
+      ren.appendChild(el("a", { href: "/console/pa/" + encodeURIComponent(pa.renewed_by), className: "mono", id: "renewed-by", text: pa.renewed_by }));
+      ren.appendChild(document.createTextNode("."));
+    }
+    if (pa.gone) {
+      $("pa-meaning").textContent += " The service no longer returns this PA (no access left): it is effectively deleted.";
     }
 
     var ack = $("pa-ack");
@@ -103,7 +127,7 @@
     d.history.forEach(function (h) {
       hist.appendChild(el("tr", {}, [
         el("th", { scope: "row", "data-label": "Received" }, [C.timeOf(h.received_at)]),
-        el("td", { "data-label": "From", text: h.source === "callback" ? "the service" : (h.source === "submit" ? "submit" : h.source) }),
+        el("td", { "data-label": "From", text: HISTORY_SOURCES[h.source] || h.source }),
         el("td", { "data-label": "Status", text: h.workflow_status || "-" }),
         el("td", { "data-label": "Outcome", text: h.plan_outcome || "-" }),
         el("td", { "data-label": "Events", text: (h.events || []).map(function (e) { return e.type; }).join(", ") || "-" }),
