@@ -57,6 +57,9 @@ class Claim:
     date_of_service: str = "20261123"
     vendor: str = "SYNVENDOR1"
     rxs: tuple[Rx, ...] = field(default_factory=lambda: (Rx(),))
+    #: Segments added to each transaction after the standard ones (an F6 claim's
+    #: Intermediary segment AM19, a switch's private AM99, ...).
+    extra_segments: tuple[Segment, ...] = ()
 
     def with_(self, **kw: object) -> Claim:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -135,6 +138,7 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
                     ],
                 )
             )
+        segs.extend(c.extra_segments)
         groups.append(TransactionGroup(segs))
     trans = [ins, pat] if c.code != "B2" else [ins]
     return Transmission(header, trans, groups)
@@ -142,6 +146,12 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
 
 def request_bytes(claim: Claim | None = None, **kw: object) -> bytes:
     return ncpdp.serialize(request(claim, **kw))
+
+
+def continued(text: str, width: int = 40) -> tuple[str, ...]:
+    """``text`` cut into 526-FQ pieces of ``width`` characters, as payers cut a long
+    message (mid-word): each piece but the last is sent with 131-UG ``+``."""
+    return tuple(text[i : i + width] for i in range(0, len(text), width)) or ("",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,11 +162,18 @@ class Outcome:
     reject_codes: tuple[str, ...] = ()
     occurrences: tuple[str, ...] = ()
     approved_codes: tuple[str, ...] = ()
-    messages: tuple[str, ...] = ()
+    #: Each message is one 526-FQ line, or a tuple of pieces (``continued(...)``) sent
+    #: as several 526-FQ occurrences joined by 131-UG ``+``. Every occurrence has its
+    #: own 132-UH qualifier (01, 02, ...).
+    messages: tuple[str | tuple[str, ...], ...] = ()
     help_phone: str | None = None
     preferred: tuple[tuple[str, str, str], ...] = ()
     authorization: str | None = None
     pricing: bool = True
+
+
+def _pieces(message: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (message,) if isinstance(message, str) else message
 
 
 def response(
@@ -195,11 +212,14 @@ def response(
             st.append(("5F", str(len(o.approved_codes))))
             st.extend(("6F", a) for a in o.approved_codes)
         if o.messages:
-            st.append(("UF", str(len(o.messages)).zfill(2)))
-            for i, m in enumerate(o.messages):
+            pieces = [
+                (p, j + 1 < len(m)) for m in map(_pieces, o.messages) for j, p in enumerate(m)
+            ]
+            st.append(("UF", str(len(pieces)).zfill(2)))
+            for i, (piece, more) in enumerate(pieces):
                 st.append(("UH", str(i + 1).zfill(2)))
-                st.append(("FQ", m))
-                if i + 1 < len(o.messages):
+                st.append(("FQ", piece))
+                if more:  # 131-UG: this text continues in the next 526-FQ
                     st.append(("UG", "+"))
         if o.help_phone:
             st.extend([("7F", "03"), ("8F", o.help_phone)])
