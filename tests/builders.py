@@ -257,6 +257,44 @@ REJECT_TWO = Outcome(
 )
 DUPLICATE = Outcome(status="D", authorization="SYNAUTH001")
 
+# --- the shapes of public sample claims of other NCPDP projects (issue 25) ------------
+
+#: F6's Intermediary segment (AM19) in the transaction, as public F6 samples carry it.
+INTERMEDIARY = Segment("19", [("8G", "1"), ("8H", "01"), ("8K", "QQ"), ("8M", "SYNINTERMED1")])
+#: A switch's private segment in a response (public samples of switch software).
+SWITCH_SEGMENT = Segment("99", [("&B", "SW000123"), ("#A", "0001")])
+#: A payer's long reject text, cut every 40 characters (mid-word: "SE" + "PARATELY").
+SWITCH_REJECT_TEXT = (
+    "NCPDP REJECT: TRANSACTION CODE (103-A3) IS INVALID. SUBMIT CLAIM AND REVERSAL SEPARATELY"
+)
+
+
+def with_segment(t: Transmission, segment: Segment, group: int = 0) -> Transmission:
+    """``t`` with ``segment`` added at the end of transaction ``group``."""
+    groups = list(t.groups)
+    groups[group] = TransactionGroup([*groups[group].segments, segment])
+    return Transmission(t.header, t.segments, groups)
+
+
+def switch_reject() -> bytes:
+    """A switch's reject: 1S (M/I transaction code), the payer's message cut into
+    40-character 526-FQ pieces continued by 131-UG, the help desk, and the switch's own
+    segment after the status."""
+    outcome = Outcome(
+        status="R",
+        reject_codes=("1S",),
+        occurrences=("01",),
+        messages=(continued(SWITCH_REJECT_TEXT),),
+        help_phone="8005550100",
+    )
+    return bytes(with_segment(response([outcome]), SWITCH_SEGMENT))
+
+
+def f6_claim_with_intermediary(**kw: object) -> bytes:
+    """An F6 B1 with the 8-digit IIN and the Intermediary segment after its pricing."""
+    claim = Claim(version="F6", bin="00880151", extra_segments=(INTERMEDIARY,))
+    return request_bytes(claim, **kw)
+
 
 # --- NCPDP batch files (Batch 1.2) ---------------------------------------------------
 
