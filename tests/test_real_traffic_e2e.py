@@ -103,6 +103,7 @@ def _check_exchange(api: httpx.Client, ex: Exchange) -> None:
 def test_claims_of_every_shape_through_the_daemon(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path, env={"PA_BRIDGE_SANDBOX__STEP_SECONDS": "0.1"}).start()
     serial = itertools.count(1)
+    seen: list[Exchange] = []
     try:
         with httpx.Client(base_url=d.url, timeout=15) as api:
 
@@ -117,9 +118,14 @@ def test_claims_of_every_shape_through_the_daemon(tmp_path: Path) -> None:
             @example(ISSUE_CASE)
             @given(exchanges(avoid_bins=SANDBOX_DRILL_BINS, ndc_ok=_known_ndc))
             def check(ex: Exchange) -> None:
+                seen.append(ex)
                 _check_exchange(api, _unique(ex, serial))
 
             check()
+        # the bound was reached: every example went through, and some asked for a PA
+        assert len(seen) == EXAMPLES + 1
+        assert any(set(o.reject_codes) & PA_REJECT_CODES for ex in seen for o in ex.outcomes)
+        assert {ex.version for ex in seen} == {"D0", "51", "F6"}
         assert d.terminate() == 0
     finally:
         d.terminate()
