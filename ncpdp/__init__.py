@@ -50,10 +50,11 @@ from ._model import (
     only_transaction,
     segment_name,
 )
-from ._parser import parse
+from ._parser import TOLERATED_LIMIT, parse
 from ._serializer import serialize
 from ._versions import VERSIONS, HeaderSlot, VersionSpec
 from ._views import (
+    AdditionalMessage,
     PatientView,
     PreferredProduct,
     QualifiedId,
@@ -67,6 +68,7 @@ from ._views import (
 __all__ = [
     "parse",
     "serialize",
+    "TOLERATED_LIMIT",
     "parse_batch",
     "iter_batch",
     "is_batch",
@@ -119,6 +121,7 @@ __all__ = [
     "ResponseView",
     "ResponseTransactionView",
     "RejectCode",
+    "AdditionalMessage",
     "PreferredProduct",
     "QualifiedId",
 ]

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from ._errors import ModelError, ParseError
 from ._json import from_jsonable, to_jsonable
 from ._model import Transmission
-from ._parser import _valid_date, parse
+from ._parser import _looks_like_batch_file, _parse_at, _valid_date
 
 __all__ = [
     "BatchSlot",
@@ -303,11 +303,14 @@ class Batch:
 
 
 def is_batch(data: bytes | str) -> bool:
-    """Whether ``data`` starts like a batch file (STX and a ``00`` header record,
-    after any line breaks)."""
-    head = data[:64]
+    """Whether ``data`` starts like a batch file, after any line breaks: by the fixed
+    layout of a Batch 1.x header record (STX, ``00``, a transmission type letter, the
+    24-character sender id, then the batch number, creation date and time in digits),
+    or of a trailer record. A claim framed STX ... ETX is not one, whatever its BIN
+    (``004336``, ``999999``). Give it the first 128 bytes or more."""
+    head = data[:4096]
     text = head.decode("latin-1") if isinstance(head, (bytes, bytearray)) else head
-    return text.lstrip("\r\n")[:3] == _STX + "00"
+    return _looks_like_batch_file(text)
 
 
 def _chunks(data: bytes | bytearray | str | Iterable[bytes]) -> Iterator[str]:
@@ -494,18 +497,18 @@ def _detail(
     at = offset + 13  # STX, G1 and the reference
     t: Transmission | None
     error: ParseError | None = None
-    try:
-        t = parse(raw, strict=strict)
+    try:  # every offset it reports counts from the start of the file
+        t = _parse_at(raw, strict, at)
     except ParseError as e:
         where = f"batch detail record {index + 1} (reference {reference.strip()!r})"
         if strict:
             raise ParseError(
                 f"{where}: {e.reason}",
-                offset=at + e.offset,
+                offset=e.offset,
                 segment_id=e.segment_id,
                 field_id=e.field_id,
             ) from None
-        notes.append(f"{where} does not parse: {e.reason} (at byte offset {at + e.offset})")
+        notes.append(f"{where} does not parse: {e.reason} (at byte offset {e.offset})")
         t, error = None, e
     else:
         notes.extend(f"batch detail record {index + 1}: {x}" for x in t.tolerated)

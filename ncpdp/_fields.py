@@ -3,6 +3,15 @@
 Formats follow the standard's picture notation: ``x(n)`` alphanumeric, ``9(n)``
 numeric, ``9(n)v999`` implied decimals, ``s9(n)v99`` signed overpunch amount,
 ``CCYYMMDD`` date. :func:`codec_of` maps a format to the codec that decodes it.
+
+A ``9(n)`` field is decoded as a number only when it counts or measures something
+(a count, the fill number, the days supply: :attr:`FieldDef.integer`). Identifiers
+and codes typed ``9(n)`` (101-A1 BIN, 402-D2 Rx number, phone numbers, 420-DK codes)
+are strings: ``004740`` is not ``4740``.
+
+The D.0 names and numbers are the NCPDP data dictionary's (the segment tables of the
+Telecommunication Standard D.0, as public payer sheets and reference implementations
+list them); the F6 additions are in ``_F6_TABLE`` below (decision 0011).
 """
 
 from __future__ import annotations
@@ -26,10 +35,14 @@ class FieldDef:
     name: str
     format: str
     since: str | None = None
+    #: A ``9(n)`` field whose value is a quantity (a count, a fill number, days):
+    #: decoded as a number. Other ``9(n)`` fields are identifiers or codes, kept as text.
+    integer: bool = False
 
     @property
     def codec(self) -> Codec:
-        return codec_of(self.format)
+        codec = codec_of(self.format)
+        return "text" if codec == "number" and not self.integer else codec
 
     @property
     def places(self) -> int:
@@ -98,6 +111,12 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("MT", 391, "Patient Assignment Indicator", "x(1)"),
     ("N5", 115, "Medicaid ID Number", "x(20)"),
     ("N6", 116, "Medicaid Agency Number", "x(15)"),
+    ("MG", 990, "Other Payer BIN Number", "9(6)"),
+    ("MH", 991, "Other Payer Processor Control Number", "x(10)"),
+    ("MJ", 992, "Other Payer Group ID", "x(15)"),
+    ("NU", 356, "Other Payer Cardholder ID", "x(20)"),
+    ("2D", 361, "Provider Accept Assignment Indicator", "x(1)"),
+    ("G2", 997, "CMS Part D Defined Qualified Facility", "x(1)"),
     # --- claim (07) ---
     ("EM", 455, "Prescription/Service Reference Number Qualifier", "x(1)"),
     ("D2", 402, "Prescription/Service Reference Number", "9(12)"),
@@ -137,6 +156,14 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("MA", 987, "URL", "x(100)"),
     ("U7", 147, "Pharmacy Service Type", "9(2)"),
     ("EK", 454, "Scheduled Prescription ID Number", "x(12)"),
+    ("CW", 330, "Alternate ID", "x(20)"),
+    ("G1", 996, "Compound Type", "9(2)"),
+    (
+        "N4",
+        114,
+        "Medicaid Subrogation Internal Control Number/Transaction Control Number (ICN/TCN)",
+        "x(30)",
+    ),
     # --- pharmacy provider (02) ---
     ("EY", 465, "Provider ID Qualifier", "x(2)"),
     ("E9", 444, "Provider ID", "x(15)"),
@@ -164,6 +191,33 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("DV", 431, "Other Payer Amount Paid", "s9(6)v99"),
     ("5E", 471, "Other Payer Reject Count", "9(2)"),
     ("6E", 472, "Other Payer Reject Code", "x(3)"),
+    ("NR", 353, "Other Payer-Patient Responsibility Amount Count", "9(1)"),
+    ("NP", 351, "Other Payer-Patient Responsibility Amount Qualifier", "x(2)"),
+    ("NQ", 352, "Other Payer-Patient Responsibility Amount", "s9(6)v99"),
+    ("MU", 392, "Benefit Stage Count", "9(1)"),
+    ("MV", 393, "Benefit Stage Qualifier", "x(2)"),
+    ("MW", 394, "Benefit Stage Amount", "s9(6)v99"),
+    # --- workers' compensation (06) ---
+    ("DY", 434, "Date of Injury", "CCYYMMDD"),
+    ("CF", 315, "Employer Name", "x(30)"),
+    ("CG", 316, "Employer Street Address", "x(30)"),
+    ("CH", 317, "Employer City Address", "x(20)"),
+    ("CI", 318, "Employer State/Province Address", "x(2)"),
+    ("CJ", 319, "Employer ZIP/Postal Zone", "x(15)"),
+    ("CK", 320, "Employer Phone Number", "9(10)"),
+    ("CL", 321, "Employer Contact Name", "x(30)"),
+    ("CR", 327, "Carrier ID", "x(10)"),
+    ("DZ", 435, "Claim/Reference ID", "x(30)"),
+    ("TR", 117, "Billing Entity Type Indicator", "9(2)"),
+    ("TS", 118, "Pay To Qualifier", "x(2)"),
+    ("TT", 119, "Pay To ID", "x(15)"),
+    ("TU", 120, "Pay To Name", "x(20)"),
+    ("TV", 121, "Pay To Street Address", "x(30)"),
+    ("TW", 122, "Pay To City Address", "x(20)"),
+    ("TX", 123, "Pay To State/Province Address", "x(2)"),
+    ("TY", 124, "Pay To ZIP/Postal Zone", "x(15)"),
+    ("TZ", 125, "Generic Equivalent Product ID Qualifier", "x(2)"),
+    ("UA", 126, "Generic Equivalent Product ID", "x(19)"),
     # --- DUR/PPS (08) ---
     ("7E", 473, "DUR/PPS Code Counter", "9(1)"),
     ("E4", 439, "Reason for Service Code", "x(2)"),
@@ -173,6 +227,21 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("8E", 474, "DUR/PPS Level of Effort", "9(2)"),
     ("J9", 475, "DUR Co-Agent ID Qualifier", "x(2)"),
     ("H6", 476, "DUR Co-Agent ID", "x(19)"),
+    # --- coupon (09) ---
+    ("KE", 485, "Coupon Type", "x(2)"),
+    ("ME", 486, "Coupon Number", "x(15)"),
+    ("NE", 487, "Coupon Value Amount", "s9(6)v99"),
+    # --- compound (10) ---
+    ("EF", 450, "Compound Dosage Form Description Code", "x(2)"),
+    ("EG", 451, "Compound Dispensing Unit Form Indicator", "9(1)"),
+    ("EC", 447, "Compound Ingredient Component Count", "9(2)"),
+    ("RE", 488, "Compound Product ID Qualifier", "x(2)"),
+    ("TE", 489, "Compound Product ID", "x(19)"),
+    ("ED", 448, "Compound Ingredient Quantity", "9(7)v999"),
+    ("EE", 449, "Compound Ingredient Drug Cost", "s9(6)v99"),
+    ("UE", 490, "Compound Ingredient Basis of Cost Determination", "x(2)"),
+    ("2G", 362, "Compound Ingredient Modifier Code Count", "9(2)"),
+    ("2H", 363, "Compound Ingredient Modifier Code", "x(2)"),
     # --- pricing (11) ---
     ("D9", 409, "Ingredient Cost Submitted", "s9(6)v99"),
     ("DC", 412, "Dispensing Fee Submitted", "s9(6)v99"),
@@ -189,6 +258,7 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("DU", 430, "Gross Amount Due", "s9(6)v99"),
     ("DN", 423, "Basis of Cost Determination", "x(2)"),
     ("DX", 433, "Patient Paid Amount Submitted", "s9(6)v99"),
+    ("N3", 113, "Medicaid Paid Amount", "s9(6)v99"),
     # --- prior authorization (12) ---
     ("PA", 498, "Request Type", "x(1)"),
     ("PB", 498, "Request Period Date-Begin", "CCYYMMDD"),
@@ -196,11 +266,47 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("PD", 498, "Basis of Request", "x(2)"),
     ("PE", 498, "Authorized Representative First Name", "x(12)"),
     ("PF", 498, "Authorized Representative Last Name", "x(15)"),
+    ("PG", 498, "Authorized Representative Street Address", "x(30)"),
+    ("PH", 498, "Authorized Representative City Address", "x(20)"),
+    ("PJ", 498, "Authorized Representative State/Province Address", "x(2)"),
+    ("PK", 498, "Authorized Representative ZIP/Postal Zone", "x(15)"),
+    ("PP", 498, "Prior Authorization Supporting Documentation", "x(500)"),
     ("PY", 498, "Prior Authorization Number-Assigned", "9(11)"),
     # --- clinical (13) ---
     ("VE", 491, "Diagnosis Code Count", "9(1)"),
     ("WE", 492, "Diagnosis Code Qualifier", "x(2)"),
     ("DO", 424, "Diagnosis Code", "x(15)"),
+    ("XE", 493, "Clinical Information Counter", "9(1)"),
+    ("ZE", 494, "Measurement Date", "CCYYMMDD"),
+    ("H1", 495, "Measurement Time", "9(4)"),
+    ("H2", 496, "Measurement Dimension", "x(2)"),
+    ("H3", 497, "Measurement Unit", "x(2)"),
+    ("H4", 499, "Measurement Value", "x(15)"),
+    # --- additional documentation (14) ---
+    ("2Q", 369, "Additional Documentation Type ID", "x(3)"),
+    ("2V", 374, "Request Period Begin Date", "CCYYMMDD"),
+    ("2W", 375, "Request Period Recert/Revised Date", "CCYYMMDD"),
+    ("2U", 373, "Request Status", "x(1)"),
+    ("2S", 371, "Length of Need Qualifier", "x(1)"),
+    ("2R", 370, "Length of Need", "9(3)"),
+    ("2T", 372, "Prescriber/Supplier Date Signed", "CCYYMMDD"),
+    ("2X", 376, "Supporting Documentation", "x(65)"),
+    ("2Z", 377, "Question Number/Letter Count", "9(3)"),
+    ("4B", 378, "Question Number/Letter", "x(3)"),
+    ("4D", 379, "Question Percent Response", "9(3)v99"),
+    ("4G", 380, "Question Date Response", "CCYYMMDD"),
+    ("4H", 381, "Question Dollar Amount Response", "s9(7)v99"),
+    ("4J", 382, "Question Numeric Response", "9(11)"),
+    ("4K", 383, "Question Alphanumeric Response", "x(30)"),
+    # --- facility (15) ---
+    ("8C", 336, "Facility ID", "x(10)"),
+    ("3Q", 385, "Facility Name", "x(30)"),
+    ("3U", 386, "Facility Street Address", "x(30)"),
+    ("5J", 388, "Facility City Address", "x(20)"),
+    ("3V", 387, "Facility State/Province Address", "x(2)"),
+    ("6D", 389, "Facility ZIP/Postal Zone", "x(15)"),
+    # --- narrative (16) ---
+    ("BM", 390, "Narrative Message", "x(200)"),
     # --- response status (21) ---
     ("AN", 112, "Transaction Response Status", "x(1)"),
     ("F3", 503, "Authorization Number", "x(20)"),
@@ -257,6 +363,33 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("FK", 520, "Amount Exceeding Periodic Benefit Maximum", "s9(6)v99"),
     ("NZ", 571, "Amount Attributed to Processor Fee", "s9(6)v99"),
     ("4U", 572, "Amount of Coinsurance", "s9(6)v99"),
+    ("4V", 573, "Basis of Calculation-Coinsurance", "x(2)"),
+    ("EQ", 575, "Patient Sales Tax Amount", "s9(6)v99"),
+    ("2Y", 574, "Plan Sales Tax Amount", "s9(6)v99"),
+    ("HH", 346, "Basis of Calculation-Dispensing Fee", "x(2)"),
+    ("HJ", 347, "Basis of Calculation-Copay", "x(2)"),
+    ("HK", 348, "Basis of Calculation-Flat Sales Tax", "x(2)"),
+    ("HM", 349, "Basis of Calculation-Percentage Sales Tax", "x(2)"),
+    ("G3", 577, "Estimated Generic Savings", "s9(6)v99"),
+    ("UC", 128, "Spending Account Amount Remaining", "s9(6)v99"),
+    ("UD", 129, "Health Plan-Funded Assistance Amount", "s9(6)v99"),
+    ("UJ", 133, "Amount Attributed to Provider Network Selection", "s9(6)v99"),
+    ("UK", 134, "Amount Attributed to Product Selection/Brand Drug", "s9(6)v99"),
+    (
+        "UM",
+        135,
+        "Amount Attributed to Product Selection/Non-Preferred Formulary Selection",
+        "s9(6)v99",
+    ),
+    (
+        "UN",
+        136,
+        "Amount Attributed to Product Selection/Brand Non-Preferred Formulary Selection",
+        "s9(6)v99",
+    ),
+    ("UP", 137, "Amount Attributed to Coverage Gap", "s9(6)v99"),
+    ("U8", 148, "Ingredient Cost Contracted/Reimbursable Amount", "s9(6)v99"),
+    ("U9", 149, "Dispensing Fee Contracted/Reimbursable Amount", "s9(6)v99"),
     # --- response DUR/PPS (24) ---
     ("FY", 544, "DUR Free Text Message", "x(30)"),
     ("FS", 528, "Clinical Significance Code", "x(1)"),
@@ -265,13 +398,39 @@ _TABLE: tuple[tuple[str, int, str, str], ...] = (
     ("FV", 531, "Quantity of Previous Fill", "9(7)v999"),
     ("FW", 532, "Database Indicator", "x(1)"),
     ("FX", 533, "Other Prescriber Indicator", "9(1)"),
+    ("NS", 570, "DUR Additional Text", "x(100)"),
+    # --- response prior authorization (26) ---
+    ("PR", 498, "Prior Authorization Processed Date", "CCYYMMDD"),
+    ("PS", 498, "Prior Authorization Effective Date", "CCYYMMDD"),
+    ("PT", 498, "Prior Authorization Expiration Date", "CCYYMMDD"),
+    ("RA", 498, "Prior Authorization Quantity", "9(7)v999"),
+    ("RB", 498, "Prior Authorization Dollars Authorized", "s9(6)v99"),
+    ("PW", 498, "Prior Authorization Number of Refills Authorized", "9(2)"),
+    ("PX", 498, "Prior Authorization Quantity Accumulated", "9(7)v999"),
+    # --- response insurance additional information (27) ---
+    ("UR", 139, "Medicare Part D Coverage Code", "x(1)"),
+    ("UQ", 138, "CMS Low Income Cost Sharing (LICS) Level", "x(1)"),
+    ("U1", 240, "Contract Number", "x(5)"),
+    ("FF", 926, "Formulary ID", "x(8)"),
+    ("U6", 757, "Benefit ID", "x(10)"),
+    ("US", 140, "Next Medicare Part D Effective Date", "CCYYMMDD"),
+    ("UT", 141, "Next Medicare Part D Termination Date", "CCYYMMDD"),
+    # --- response COB/other payers (28) ---
+    ("NT", 355, "Other Payer ID Count", "9(1)"),
+    ("UV", 142, "Other Payer Person Code", "x(3)"),
+    ("UB", 127, "Other Payer Help Desk Phone Number", "9(18)"),
+    ("UW", 143, "Other Payer Patient Relationship Code", "9(1)"),
+    ("UX", 144, "Other Payer Benefit Effective Date", "CCYYMMDD"),
+    ("UY", 145, "Other Payer Benefit Termination Date", "CCYYMMDD"),
 )
 
 
 # F6-only fields, from the public schema of transactrx/NCPDPSerDe (decision 0011):
 # id and name only. Their data dictionary numbers and widths are not public; dates
-# are marked CCYYMMDD and counts 9(?) where the schema types them so, every other
-# format is unknown ("?", read as text).
+# are marked CCYYMMDD, counts and integers 9(?), amounts s9(?)v99 (signed overpunch)
+# and quantities 9(?)v999 where the schema types them so (issue 25: the fifteen
+# numeric fields KX, KN, RS, 6G, M1, GB, M6, KW, YO, YJ, GA, GR, GJ, KK, KM); every
+# other format is unknown ("?", read as text).
 _F6_TABLE: tuple[tuple[str, str, str], ...] = (
     # patient (01; RR also in the response patient segment 29)
     ("RR", "Patient ID Count", "9(?)"),
@@ -295,7 +454,7 @@ _F6_TABLE: tuple[tuple[str, str, str], ...] = (
     ("K8", "Submission Type Code", "?"),
     ("M3", "Multiple Order Group ID", "?"),
     ("M4", "Multiple Order Group Reason Code", "?"),
-    ("KW", "Total Prescribed Quantity Remaining", "?"),
+    ("KW", "Total Prescribed Quantity Remaining", "9(?)v999"),
     ("KU", "Preparation Environment Type", "?"),
     ("KT", "Preparation Environment Event Code", "?"),
     ("Y6", "Time of Service", "?"),
@@ -303,20 +462,20 @@ _F6_TABLE: tuple[tuple[str, str, str], ...] = (
     ("ZS", "Reported Adjudicated Program Type", "?"),
     ("4P", "Original Manufacturer Product ID Qualifier", "?"),
     ("4N", "Original Manufacturer Product ID", "?"),
-    ("KK", "LTPAC Dispense Frequency", "?"),
+    ("KK", "LTPAC Dispense Frequency", "9(?)"),
     ("KH", "LTPAC Billing Methodology", "?"),
-    ("KM", "Number of LTPAC Dispensing Events", "?"),
+    ("KM", "Number of LTPAC Dispensing Events", "9(?)"),
     ("K9", "Do Not Dispense Before Date", "CCYYMMDD"),
     # pricing (11) and response pricing (23)
     ("RK", "Regulatory Fee Count", "9(?)"),
     ("RL", "Regulatory Fee Type Code", "?"),
     ("RM", "Regulatory Fee Exempt Indicator", "?"),
-    ("KX", "Subrogation Amount Requested", "?"),
+    ("KX", "Subrogation Amount Requested", "s9(?)v99"),
     ("KP", "Patient Pay Component Count", "9(?)"),
     ("KQ", "Patient Pay Component Qualifier", "?"),
-    ("KN", "Patient Pay Component Amount", "?"),
-    ("RS", "Patient Regulatory Fee Amount", "?"),
-    ("6G", "Professional Service Fee Contracted/Reimbursable Amount", "?"),
+    ("KN", "Patient Pay Component Amount", "s9(?)v99"),
+    ("RS", "Patient Regulatory Fee Amount", "s9(?)v99"),
+    ("6G", "Professional Service Fee Contracted/Reimbursable Amount", "s9(?)v99"),
     # pharmacy provider (02), prescriber (03)
     ("4A", "Provider First Name", "?"),
     ("4M", "Provider Last Name", "?"),
@@ -414,19 +573,19 @@ _F6_TABLE: tuple[tuple[str, str, str], ...] = (
     ("RD", "Plan Benefit Override Value Count", "9(?)"),
     ("RF", "Plan Benefit Override Value", "?"),
     ("F8", "Maximum Age Qualifier", "?"),
-    ("GA", "Maximum Age", "?"),
+    ("GA", "Maximum Age", "9(?)"),
     ("GQ", "Minimum Age Qualifier", "?"),
-    ("GR", "Minimum Age", "?"),
+    ("GR", "Minimum Age", "9(?)"),
     ("M2", "Minimum Amount Qualifier", "?"),
-    ("M1", "Minimum Amount", "?"),
+    ("M1", "Minimum Amount", "s9(?)v99"),
     ("GC", "Maximum Amount Qualifier", "?"),
-    ("GB", "Maximum Amount", "?"),
+    ("GB", "Maximum Amount", "s9(?)v99"),
     ("GF", "Maximum Amount Time Period", "?"),
     ("GH", "Maximum Amount Time Period End Date", "CCYYMMDD"),
     ("GG", "Maximum Amount Time Period Start Date", "CCYYMMDD"),
-    ("GJ", "Maximum Amount Time Period Units", "?"),
+    ("GJ", "Maximum Amount Time Period Units", "9(?)"),
     ("M7", "Remaining Amount Qualifier", "?"),
-    ("M6", "Remaining Amount", "?"),
+    ("M6", "Remaining Amount", "s9(?)v99"),
     ("AF", "Benefit Type Opportunity Count", "9(?)"),
     ("AE", "Benefit Type Opportunity", "?"),
     ("KY", "Subrogation Requestor's Reconciliation ID", "?"),
@@ -443,9 +602,9 @@ _F6_TABLE: tuple[tuple[str, str, str], ...] = (
     ("Z2", "Other Prescriber Telephone Number", "?"),
     ("Z0", "Compound Product ID Qualifier (DUR)", "?"),
     ("Z1", "Compound Product ID (DUR)", "?"),
-    ("YO", "Maximum Daily Dose Quantity", "?"),
+    ("YO", "Maximum Daily Dose Quantity", "9(?)v999"),
     ("YL", "Maximum Daily Dose Unit of Measure", "?"),
-    ("YJ", "Minimum Daily Dose Quantity", "?"),
+    ("YJ", "Minimum Daily Dose Quantity", "9(?)v999"),
     ("YI", "Minimum Daily Dose Unit of Measure", "?"),
     # response intermediary (36)
     ("8R", "Intermediary Authorization Count", "9(?)"),
@@ -497,16 +656,45 @@ _F6_TABLE: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: The ``9(n)`` fields that are quantities, beside the counts (names ending in "Count"
+#: or "Counter"): decoded as numbers. Every other ``9(n)`` field is an identifier or a
+#: code and stays a string.
+_QUANTITIES = frozenset(
+    {
+        "D3",  # Fill Number
+        "D5",  # Days Supply
+        "DF",  # Number of Refills Authorized
+        "HG",  # Days Supply Intended To Be Dispensed
+        "PW",  # Prior Authorization Number of Refills Authorized
+        "2R",  # Length of Need
+        "4F",  # Reject Field Occurrence Indicator (an occurrence number)
+        "GA",  # Maximum Age (F6)
+        "GR",  # Minimum Age (F6)
+        "GJ",  # Maximum Amount Time Period Units (F6)
+        "KK",  # LTPAC Dispense Frequency (F6)
+        "KM",  # Number of LTPAC Dispensing Events (F6)
+    }
+)
+
+
+def _integer(fid: str, name: str, fmt: str) -> bool:
+    return codec_of(fmt) == "number" and (fid in _QUANTITIES or name.endswith(("Count", "Counter")))
+
+
 def _build() -> dict[str, FieldDef]:
     out: dict[str, FieldDef] = {}
     for fid, number, name, fmt in _TABLE:
         if fid in out:  # a data error in this table, caught at import and by a test
             raise AssertionError(f"field id {fid} listed twice")
-        out[fid] = FieldDef(id=fid, number=number, name=name, format=fmt)
+        out[fid] = FieldDef(
+            id=fid, number=number, name=name, format=fmt, integer=_integer(fid, name, fmt)
+        )
     for fid, name, fmt in _F6_TABLE:
         if fid in out:  # an F6 id the D.0 table already names: a data error
             raise AssertionError(f"F6 field id {fid} is already a D.0 field")
-        out[fid] = FieldDef(id=fid, number=None, name=name, format=fmt, since="F6")
+        out[fid] = FieldDef(
+            id=fid, number=None, name=name, format=fmt, since="F6", integer=_integer(fid, name, fmt)
+        )
     return out
 
 

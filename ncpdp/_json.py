@@ -28,7 +28,8 @@ __all__ = ["to_jsonable", "from_jsonable", "decode_value"]
 
 def decode_value(field_id: str, value: str) -> str | int | None:
     """The decoded form of a raw value by the field dictionary, as JSON text/number;
-    ``None`` when the field is unknown, is plain text, or does not decode."""
+    ``None`` when the field is unknown, is text (identifiers and codes typed ``9(n)``
+    too: ``004740`` is its own value, not ``4740``), or does not decode."""
     fd = FIELDS.get(field_id)
     if fd is None:
         return None

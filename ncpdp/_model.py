@@ -462,7 +462,10 @@ class Transmission:
 
     ``group_separators`` says whether the groups are written with a group separator
     (0x1D) before each: yes in D.0 and 5.1, no in F6, whose one transaction follows
-    the transmission-level segments directly. ``None`` takes the version's rule.
+    the transmission-level segments directly. ``None`` takes the version's rule. An F6
+    transmission with more than one transaction (lenient parsing reads a second Claim
+    segment as a second transaction) writes them one after the other; strict parsing
+    refuses what it writes.
 
     A parsed transmission keeps its validated wire text: its segment objects are
     built on first access, and writing it back returns the text it was read from.
@@ -523,11 +526,6 @@ class Transmission:
         if group_separators is None:
             spec = VERSIONS.get(header.version)
             group_separators = spec.group_separator if spec is not None else True
-        if not group_separators and len(grps) > 1:
-            raise ModelError(
-                "without group separators (F6) a transmission carries one transaction, "
-                f"got {len(grps)}"
-            )
         self._header = header
         self._grouped = bool(group_separators)
         self._segments = segs

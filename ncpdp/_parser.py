@@ -17,21 +17,34 @@ Decisions (see also the tests in ``tests/ncpdp``):
   group at all: an eligibility request (E1, 109-A9 = 1) and a response rejected at
   header level (501-F1 = ``R``). Strict mode raises at the first problem it meets;
   lenient mode lists every problem it tolerated in ``Transmission.tolerated``.
-* lenient: also accepts STX (0x02) before and ETX (0x03) after, trailing CR/LF, a
-  trailing separator, a 109-A9 that disagrees with the groups, a response without a
-  group that is not rejected at header level, bytes outside printable ASCII, a field
-  ``AM`` inside a segment, and header slots of the wrong format; what was tolerated
-  is listed in ``Transmission.tolerated`` (with its offset) and framing is kept in
+* lenient: also accepts line breaks (CR/LF) and STX (0x02) before the header, ETX
+  (0x03) after, trailing CR/LF, a trailing separator, a 109-A9 that disagrees with
+  the groups, a response without a group that is not rejected at header level, bytes
+  outside printable ASCII, a field ``AM`` inside a segment, an F6-only field inside a
+  D.0 or 5.1 segment, a second transaction in F6, and header slots of the wrong
+  format; what was tolerated is listed in ``Transmission.tolerated`` (with its offset;
+  the first ``TOLERATED_LIMIT`` problems, then one line that counts the rest, so the
+  list stays small and the work linear on any input) and framing is kept in
   ``leading``/``trailing`` so the bytes still round-trip.
 * F6 (``F6`` in 102-A2, 58-character request header) has no group separators: its
   one transaction starts at the first transaction-level segment of the version's
-  table (none for an E1 request). A group separator in F6 is refused in strict mode.
+  table (none for an E1 request). A group separator in F6 is refused in strict mode,
+  and so is a second Claim (AM07) or Response Status (AM21) segment: F6 carries one
+  transaction. Lenient mode reads each one as the start of another transaction.
+* D.0 and 5.1: a field id that only F6 defines, inside a segment the version knows,
+  is refused in strict mode (a private segment such as ``AM99`` may carry anything).
 * never errors: unknown segment ids (``AMXX``, ``AM99``), unknown or punctuation
   field ids (``&B``), all-space values, text glued after the last field, counts inside
   segments (510-FA vs the 511-FB codes) that disagree with what follows: those are
   data, kept as they are, and the views read what is really there.
-* an NCPDP batch record (STX ``G1`` ...) or batch file (STX ``00`` ...) given here is
-  refused with an error that says so: :func:`ncpdp.parse_batch` reads those.
+* an NCPDP batch record (STX ``G1`` ...) or batch file (a Batch 1.x header record:
+  STX, ``00``, a transmission type letter, 24 characters of sender id, then the batch
+  number, creation date and time in digits) given here is refused with an error that
+  says so: :func:`ncpdp.parse_batch` reads those. The layout is what tells them apart
+  from a framed claim, whose BIN may well start with ``00`` or ``99`` (004336,
+  003858, 999999).
+* offsets count from the start of ``data``; :func:`_parse_at` counts them from a
+  further base (a transmission inside a batch file: from the start of the file).
 """
 
 from __future__ import annotations
@@ -39,9 +52,11 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Callable
+from itertools import pairwise
 from typing import NoReturn
 
 from ._errors import ParseError
+from ._fields import F6_FIELD_IDS, FIELDS
 from ._model import (
     UNSPLIT,
     RequestHeader,
@@ -51,13 +66,18 @@ from ._model import (
 from ._versions import (
     REQUEST_HEADER,
     REQUEST_HEADER_F6,
+    RESPONSE_HEADER,
     TRANSACTION_START,
     VERSIONS,
     HeaderSlot,
     VersionSpec,
 )
 
-__all__ = ["parse"]
+__all__ = ["parse", "TOLERATED_LIMIT"]
+
+#: Lenient parsing lists at most this many problems in ``Transmission.tolerated``; one
+#: more line then says how many more it tolerated.
+TOLERATED_LIMIT = 100
 
 _SS = "\x1e"
 _FS = "\x1c"
@@ -69,6 +89,7 @@ _TRAILING_JUNK = "\r\n\x03\x1c\x1d\x1e"
 _STRICT_TAIL = ("\r", "\n", "\x03")
 _BREAKS = (_SS, _GS)
 _DIGITS = frozenset("0123456789")
+_LINE_BREAKS = "\r\n"
 
 # The grammar as data. One C-level regex match validates a whole transmission; the
 # splits that follow can then trust their input. Possessive quantifiers: no
@@ -112,6 +133,51 @@ _GRAMMAR: dict[tuple[int, bool], re.Pattern[str]] = {
     for hlen in (_REQ_LEN, _REQ_F6_LEN, _RESP_LEN)
     for strict in (True, False)
 }
+_LAYOUTS = {_REQ_LEN: REQUEST_HEADER, _REQ_F6_LEN: REQUEST_HEADER_F6, _RESP_LEN: RESPONSE_HEADER}
+
+
+def _field_without(ids: frozenset[str]) -> str:
+    """A strict field whose id is neither ``AM`` nor one of ``ids``, as one class test
+    for the ids that start with a character none of them starts with (the common
+    case: 402-D2, 442-E7, 302-C2 ...) and one short test per other first character."""
+    by_first: dict[str, set[str]] = {"A": {"M"}}
+    for i in ids:
+        by_first.setdefault(i[0], set()).add(i[1])
+    safe = "".join(re.escape(chr(c)) for c in range(0x20, 0x7F) if chr(c) not in by_first)
+    common = "AF4789"  # the response's 112-AN, 511-FB ..., 546-4F, 549-7F, 550-8F, 551-9F
+    order = sorted(by_first, key=lambda c: (common.find(c) % 99, c))
+    alternatives = [f"[{safe}]{_PRINTABLE}"] + [
+        re.escape(c)
+        + "[^"
+        + "".join(re.escape(x) for x in sorted(by_first[c]))
+        + "\x00-\x1f\x7f-\U0010ffff]"
+        for c in order
+    ]
+    return "\x1c(?:" + "|".join(alternatives) + f"){_PRINTABLE}*+"
+
+
+def _fast_grammar(hlen: int, code: str) -> re.Pattern[str]:
+    """The strict grammar with one version's rules in it, for the fast path only (a
+    miss sends the input to the full path, which decides): in D.0 and 5.1 no field id
+    that only F6 defines; in F6 no group separator and one Claim (AM07) or Response
+    Status (AM21) segment at most."""
+    spec = VERSIONS[code]
+    if code in _FOREIGN_CODES:
+        field = _field_without(F6_FIELD_IDS)
+    else:
+        field = f"\x1c(?!AM){_PRINTABLE}{{2,}}+"
+    segment = f"\x1e\x1cAM{_PRINTABLE}{{2}}(?:{field})*+"
+    if spec.group_separator:
+        body = f"(?:{segment})*+(?:\x1d(?:{segment})++)*+"
+    else:
+        one = "21" if hlen == _RESP_LEN else "07"
+        other = f"\x1e\x1cAM(?!{one}){_PRINTABLE}{{2}}(?:{field})*+"
+        body = f"(?:{other})*+(?:\x1e\x1cAM{one}(?:{field})*+(?:{other})*+)?+"
+    return re.compile(_header_pattern(_LAYOUTS[hlen], True) + body)
+
+
+#: The versions that have no F6-only field.
+_FOREIGN_CODES = ("D0", "51")
 _NON_PRINTABLE = re.compile("[^\x20-\x7e\x1c-\x1e]")
 _AM_INSIDE = re.compile("(?<!\x1e)\x1cAM")
 _new = object.__new__
@@ -152,34 +218,82 @@ def _valid_date(value: str) -> bool:
     return ok
 
 
-def _decode(data: bytes | bytearray | memoryview | str) -> str:
+class _Tolerated:
+    """What lenient parsing tolerated: the first :data:`TOLERATED_LIMIT` notes, and a
+    count of the rest (each scanner stops formatting notes once the list is full)."""
+
+    __slots__ = ("more", "notes")
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.more = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.notes) >= TOLERATED_LIMIT
+
+    def append(self, note: str) -> None:
+        if len(self.notes) < TOLERATED_LIMIT:
+            self.notes.append(note)
+        else:
+            self.more += 1
+
+    def result(self) -> tuple[str, ...]:
+        if not self.more:
+            return tuple(self.notes)
+        return (
+            *self.notes,
+            f"... and {self.more} more problems of the same kinds, not listed "
+            f"(the first {TOLERATED_LIMIT} are)",
+        )
+
+
+def _decode(data: bytes | bytearray | memoryview | str, base: int = 0) -> str:
     if isinstance(data, str):
         if not data.isascii():
             for i, ch in enumerate(data):
                 if ord(ch) > 0xFF:
-                    raise ParseError("character outside the single-byte range", offset=i)
+                    raise ParseError("character outside the single-byte range", offset=base + i)
         return data
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data).decode("latin-1")
     raise TypeError(f"parse() takes bytes or str, not {type(data).__name__}")
 
 
-def _batch_record_error(text: str) -> None:
+# A Batch 1.x header record by its fixed layout (decision 0011): STX, record type "00",
+# the transmission type (a letter: T, R or E), the 24-character sender id, then the
+# batch number (7), creation date (8) and time (4), all digits. A framed claim never
+# matches: the character after "00" is a digit of its BIN (004336, 003858), or the
+# version/transaction code follows within those 47 characters.
+_BATCH_HEADER = re.compile("\x0200[A-Z][^\x02\x03]{24}[0-9]{19}")
+# A trailer record: STX, "99", the batch number (7) and the record count (10), digits.
+# A claim of BIN 99xxxx has its transaction code (B1, B2, ...) among those 17.
+_BATCH_TRAILER = re.compile("\x0299[0-9]{17}")
+
+
+def _looks_like_batch_file(text: str) -> bool:
+    """Whether ``text`` (after any leading line breaks) starts with a batch header or
+    trailer record, by their layouts."""
+    start = text.lstrip(_LINE_BREAKS)[:48]
+    return bool(_BATCH_HEADER.match(start) or _BATCH_TRAILER.match(start))
+
+
+def _batch_record_error(text: str, base: int) -> None:
     """Refuse a batch record or file given where a bare transmission is expected."""
-    kind = text[1:3]
-    if kind == "G1":
+    if text[1:3] == "G1":
         raise ParseError(
             "this is an NCPDP batch detail record (STX, 'G1', a 10-character reference, "
             "the transmission, ETX), not a bare transmission: read it with "
             "ncpdp.parse_batch() or `pa-bridge claim parse`, or pass the transmission "
             "that starts at byte 13",
-            offset=0,
+            offset=base,
         )
-    if kind in ("00", "99"):
+    if _BATCH_HEADER.match(text) or _BATCH_TRAILER.match(text):
         raise ParseError(
-            "this is an NCPDP batch file (STX and a '00' header record), not a bare "
-            "transmission: read it with ncpdp.parse_batch() or `pa-bridge claim parse`",
-            offset=0,
+            "this is an NCPDP batch file (STX and a Batch 1.x header or trailer record), "
+            "not a bare transmission: read it with ncpdp.parse_batch() or `pa-bridge "
+            "claim parse`",
+            offset=base,
         )
 
 
@@ -206,27 +320,51 @@ def parse(data: bytes | bytearray | memoryview | str, *, strict: bool = True) ->
     return _parse_full(data, strict)
 
 
-def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Transmission:
+def _parse_at(data: str, strict: bool, offset: int) -> Transmission:
+    """:func:`parse` of a transmission that stands at ``offset`` in a larger input (a
+    batch file): every offset it reports, raised or tolerated, counts from there."""
+    if strict:
+        fast = _fast(data)
+        if fast is not None:
+            return fast
+    return _parse_full(data, strict, offset)
+
+
+def _parse_full(
+    data: bytes | bytearray | memoryview | str, strict: bool, offset: int = 0
+) -> Transmission:
     """The full path: every input the fast path passed on, with the diagnostics."""
-    full = text = data.decode("latin-1") if type(data) is bytes else _decode(data)
+    full = text = data.decode("latin-1") if type(data) is bytes else _decode(data, offset)
 
     leading = trailing = ""
-    tolerated: list[str] = []
+    tolerated = _Tolerated()
+    first = text[:1]
+    if first in _LINE_BREAKS and first:
+        lead = len(text) - len(text.lstrip(_LINE_BREAKS))
+        if text[lead : lead + 1] == "\x02":
+            _batch_record_error(text[lead:], offset + lead)
+        if strict:
+            raise ParseError(
+                "line break (CR/LF) before the header (lenient mode accepts it)", offset=offset
+            )
+        leading = text[:lead]
+        text = text[lead:]
+        tolerated.append("line break before the header")
     if strict:
         if text[:1] == "\x02" or text[-1:] in _STRICT_TAIL:
             if text[:1] == "\x02":
-                _batch_record_error(text)
+                _batch_record_error(text, offset)
                 raise ParseError(
-                    "STX framing before the header (lenient mode accepts it)", offset=0
+                    "STX framing before the header (lenient mode accepts it)", offset=offset
                 )
             raise ParseError(
                 "trailing framing after the message (CR/LF or ETX; lenient mode accepts it)",
-                offset=len(text.rstrip("\r\n\x03")),
+                offset=offset + len(text.rstrip("\r\n\x03")),
             )
     else:
         if text[:1] == "\x02":
-            _batch_record_error(text)
-            leading = "\x02"
+            _batch_record_error(text, offset + len(leading))
+            leading += "\x02"
             text = text[1:]
             tolerated.append("STX framing before the header")
         stripped = text.rstrip(_TRAILING_JUNK)
@@ -239,7 +377,7 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
                 tolerated.append("trailing CR/LF")
             if any(c in trailing for c in "\x1c\x1d\x1e"):
                 tolerated.append("trailing separator")
-    base = len(leading)
+    base = offset + len(leading)
 
     plan = _detect(text)
     if plan is None:
@@ -272,15 +410,21 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
         if not ((iss.isdigit() or i0 == i1) and iss.isascii() and _valid_date(dos)):
             _check_header(text, hlen, base, strict, tolerated)
         _lenient_checks(text, hlen, base, tolerated)
+    if version in _FOREIGN and _FOREIGN[version].search(text, hlen) is not None:
+        _foreign_fields(text, hlen, base, spec, strict, tolerated)
 
     header._raw = text[:hlen]
     body = text[hlen:]
     grouped = True
+    ours = False  # whether the transactions were told apart by us (F6), not by 0x1D
     if spec.group_separator:
         chunks = body.split(_GS)  # segments are split on first access
     elif _GS not in body:
         grouped = False
         chunks = _ungrouped(text, body, hlen, _TX_IDS[version], _TX_START[version])
+        if len(chunks) > 1:
+            chunks = _one_transaction(chunks, body, hlen, base, strict, tolerated)
+            ours = len(chunks) > 2
     else:
         at = base + hlen + body.index(_GS)
         problem = (
@@ -295,18 +439,57 @@ def _parse_full(data: bytes | bytearray | memoryview | str, strict: bool) -> Tra
     if not (
         strict and 0 < ngroups <= spec.max_transactions and text[count_at] == "0123456789"[ngroups]
     ):  # 109-A9 is one digit, so max_transactions <= 9
-        _check_count(text, chunks, count_at, hlen, base, spec.max_transactions, strict, tolerated)
+        _check_count(
+            text, chunks, count_at, hlen, base, spec.max_transactions, strict, tolerated, ours
+        )
 
     t: Transmission = _new(Transmission)
     t._header = header
     t._grouped = grouped
     t._leading = leading
     t._trailing = trailing
-    t._tolerated = tuple(tolerated) if tolerated else ()
+    t._tolerated = tolerated.result()
     t._text = full
     t._wire = chunks
     t._request_view = t._response_view = None
     return t
+
+
+def _one_transaction(
+    chunks: list[str], body: str, hlen: int, base: int, strict: bool, tolerated: _Tolerated
+) -> list[str]:
+    """F6 carries one transaction: a second Claim (AM07) or Response Status (AM21)
+    segment starts another one. Strict mode refuses it; lenient mode reads each as the
+    start of a further transaction and reports it."""
+    sid = "21" if hlen == _RESP_LEN else "07"
+    mark = "\x1e\x1cAM" + sid
+    first = body.find(mark)
+    if first < 0:
+        return chunks
+    starts: list[int] = []
+    at = body.find(mark, first + 1)
+    while at >= 0:
+        starts.append(at)
+        at = body.find(mark, at + 1)
+    if not starts:
+        return chunks
+    if strict:
+        raise ParseError(
+            f"an F6 transmission carries one transaction; segment AM{sid} here starts a "
+            "second one (lenient mode reads it as another transaction and reports it)",
+            offset=base + hlen + starts[0],
+            segment_id=sid,
+        )
+    for n, at in enumerate(starts, start=2):
+        tolerated.append(
+            f"an F6 transmission carries one transaction; segment AM{sid} starts a second "
+            f"one, read as transaction {n} (at byte offset {base + hlen + at})"
+        )
+    if chunks[-1] is UNSPLIT:  # where the first transaction starts: as _materialize finds it
+        m = _TX_START["F6"](body)
+        chunks = [body] if m is None else [body[: m.start()], body[m.start() :]]
+    cuts = [len(chunks[0]), *starts, len(body)]
+    return [chunks[0], *(body[a:b] for a, b in pairwise(cuts))]
 
 
 _TX_IDS: dict[str, frozenset[str]] = {c: v.transaction_segments for c, v in VERSIONS.items()}
@@ -314,7 +497,67 @@ _TX_START = TRANSACTION_START
 _DIGIT = "0123456789"
 
 
-_Entry = tuple[int, bool, frozenset[str], Callable[[str], re.Match[str] | None]]
+def _ids_pattern(ids: frozenset[str]) -> str:
+    """``(?:R[KLMRS]|0[CDEF]|...)``: field ids as one class test per first character."""
+    by_first: dict[str, list[str]] = {}
+    for i in sorted(ids):
+        by_first.setdefault(i[0], []).append(i[1])
+    return (
+        "(?:"
+        + "|".join(
+            re.escape(first) + "[" + "".join(re.escape(c) for c in seconds) + "]"
+            for first, seconds in by_first.items()
+        )
+        + ")"
+    )
+
+
+#: By version: a search for a field id the version does not have (F6-only fields, in
+#: D.0 and 5.1). A hit is looked at closely: only inside a segment the version knows
+#: is it a problem.
+_FOREIGN: dict[str, re.Pattern[str]] = {
+    code: re.compile("\x1c" + _ids_pattern(F6_FIELD_IDS)) for code in _FOREIGN_CODES
+}
+_SEGMENT_OR_FOREIGN = re.compile(
+    "\x1e\x1cAM([^\x1c-\x1e]{2})|\x1c(" + _ids_pattern(F6_FIELD_IDS) + ")"
+)
+_VERSION_NAMES = {"D0": "D.0", "51": "5.1", "F6": "F6"}
+
+
+def _foreign_fields(
+    text: str, hlen: int, base: int, spec: VersionSpec, strict: bool, tolerated: _Tolerated
+) -> None:
+    """F6-only fields inside the segments a D.0 or 5.1 message's version knows: strict
+    mode refuses the first, lenient mode lists them. One pass, the segment read as it
+    goes (a private segment such as AM99 may carry any id)."""
+    known = spec.segments
+    sid = ""
+    for m in _SEGMENT_OR_FOREIGN.finditer(text, hlen):
+        if m.group(1) is not None:
+            sid = m.group(1)
+            continue
+        if sid not in known:
+            continue
+        fid = m.group(2)
+        problem = (
+            f"field {fid} ({FIELDS[fid].name}) is an F6 field, not a field of "
+            f"{_VERSION_NAMES[spec.code]}"
+        )
+        if strict:
+            raise ParseError(
+                f"{problem} (lenient mode accepts it and reports it)",
+                offset=base + m.start(),
+                segment_id=sid,
+                field_id=fid,
+            )
+        if tolerated.full:
+            tolerated.more += 1
+        else:
+            tolerated.append(f"{problem}, in segment AM{sid} (at byte offset {base + m.start()})")
+
+
+_Match = Callable[[str], re.Match[str] | None]
+_Entry = tuple[int, bool, frozenset[str], _Match, _Match]
 _Plan = tuple[
     int,
     Callable[[str], re.Match[str] | None],
@@ -332,13 +575,15 @@ def _plan(
     """What the fast path needs for one header length: the strict grammar, the header
     class, where 102-A2 and 109-A9 stand, the versions that use this header length (each
     with its transaction limit, whether it has group separators, its transaction-level
-    segment ids and the search for its first one), and where 401-D1 stands."""
-    specs = {
+    segment ids and the search for its first one, and its own strict grammar with the
+    version's rules), and where 401-D1 stands."""
+    specs: dict[str, _Entry] = {
         code: (
             spec.max_transactions,
             spec.group_separator,
             _TX_IDS[code],
             _TX_START[code],
+            _fast_grammar(hlen, code).fullmatch,
         )
         for code, spec in VERSIONS.items()
         if hlen == _RESP_LEN or _REQ_LEN_OF[code] == hlen
@@ -404,16 +649,16 @@ def _fast(text: str) -> Transmission | None:
     )
     if plan is None:
         return None
-    hlen, match, header_class, version_at, count_at, specs, d0 = plan
-    if match(text) is None:
-        return None
+    hlen, _, header_class, version_at, count_at, specs, d0 = plan
     entry = specs.get(text[version_at : version_at + 2])
     if entry is None:
+        return None
+    max_tx, grouped, tx_ids, tx_start, match = entry
+    if match(text) is None:  # the version's grammar
         return None
     dos = text[d0 : d0 + 8]
     if not (_DATES.get(dos) or _valid_date(dos)):
         return None
-    max_tx, grouped, tx_ids, tx_start = entry
     body = text[hlen:]
     chunks: list[str]
     if grouped:
@@ -421,8 +666,8 @@ def _fast(text: str) -> Transmission | None:
         ngroups = len(chunks) - 1
         if not (0 < ngroups <= max_tx and text[count_at] == _DIGIT[ngroups]):
             return None
-    else:  # one transaction, no group separator (F6)
-        if text[count_at] != "1" or _GS in body:
+    else:  # one transaction, no group separator (its grammar has none) (F6)
+        if text[count_at] != "1":
             return None
         if hlen == _RESP_LEN and body[4:6] in tx_ids:  # the usual response, inline
             chunks = ["", body]
@@ -463,7 +708,7 @@ def _slot_at(layout: tuple[HeaderSlot, ...], col: int) -> HeaderSlot:
     return next(s for s in layout if s.start <= col < s.start + s.width)
 
 
-def _check_header(text: str, hlen: int, base: int, strict: bool, tolerated: list[str]) -> None:
+def _check_header(text: str, hlen: int, base: int, strict: bool, tolerated: _Tolerated) -> None:
     """The header's slots: printable ASCII, 101-A1 digits, 401-D1 a calendar date."""
     if hlen == _RESP_LEN:
         layout = ResponseHeader.LAYOUT
@@ -515,20 +760,26 @@ def _where(text: str, pos: int) -> tuple[str | None, str | None]:
     return text[seg + 4 : seg + 6], (text[fld + 1 : fld + 3] if fld > seg + 1 else "AM")
 
 
-def _lenient_checks(text: str, hlen: int, base: int, tolerated: list[str]) -> None:
-    """What strict mode refuses inside the body; lenient mode reports each one."""
-    for m in _NON_PRINTABLE.finditer(text, hlen):
-        sid, fid = _where(text, m.start())
-        tolerated.append(
-            f"byte 0x{ord(m.group()):02X} outside printable ASCII in segment AM{sid}, "
-            f"field {fid} (at byte offset {base + m.start()})"
-        )
-    for m in _AM_INSIDE.finditer(text, hlen):
-        sid, _ = _where(text, m.start() - 1)
-        tolerated.append(
-            f"field id AM inside segment AM{sid}: a segment separator (0x1E) is missing "
-            f"(at byte offset {base + m.start()})"
-        )
+def _lenient_checks(text: str, hlen: int, base: int, tolerated: _Tolerated) -> None:
+    """What strict mode refuses inside the body; lenient mode reports each one, up to
+    the list's limit, then counts the rest (at C speed: linear in any input)."""
+    for pattern, back in ((_NON_PRINTABLE, 0), (_AM_INSIDE, 1)):
+        for m in pattern.finditer(text, hlen):
+            if tolerated.full:
+                tolerated.more += 1 + len(pattern.findall(text, m.end()))
+                break
+            at = m.start()
+            sid, fid = _where(text, at - back)
+            if back:
+                tolerated.append(
+                    f"field id AM inside segment AM{sid}: a segment separator (0x1E) is "
+                    f"missing (at byte offset {base + at})"
+                )
+            else:
+                tolerated.append(
+                    f"byte 0x{ord(m.group()):02X} outside printable ASCII in segment "
+                    f"AM{sid}, field {fid} (at byte offset {base + at})"
+                )
 
 
 def _check_count(
@@ -539,9 +790,12 @@ def _check_count(
     base: int,
     max_tx: int,
     strict: bool,
-    tolerated: list[str],
+    tolerated: _Tolerated,
+    ours: bool = False,
 ) -> None:
     """109-A9 against the groups that follow; lenient mode notes what it tolerates.
+    ``ours``: the transactions were told apart by their segments (F6 in lenient mode,
+    which reported each extra one), not by group separators: no limit applies.
 
     No group at all is standard in two cases: an eligibility request (E1, with
     109-A9 = 1) and a response rejected at header level (501-F1 = R).
@@ -575,7 +829,7 @@ def _check_count(
         if strict:
             raise ParseError(problem, offset=base + count_at, field_id="A9")
         tolerated.append(problem)
-    if ngroups > max_tx:
+    if ngroups > max_tx and not ours:
         raise ParseError(
             f"{ngroups} transaction groups; at most {max_tx} are allowed",
             offset=base + hlen + _nth(text[hlen:], _GS, max_tx),

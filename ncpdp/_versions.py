@@ -117,6 +117,7 @@ _COMMON_SEGMENTS: dict[str, tuple[str, Level]] = {
     # response
     "20": ("Response Message", "transmission"),
     "25": ("Response Insurance", "transmission"),
+    "27": ("Response Insurance Additional Information", "transmission"),
     "29": ("Response Patient", "transmission"),
     "21": ("Response Status", "transaction"),
     "22": ("Response Claim", "transaction"),

@@ -21,6 +21,7 @@ __all__ = [
     "RequestTransactionView",
     "RequestView",
     "RejectCode",
+    "AdditionalMessage",
     "PreferredProduct",
     "ResponseTransactionView",
     "ResponseView",
@@ -154,6 +155,19 @@ class RejectCode:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AdditionalMessage:
+    """One message of 526-FQ Additional Message Information: the 132-UH qualifier of
+    its first piece, and its text. A piece whose 131-UG Continuity is ``+`` continues
+    in the next 526-FQ: the pieces are joined as sent, with nothing added (payers cut
+    a long message at 40 characters, mid-word), and the whole is trimmed."""
+
+    qualifier: str | None
+    text: str
+    #: How many 526-FQ occurrences made it (1 when nothing was continued).
+    pieces: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PreferredProduct:
     qualifier: str | None
     id: str | None
@@ -167,10 +181,13 @@ class ResponseTransactionView:
     authorization_number: str | None
     reject_codes: tuple[RejectCode, ...]
     approved_message_codes: tuple[str, ...]
+    #: The messages' texts, continued pieces joined (see :class:`AdditionalMessage`).
     additional_messages: tuple[str, ...]
     help_desk_phone_qualifier: str | None
     help_desk_phone: str | None
     preferred_products: tuple[PreferredProduct, ...]
+    #: Each message with its 132-UH qualifier, in wire order.
+    additional_message_info: tuple[AdditionalMessage, ...] = ()
 
     @property
     def rejected(self) -> bool:
@@ -179,7 +196,8 @@ class ResponseTransactionView:
 
     @property
     def additional_message(self) -> str | None:
-        """The 526-FQ lines joined with spaces (the payer's rejection message)."""
+        """The messages joined with spaces (the payer's rejection message); continued
+        pieces are joined first, as the standard says."""
         return " ".join(self.additional_messages) or None
 
 
@@ -286,14 +304,47 @@ def request_view(t: Transmission) -> RequestView:
 _PREFERRED_KEYS = {"AP": "qualifier", "AR": "id", "AU": "description"}
 
 
+def _messages(raw: tuple[str, ...]) -> tuple[AdditionalMessage, ...]:
+    """526-FQ occurrences as messages: 132-UH before a piece is its qualifier; 131-UG
+    ``+`` after a piece continues it in the next 526-FQ."""
+    out: list[AdditionalMessage] = []
+    pieces: list[str] = []
+    qualifier: str | None = None
+    pending: str | None = None  # the 132-UH read for the next 526-FQ
+    continues = False
+
+    def close() -> None:
+        text = "".join(pieces).strip()
+        if text:
+            out.append(AdditionalMessage(qualifier=qualifier, text=text, pieces=len(pieces)))
+
+    for r in raw:
+        fid = r[:2]
+        if fid == "UH":
+            pending = _clean(r[2:])
+        elif fid == "FQ":
+            if not (continues and pieces):
+                if pieces:
+                    close()
+                pieces, qualifier = [], pending
+            pieces.append(r[2:])
+            pending, continues = None, False
+        elif fid == "UG" and pieces:
+            continues = r[2:].strip() == "+"
+    if pieces:
+        close()
+    return tuple(out)
+
+
 def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
     st = g.segment("21")
     rc = g.segment("22")
     rejects: list[RejectCode] = []
     approved: list[str] = []
-    messages: list[str] = []
+    messages: tuple[AdditionalMessage, ...] = ()
     status: dict[str, str] = {}
     if st is not None:
+        messages = _messages(st._raw)
         for r in st._raw:
             fid = r[:2]
             if fid == "FB":
@@ -302,8 +353,6 @@ def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
                 rejects[-1] = RejectCode(code=rejects[-1].code, occurrence=_int(r[2:]))
             elif fid == "6F":
                 approved.append(r[2:].strip())
-            elif fid == "FQ":
-                messages.append(r[2:].strip())
             elif fid not in status:
                 status[fid] = r[2:]
     products: list[PreferredProduct] = []
@@ -333,7 +382,8 @@ def _status_view(i: int, g: TransactionGroup) -> ResponseTransactionView:
         authorization_number=_clean(status.get("F3")),
         reject_codes=tuple(rejects),
         approved_message_codes=tuple(approved),
-        additional_messages=tuple(m for m in messages if m),
+        additional_messages=tuple(m.text for m in messages),
+        additional_message_info=messages,
         help_desk_phone_qualifier=_clean(status.get("7F")),
         help_desk_phone=_clean(status.get("8F")),
         preferred_products=tuple(products),

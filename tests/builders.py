@@ -57,6 +57,9 @@ class Claim:
     date_of_service: str = "20261123"
     vendor: str = "SYNVENDOR1"
     rxs: tuple[Rx, ...] = field(default_factory=lambda: (Rx(),))
+    #: Segments added to each transaction after the standard ones (an F6 claim's
+    #: Intermediary segment AM19, a switch's private AM99, ...).
+    extra_segments: tuple[Segment, ...] = ()
 
     def with_(self, **kw: object) -> Claim:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -135,6 +138,7 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
                     ],
                 )
             )
+        segs.extend(c.extra_segments)
         groups.append(TransactionGroup(segs))
     trans = [ins, pat] if c.code != "B2" else [ins]
     return Transmission(header, trans, groups)
@@ -142,6 +146,12 @@ def request(claim: Claim | None = None, **kw: object) -> Transmission:
 
 def request_bytes(claim: Claim | None = None, **kw: object) -> bytes:
     return ncpdp.serialize(request(claim, **kw))
+
+
+def continued(text: str, width: int = 40) -> tuple[str, ...]:
+    """``text`` cut into 526-FQ pieces of ``width`` characters, as payers cut a long
+    message (mid-word): each piece but the last is sent with 131-UG ``+``."""
+    return tuple(text[i : i + width] for i in range(0, len(text), width)) or ("",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,11 +162,18 @@ class Outcome:
     reject_codes: tuple[str, ...] = ()
     occurrences: tuple[str, ...] = ()
     approved_codes: tuple[str, ...] = ()
-    messages: tuple[str, ...] = ()
+    #: Each message is one 526-FQ line, or a tuple of pieces (``continued(...)``) sent
+    #: as several 526-FQ occurrences joined by 131-UG ``+``. Every occurrence has its
+    #: own 132-UH qualifier (01, 02, ...).
+    messages: tuple[str | tuple[str, ...], ...] = ()
     help_phone: str | None = None
     preferred: tuple[tuple[str, str, str], ...] = ()
     authorization: str | None = None
     pricing: bool = True
+
+
+def _pieces(message: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (message,) if isinstance(message, str) else message
 
 
 def response(
@@ -195,11 +212,14 @@ def response(
             st.append(("5F", str(len(o.approved_codes))))
             st.extend(("6F", a) for a in o.approved_codes)
         if o.messages:
-            st.append(("UF", str(len(o.messages)).zfill(2)))
-            for i, m in enumerate(o.messages):
+            pieces = [
+                (p, j + 1 < len(m)) for m in map(_pieces, o.messages) for j, p in enumerate(m)
+            ]
+            st.append(("UF", str(len(pieces)).zfill(2)))
+            for i, (piece, more) in enumerate(pieces):
                 st.append(("UH", str(i + 1).zfill(2)))
-                st.append(("FQ", m))
-                if i + 1 < len(o.messages):
+                st.append(("FQ", piece))
+                if more:  # 131-UG: this text continues in the next 526-FQ
                     st.append(("UG", "+"))
         if o.help_phone:
             st.extend([("7F", "03"), ("8F", o.help_phone)])
@@ -236,6 +256,44 @@ REJECT_TWO = Outcome(
     messages=("PLAN LIMITATIONS EXCEEDED",),
 )
 DUPLICATE = Outcome(status="D", authorization="SYNAUTH001")
+
+# --- the shapes of public sample claims of other NCPDP projects (issue 25) ------------
+
+#: F6's Intermediary segment (AM19) in the transaction, as public F6 samples carry it.
+INTERMEDIARY = Segment("19", [("8G", "1"), ("8H", "01"), ("8K", "QQ"), ("8M", "SYNINTERMED1")])
+#: A switch's private segment in a response (public samples of switch software).
+SWITCH_SEGMENT = Segment("99", [("&B", "SW000123"), ("#A", "0001")])
+#: A payer's long reject text, cut every 40 characters (mid-word: "SE" + "PARATELY").
+SWITCH_REJECT_TEXT = (
+    "NCPDP REJECT: TRANSACTION CODE (103-A3) IS INVALID. SUBMIT CLAIM AND REVERSAL SEPARATELY"
+)
+
+
+def with_segment(t: Transmission, segment: Segment, group: int = 0) -> Transmission:
+    """``t`` with ``segment`` added at the end of transaction ``group``."""
+    groups = list(t.groups)
+    groups[group] = TransactionGroup([*groups[group].segments, segment])
+    return Transmission(t.header, t.segments, groups)
+
+
+def switch_reject() -> bytes:
+    """A switch's reject: 1S (M/I transaction code), the payer's message cut into
+    40-character 526-FQ pieces continued by 131-UG, the help desk, and the switch's own
+    segment after the status."""
+    outcome = Outcome(
+        status="R",
+        reject_codes=("1S",),
+        occurrences=("01",),
+        messages=(continued(SWITCH_REJECT_TEXT),),
+        help_phone="8005550100",
+    )
+    return bytes(with_segment(response([outcome]), SWITCH_SEGMENT))
+
+
+def f6_claim_with_intermediary(**kw: object) -> bytes:
+    """An F6 B1 with the 8-digit IIN and the Intermediary segment after its pricing."""
+    claim = Claim(version="F6", bin="00880151", extra_segments=(INTERMEDIARY,))
+    return request_bytes(claim, **kw)
 
 
 # --- NCPDP batch files (Batch 1.2) ---------------------------------------------------

@@ -4,10 +4,11 @@ A thin layer over :mod:`ncpdp`: read the input, call the package, print. Malform
 input exits with status 2 and one line on stderr naming the byte offset, segment and
 field, as :class:`ncpdp.ParseError` renders them.
 
-A batch file (STX and a ``00`` header record) is detected from its first bytes and
-read in chunks, one record at a time, so a file of any size runs in constant memory:
-one JSON document per record (``--jsonl``: one per line), progress on stderr for a
-large file.
+A batch file is detected from its first bytes, by the fixed layout of its Batch 1.x
+header record (STX, ``00``, the transmission type letter, ...: a claim framed STX/ETX
+whose BIN starts with ``00`` is a claim, not a batch file), and read in chunks, one
+record at a time, so a file of any size runs in constant memory: one JSON document per
+record (``--jsonl``: one per line), progress on stderr for a large file.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def parse_cmd(lenient: bool, jsonl: bool, file: str) -> None:
     try:
         try:
             first = f.read(CHUNK)
-            while 0 < len(first) < 64:  # a pipe may give less: enough to recognize a batch
+            while 0 < len(first) < 128:  # a pipe may give less: enough to see a batch header
                 more = f.read(CHUNK)
                 if not more:
                     break

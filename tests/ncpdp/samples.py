@@ -457,4 +457,100 @@ SAMPLES += (
     ),
 )
 
+# --- the shapes of public sample claims, rebuilt by our builders (issue 25) ----------
+
+#: A switch's reject whose payer message is cut into 40-character 526-FQ pieces
+#: continued by 131-UG "+", with the switch's private AM99 after the status.
+SWITCH_REJECT = b.switch_reject()
+#: An F6 claim with the Intermediary segment (AM19), IIN 00880151.
+F6_INTERMEDIARY = b.f6_claim_with_intermediary()
+#: A D.0 claim of CVS Caremark's BIN 004336 (framed STX/ETX, as pa-bridge frames
+#: claims for the service, it was read as a batch file before issue 25: the framed and
+#: line-break shapes are in test_real_traffic.py and tests/strategies.py).
+CLAIM_004336 = b.request_bytes(bin="004336")
+#: A D.0 response with the Response Insurance Additional Information segment (AM27).
+WITH_AM27 = (
+    b"D0B11A011999999976     20261123\x1e\x1cAM25\x1cC1SYNGRP01"
+    b"\x1e\x1cAM27\x1cURX\x1cUQ1\x1cU1S9999\x1cFFSYNFORM1\x1cU6SYNBENEFIT\x1cUS20270101"
+    b"\x1d\x1e\x1cAM21\x1cANP\x1cF3SYNAUTH001"
+)
+#: A D.0 claim carrying an F6-only field (KW Total Prescribed Quantity Remaining).
+D0_WITH_F6_FIELD = b.request_bytes(rxs=(b.Rx(extra_claim_fields=(("KW", "90000"),)),))
+#: An F6 transmission with two Claim segments: F6 carries one transaction.
+_F6_ONE = b.request_bytes(version="F6", bin="61001400")
+F6_TWO_CLAIMS = _F6_ONE + _F6_ONE[_F6_ONE.index(b"\x1e\x1cAM07") :].replace(
+    b"000001234567", b"000007654321"
+)
+#: A batch file with a line break between records (files in the wild), of the shapes above.
+BATCH_WITH_LINE_BREAKS = b.batch_bytes(
+    [CLAIM_004336, SWITCH_REJECT, F6_INTERMEDIARY, WITH_AM27], between=b"\r\n"
+)
+
+SAMPLES += (
+    Sample(
+        name="public shape: a switch's reject with a continued message",
+        raw=SWITCH_REJECT,
+        source="builders.switch_reject",
+        kind="response",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=(
+            (0, "21", "FB", "1S"),
+            (0, "21", "FQ", b.SWITCH_REJECT_TEXT[:40]),
+            (0, "21", "UG", "+"),
+            (0, "99", "&B", "SW000123"),
+        ),
+    ),
+    Sample(
+        name="public shape: an F6 claim with an intermediary segment",
+        raw=F6_INTERMEDIARY,
+        source="builders.f6_claim_with_intermediary",
+        kind="request",
+        version="F6",
+        code="B1",
+        groups=1,
+        expect=((0, "19", "8M", "SYNINTERMED1"), (0, "07", "D2", "000001234567")),
+    ),
+    Sample(
+        name="D.0 response with the AM27 segment",
+        raw=WITH_AM27,
+        source="hand-written",
+        kind="response",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=((None, "27", "UR", "X"), (None, "27", "FF", "SYNFORM1")),
+    ),
+    Sample(
+        name="D.0 claim with an F6-only field",
+        raw=D0_WITH_F6_FIELD,
+        source="builders.request, KW added",
+        kind="request",
+        version="D0",
+        code="B1",
+        groups=1,
+        expect=((0, "07", "KW", "90000"),),
+        strict_error=(
+            "field KW (Total Prescribed Quantity Remaining) is an F6 field",
+            D0_WITH_F6_FIELD.index(b"\x1cKW"),
+            "07",
+            "KW",
+        ),
+        lenient_note="is an F6 field, not a field of D.0, in segment AM07",
+    ),
+    Sample(
+        name="F6 transmission with two claims",
+        raw=F6_TWO_CLAIMS,
+        source="builders.request, its claim twice",
+        kind="request",
+        version="F6",
+        code="B1",
+        groups=2,
+        expect=((1, "07", "D2", "000007654321"),),
+        strict_error=("carries one transaction", len(_F6_ONE), "07", None),
+        lenient_note="read as transaction 2",
+    ),
+)
+
 SAMPLE_IDS = [s.name for s in SAMPLES]

@@ -6,6 +6,7 @@ import pytest
 
 import ncpdp
 from ncpdp import ParseError
+from tests import builders as b
 
 from .samples import LITERAL_51_REJECT, LITERAL_D0_B1, LITERAL_F6_B1
 
@@ -291,8 +292,8 @@ def test_a_batch_detail_record_is_named_as_such(strict: bool) -> None:
     e = _err(record, strict=strict)
     assert "batch detail record" in e.reason and "parse_batch" in e.reason
     assert e.offset == 0
-    e = _err(b"\x0200T" + b" " * 70 + b"\x03", strict=strict)
-    assert "batch file" in e.reason
+    e = _err(b.batch_header() + record, strict=strict)  # by the header record's layout
+    assert "batch file" in e.reason and e.offset == 0
 
 
 def test_strict_mode_raises_at_the_first_problem_lenient_lists_every_one() -> None:

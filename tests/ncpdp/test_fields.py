@@ -106,7 +106,8 @@ def test_verified_numbers_of_less_common_fields() -> None:
     assert (FIELDS["SE"].number, FIELDS["ER"].number) == (458, 459)
     assert FIELDS["4E"].number == 470
     assert (FIELDS["A7"].number, FIELDS["MA"].number) == (993, 987)
-    assert "RE" not in FIELDS  # RE is a compound-segment field, not 458
+    # RE is the compound segment's 488-RE Compound Product ID Qualifier, not 458
+    assert FIELDS["RE"].number == 488
 
 
 def test_formats_map_to_codecs() -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import ncpdp
 from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
+from ncpdp._fields import F6_FIELD_IDS
 
 from .samples import SAMPLES
 
@@ -25,13 +26,21 @@ SEPARATORS = "\x1c\x1d\x1e"
 # field id "AM" after a segment's first field (a missing segment separator).
 text_char = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
 field_id = st.text(text_char, min_size=2, max_size=2).filter(lambda i: i != "AM")
+# D.0 and 5.1 have no F6-only field (strict mode refuses one in a standard segment).
+d0_field_id = field_id.filter(lambda i: i not in F6_FIELD_IDS)
 value = st.text(text_char, max_size=12)
 segment = st.builds(
     Segment,
     field_id,
-    st.lists(st.tuples(field_id, value), max_size=6),
+    st.lists(st.tuples(d0_field_id, value), max_size=6),
 )
 F6 = ncpdp.VERSIONS["F6"]
+# F6 carries one transaction: one Claim (AM07) or Response Status (AM21) segment at most.
+f6_segment = st.builds(
+    Segment,
+    field_id.filter(lambda i: i not in ("07", "21")),
+    st.lists(st.tuples(field_id, value), max_size=6),
+)
 top_segment = st.builds(
     Segment,
     field_id.filter(lambda i: i not in F6.transaction_segments),
@@ -60,7 +69,7 @@ def transmissions(draw: st.DrawFn) -> Transmission:
     version = draw(st.sampled_from(sorted(ncpdp.VERSIONS)))
     f6 = version == "F6"
     if f6:  # one transaction, no group separator: it starts at a transaction segment
-        groups = [[draw(tx_segment), *draw(st.lists(segment, max_size=3))]]
+        groups = [[draw(tx_segment), *draw(st.lists(f6_segment, max_size=3))]]
         top = draw(st.lists(top_segment, max_size=3))
     else:
         groups = draw(st.lists(st.lists(segment, min_size=1, max_size=4), min_size=1, max_size=4))

@@ -176,7 +176,8 @@ class PaServiceClient:
         Checks the payer-sheet minimum first (:class:`MissingClaimDataError`). B1 and B2
         are safe to retry: a duplicate is answered with the original PA. The claim goes
         out framed STX ... ETX (``claim_framing="stx_etx"``, as every reference claim
-        is) or bare (``"none"``), whatever framing it came with. ``credentials``: the
+        is) or bare (``"none"``), whatever framing it came with (line breaks before or
+        after it, STX/ETX, a trailing separator). ``credentials``: the
         submitting pharmacy's (default: this client's).
         """
         text = ncpdp_claim.decode("latin-1") if isinstance(ncpdp_claim, bytes) else ncpdp_claim
@@ -203,11 +204,14 @@ class PaServiceClient:
         if missing:
             raise MissingClaimDataError(missing)
         creds = credentials or self._credentials
+        # the transmission itself, without the framing it came with (line breaks, STX,
+        # ETX, a trailing separator: what lenient parsing kept apart), framed our way
+        core = text[len(transmission.leading) : len(text) - len(transmission.trailing)]
         form = {
             "username": creds.username,
             "password": creds.password,
             "api_key": creds.api_key,
-            "ncpdp_claim": frame_claim(text, self.claim_framing),
+            "ncpdp_claim": frame_claim(core, self.claim_framing),
             **md.as_form(),
         }
         started = time.monotonic()

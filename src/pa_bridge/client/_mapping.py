@@ -140,8 +140,9 @@ ETX = "\x03"
 def frame_claim(claim: str, framing: str = "stx_etx") -> str:
     """The claim as it goes on the wire: STX (0x02) before the header and ETX (0x03)
     after the last byte (``stx_etx``: every reference claim is framed so), or bare
-    (``none``). Framing the claim already had, and CR/LF after it, are dropped first."""
-    core = claim.rstrip("\r\n")
+    (``none``). Framing the claim already had, and CR/LF before or after it (as some
+    switches and dispensing systems send claims), are dropped first."""
+    core = claim.strip("\r\n")
     if core.startswith(STX):
         core = core[1:]
     if core.endswith(ETX):
@@ -150,8 +151,10 @@ def frame_claim(claim: str, framing: str = "stx_etx") -> str:
 
 
 def is_framed(claim: str) -> bool:
-    """Whether the claim came framed STX ... ETX (CR/LF after the ETX allowed)."""
-    return claim.startswith(STX) and claim.rstrip("\r\n").endswith(ETX)
+    """Whether the claim came framed STX ... ETX (CR/LF before the STX or after the
+    ETX allowed)."""
+    core = claim.strip("\r\n")
+    return core.startswith(STX) and core.endswith(ETX)
 
 
 def patient_age(date_of_birth: str | None, date_of_service: str | None) -> str:
