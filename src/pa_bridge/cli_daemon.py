@@ -40,6 +40,7 @@ def serve(config_path: str | None) -> None:
     from .restore import RestoreError
     from .runtime import Daemon
     from .store import StoreError
+    from .store.crypto import KeyProblem
 
     settings = _settings(config_path)
     configure_logging(settings.logging.level)
@@ -52,6 +53,10 @@ def serve(config_path: str | None) -> None:
         daemon.run_forever()
     except (RestoreError, StoreError) as e:
         click.echo(f"error: cannot start: {e}", err=True)
+        daemon.stop()
+        sys.exit(1)
+    except KeyProblem as e:
+        click.echo(f"error: cannot start: encryption key: {e}", err=True)
         daemon.stop()
         sys.exit(1)
     except OSError as e:

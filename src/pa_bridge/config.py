@@ -220,6 +220,10 @@ class PharmacySettings(_Section):
     password_file: Path | None = None
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
+    #: the store's phone and fax, passed to the PA service's hosted page with the
+    #: person who opens a PA (``remote_user``); default ``[console]``'s
+    phone_number: str | None = None
+    fax_number: str | None = None
 
     @field_validator("provider_id")
     @classmethod
@@ -255,6 +259,67 @@ class SandboxSettings(_Section):
     _v_listen = field_validator("listen")(_listen_ok)
 
 
+class EncryptionSettings(_Section):
+    """``[encryption]``: the key PHI columns are sealed with (decision 0030)."""
+
+    #: the key file (``pa-bridge keys rotate`` adds keys to it). A relative path is a
+    #: systemd credential's name when ``$CREDENTIALS_DIRECTORY`` is set. Unset on
+    #: SQLite: ``pa-bridge.key`` beside the database, created at the first start;
+    #: required with ``storage.url`` (every daemon must read the same key).
+    key_file: Path | None = None
+
+
+class AuditSettings(_Section):
+    """``[audit]``: the hash-chained audit log (decision 0032)."""
+
+    #: how long entries are kept (default six years, HIPAA's documentation period)
+    retention_days: int = Field(default=2192, ge=365)
+    #: where the daemon appends the chain's head now and then (JSON lines), outside
+    #: the database; default ``audit-anchors.jsonl`` beside the SQLite database, or
+    #: in the working directory with ``storage.url``
+    anchor_file: Path | None = None
+    anchor_minutes: float = Field(default=10.0, gt=0, le=1440)
+
+
+class ConsoleSettings(_Section):
+    """``[console]``: people signing in to the pharmacist console (decision 0031)."""
+
+    #: a session ends after this long without the person doing anything
+    idle_minutes: float = Field(default=15.0, ge=1, le=60)
+    #: and after this long in any case
+    session_max_hours: float = Field(default=12.0, ge=1, le=24)
+    #: the second factor: auto (asked for when intake.listen is not loopback),
+    #: required, or off (loopback only)
+    totp: Literal["auto", "required", "off"] = "auto"
+    #: failed sign-ins in a row before the name is locked; each lock-out doubles
+    lockout_after: int = Field(default=5, ge=1, le=20)
+    lockout_minutes: float = Field(default=1.0, gt=0, le=60)
+    #: the store's phone and fax for the hosted PA page (a chain: per [[pharmacies]])
+    phone_number: str | None = None
+    fax_number: str | None = None
+
+
+class OidcSettings(_Section):
+    """``[oidc]``: sign-in through the chain's identity provider (OpenID Connect)."""
+
+    issuer: str | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    client_secret_file: Path | None = None
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
+    #: the ID token claim that is the person's display name, and the one that is
+    #: their sign-in name in the audit log
+    display_name_claim: str = "name"
+    username_claim: str = "preferred_username"
+    #: the callback URL registered with the provider; default: this listener's
+    #: ``/console/oidc/callback`` as the browser reached it
+    redirect_url: str | None = None
+    button_label: str = "Sign in with your organisation's account"
+
+    def enabled(self) -> bool:
+        return self.issuer is not None
+
+
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -285,6 +350,10 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    encryption: EncryptionSettings = Field(default_factory=EncryptionSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    oidc: OidcSettings = Field(default_factory=OidcSettings)
     #: a chain's stores; empty for a single store (its credentials are in [service])
     pharmacies: list[PharmacySettings] = Field(default_factory=list)
 
@@ -364,6 +433,7 @@ def _resolve_secret_files(
         (s.callbacks, "forward_secret", "callbacks"),
         (s.storage, "url", "storage"),
         (s.storage, "password", "storage"),
+        (s.oidc, "client_secret", "oidc"),
     ]
     file_data = file_data or {}
     for section, key, name in pairs:
@@ -523,6 +593,7 @@ def _check(s: Settings, problems: list[str]) -> None:
             "intake.tokens: required when intake.listen is not a loopback address "
             f"({s.intake.listen}); without tokens the API is served on loopback only"
         )
+    _check_console(s, problems)
     if (s.callbacks.tls_cert is None) != (s.callbacks.tls_key is None):
         problems.append("callbacks.tls_cert / callbacks.tls_key: give both or neither")
     for key in ("tls_cert", "tls_key"):
@@ -533,6 +604,23 @@ def _check(s: Settings, problems: list[str]) -> None:
         problems.append("callbacks.username / callbacks.password: give both or neither")
     if s.storage.metadata_retention_days < s.storage.retention_days:
         problems.append("storage.metadata_retention_days: must be at least storage.retention_days")
+
+
+def _check_console(s: Settings, problems: list[str]) -> None:
+    """A console others can reach asks for a second factor; OIDC needs its three keys."""
+    host, _ = parse_listen(s.intake.listen)
+    if s.console.totp == "off" and not is_loopback(host):
+        problems.append(
+            f"console.totp: off only on a loopback intake.listen ({s.intake.listen}):"
+            " people signing in from other machines give a second factor"
+        )
+    o = s.oidc
+    if o.enabled() or o.client_id is not None:
+        for key in ("issuer", "client_id", "client_secret"):
+            if getattr(o, key) in (None, ""):
+                problems.append(f"oidc.{key}: required for sign-in through OpenID Connect")
+        if o.issuer is not None and not o.issuer.startswith(("https://", "http://")):
+            problems.append("oidc.issuer: must be the provider's https:// URL")
 
 
 def _format_env_error(e: SettingsError) -> list[str]:

@@ -18,17 +18,19 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .app import build_services, make_client
+from .audit_trail import schedule_anchors
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
 from .config import Settings, parse_listen
+from .encryption import open_store
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Outbox, queue_summary
 from .restore import adopt_restored, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
-from .store import PgStore, Status, Store, create_private, redact_url
+from .store import Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
 __all__ = ["Daemon", "WsgiServer", "build_services"]  # WsgiServer re-exported for the tests
@@ -80,15 +82,11 @@ class Daemon:
         raise_open_files_limit()
         url = s.storage.database_url()
         if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
-            self.store = PgStore(
-                url,
-                max_connections=s.storage.max_connections,
-                lock_timeout_ms=s.storage.busy_timeout_ms,
-            )
+            self.store = open_store(s)  # with its encryption key (decision 0030)
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
             self._lock_database()
-            self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
+            self.store = open_store(s)
             log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
@@ -199,6 +197,7 @@ class Daemon:
         except ImportError:  # pragma: no cover - during development only
             return
         schedule_maintenance(scheduler, self.store, self.settings, clock=self.clock)
+        schedule_anchors(scheduler, self.store, self.settings)
 
     # ---- systemd ------------------------------------------------------------------
     def _notify(self, message: str) -> None:

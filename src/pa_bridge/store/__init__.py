@@ -25,6 +25,7 @@ from . import (
     audit,
     callbacks,
     console,
+    crypto,
     exchanges,
     files,
     idempotency,
@@ -33,6 +34,7 @@ from . import (
     outbox,
     pa_history,
     pas,
+    users,
 )
 from . import retention as retention
 from ._db import Database
@@ -82,4 +84,5 @@ __all__ = [
     "redact_url",
     "pas",
     "retention",
+    "users",
 ]
