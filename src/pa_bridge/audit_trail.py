@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .config import Settings
 from .logs import log_event
@@ -81,6 +81,8 @@ def read_anchors(path: Path) -> list[tuple[int, str]]:
     for line in lines:
         with contextlib.suppress(ValueError, KeyError, TypeError):
             a = json.loads(line)
+            if a.get("reset"):  # a restore: the anchors before it were another chain's
+                out.clear()
             out.append((int(a["seq"]), str(a["hash"])))
     return out
 
@@ -173,5 +175,47 @@ def with_transaction(db: Database, fn: Callable[[Database], Any]) -> Any:
     """``fn(db)`` in one write transaction of a command's connection."""
     from .store import files
 
-    with files.transaction(db) as tx:
+    with files.transaction(cast(Any, db)) as tx:
         return fn(tx)
+
+
+def record_command(
+    storage: Any, action: str, object_id: str | None = None, detail: str | None = None
+) -> str | None:
+    """An entry for a command store IT ran (``backup``, ``restore``, ``queue``) in the
+    database of ``storage`` (``[storage]``), in its own transaction; what went wrong,
+    or None."""
+    from .store import StoreError, files
+
+    url = storage.database_url()
+    try:
+        db = (
+            files.open_url(url, write=True)
+            if url
+            else files.open_database(storage.path, write=True)
+        )
+    except StoreError as e:
+        return str(e)
+    try:
+        with_transaction(db, lambda tx: record(tx, action, object_id, detail))
+    except Exception as e:  # the command's own work is done: say it, do not undo it
+        return f"{type(e).__name__}: {e}"[:300]
+    finally:
+        db.conn.close()
+    return None
+
+
+def mark_restored(path: Path, db_head: tuple[int, str]) -> None:
+    """After a restore the chain is the backup's, shorter than the anchors recorded
+    since: a ``reset`` line says so (anchors before it are of the database moved
+    aside), with the restored chain's head."""
+    line = json.dumps(
+        {"reset": "restore", "seq": db_head[0], "hash": db_head[1], "at": now_iso()},
+        separators=(",", ":"),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)

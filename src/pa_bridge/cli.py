@@ -5,8 +5,11 @@ from __future__ import annotations
 import click
 
 from . import __version__
+from .cli_audit import audit
 from .cli_claim import claim
 from .cli_daemon import backup, doctor, queue, restore, serve
+from .cli_keys import keys
+from .cli_users import users
 from .sandbox.cli import sandbox
 
 
@@ -23,3 +26,6 @@ main.add_command(queue)
 main.add_command(doctor)
 main.add_command(backup)
 main.add_command(restore)
+main.add_command(users)
+main.add_command(audit)
+main.add_command(keys)

@@ -36,6 +36,7 @@ __all__ = [
     "ConfigError",
     "Settings",
     "load_settings",
+    "load_ops_settings",
     "load_storage_settings",
     "parse_listen",
     "is_loopback",
@@ -700,6 +701,26 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
     if problems:
         raise ConfigError(problems)
     return st
+
+
+#: what the commands store IT runs beside the daemon (users, audit, keys) read
+_OPS_SECTIONS = ("storage", "encryption", "audit", "console", "intake", "pharmacies")
+
+
+def load_ops_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """``[storage]``, ``[encryption]``, ``[audit]``, ``[console]``, ``[intake]`` and
+    ``[[pharmacies]]`` of the file (then the environment), for ``users``, ``audit``
+    and ``keys``: like ``load_storage_settings``, never the service's secrets."""
+    data = _read_toml(path) if path is not None else {}
+    picked = {k: data[k] for k in _OPS_SECTIONS if k in data}
+    try:
+        settings = Settings(**picked)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e)) from None
+    except SettingsError as e:
+        raise ConfigError(_format_env_error(e)) from None
+    settings.storage = load_storage_settings(path)
+    return settings
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

@@ -72,6 +72,7 @@ __all__ = [
     "connect_existing",
     "console",
     "create_private",
+    "crypto",
     "exchanges",
     "files",
     "idempotency",

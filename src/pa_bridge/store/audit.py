@@ -114,7 +114,7 @@ def add(
     carry where it came from (``who@address``) unless ``remote`` is given."""
     who, where = split_actor(actor) if remote is None else (actor, remote)
     lock = " FOR UPDATE" if is_postgres(db) else ""
-    row = db.conn.execute(f"SELECT seq, hash FROM audit_head WHERE one = 1{lock}").fetchone()
+    row = db.conn.execute(f"SELECT seq, hash FROM audit_head WHERE one = 1{lock}").fetchone()  # noqa: S608 - fixed SQL
     seq = int(row[0]) + 1
     when = at or now_iso()
     h = entry_hash(str(row[1]), seq, when, who, action, object_id, detail, where)
@@ -207,9 +207,7 @@ def verify(db: Database, anchors: Iterable[tuple[int, str]] = (), batch: int = 5
         if e.seq != expect:
             what = "removed" if e.seq > expect else "repeated"
             return bad(e, f"entry {e.seq} follows entry {expect - 1}: entries were {what}")
-        digest = entry_hash(
-            prev, e.seq, e.at, e.actor, e.action, e.object_id, e.detail, e.remote
-        )
+        digest = entry_hash(prev, e.seq, e.at, e.actor, e.action, e.object_id, e.detail, e.remote)
         if digest != e.hash:
             return bad(e, f"entry {e.seq} (id {e.id}) does not match its hash: it was changed")
         if e.seq in want and want[e.seq] != e.hash:
@@ -229,7 +227,9 @@ def verify(db: Database, anchors: Iterable[tuple[int, str]] = (), batch: int = 5
             f"an anchor recorded entry {max(beyond)} but the chain ends at entry {last}:"
             " entries were removed from its end",
         )
-    unchained_rows = db.conn.execute("SELECT id FROM audit WHERE seq IS NULL ORDER BY id").fetchall()
+    unchained_rows = db.conn.execute(
+        "SELECT id FROM audit WHERE seq IS NULL ORDER BY id"
+    ).fetchall()
     unchained = len(unchained_rows)
     if chain_start_id is not None:
         late = [int(r[0]) for r in unchained_rows if int(r[0]) > chain_start_id]
@@ -274,11 +274,9 @@ def purge_before(db: Database, cut_iso: str, limit: int) -> int:
     ``cut_iso``, in chain order, and move the floor to the last one removed, so the
     chain still verifies from the oldest entry kept. Entries from before the chain
     go by age. How many were removed."""
-    gone = db.conn.execute(
-        "DELETE FROM audit WHERE seq IS NULL AND at < ?", [cut_iso]
-    ).rowcount
+    gone = db.conn.execute("DELETE FROM audit WHERE seq IS NULL AND at < ?", [cut_iso]).rowcount
     lock = " FOR UPDATE" if is_postgres(db) else ""
-    h = db.conn.execute(f"SELECT seq, floor_seq FROM audit_head WHERE one = 1{lock}").fetchone()
+    h = db.conn.execute(f"SELECT seq, floor_seq FROM audit_head WHERE one = 1{lock}").fetchone()  # noqa: S608
     rows = db.conn.execute(
         "SELECT seq, at, hash FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", [int(h[1]), limit]
     ).fetchall()

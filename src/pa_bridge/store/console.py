@@ -142,11 +142,11 @@ def acknowledge(
 def claim(db: Database, claim_id: str) -> ConsoleClaim | None:
     """The stored claim behind a PA, without its metadata (PHI) or the payer's response."""
     row = first_row(
-            db,
-            "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count,"
-            " transaction_code, bin, pcn, group_id, raw_purged_at FROM exchanges"
-            " WHERE id = ? AND kind = 'claim'",
-            [claim_id],
+        db,
+        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count,"
+        " transaction_code, bin, pcn, group_id, raw_purged_at FROM exchanges"
+        " WHERE id = ? AND kind = 'claim'",
+        [claim_id],
     )
     if row is not None:
         row["request_raw"] = unseal(db, row["request_raw"], "exchanges.request_raw", row["id"])

@@ -442,17 +442,21 @@ def reseal_batch(
         return None, 0, 0
     sealed = 0
     for pk, row_value, value in rows:
-        stored = value if col.text else bytes(value)
-        if key_id(stored) == keys.current_id:
-            continue
         aad = _aad(f"{col.table}.{col.column}", aad_row(col, row_value))
+        new: str | bytes
         if col.text:
-            plain = stored
-            if stored.startswith(TEXT_PREFIX):
-                plain = keys.open(MAGIC + base64.b64decode(stored[len(TEXT_PREFIX) :]), aad).decode()
-            blob = keys.seal(plain.encode(), aad)
-            new: Any = TEXT_PREFIX + base64.b64encode(blob[len(MAGIC) :]).decode()
+            text = str(value)
+            if key_id(text) == keys.current_id:
+                continue
+            if text.startswith(TEXT_PREFIX):
+                blob = MAGIC + base64.b64decode(text[len(TEXT_PREFIX) :])
+                text = keys.open(blob, aad).decode()
+            sealed_b = keys.seal(text.encode(), aad)
+            new = TEXT_PREFIX + base64.b64encode(sealed_b[len(MAGIC) :]).decode()
         else:
+            stored = bytes(value)
+            if key_id(stored) == keys.current_id:
+                continue
             plain_b = keys.open(stored, aad) if stored[: len(MAGIC)] == MAGIC else stored
             new = keys.seal(plain_b, aad)
         cur = db.conn.execute(

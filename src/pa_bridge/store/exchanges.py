@@ -98,7 +98,9 @@ def _seal_content(db: Database, values: dict[str, Any]) -> None:
         if values.get(col) is not None:
             values[col] = seal(db, values[col], f"exchanges.{col}", row)
     if values.get("metadata_json") is not None:
-        values["metadata_json"] = seal_text(db, values["metadata_json"], "exchanges.metadata_json", row)
+        values["metadata_json"] = seal_text(
+            db, values["metadata_json"], "exchanges.metadata_json", row
+        )
 
 
 def _open_content(db: Database, row: dict[str, Any] | None, key: str = "id") -> Any:
@@ -110,7 +112,9 @@ def _open_content(db: Database, row: dict[str, Any] | None, key: str = "id") -> 
         if col in row:
             row[col] = unseal(db, row[col], f"exchanges.{col}", ident)
     if "metadata_json" in row:
-        row["metadata_json"] = unseal_text(db, row["metadata_json"], "exchanges.metadata_json", ident)
+        row["metadata_json"] = unseal_text(
+            db, row["metadata_json"], "exchanges.metadata_json", ident
+        )
     return row
 
 

@@ -310,7 +310,7 @@ class PgStore(Store):
             open=True,
         )
         self._start_writer(max_batch)
-        self._reader = self._keyed(PgReader(self))
+        self._reader: PgReader = self._keyed(PgReader(self))
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
         return connect(

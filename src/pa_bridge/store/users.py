@@ -204,7 +204,5 @@ def end_sessions_of(db: Database, name: str, now: float, why: str) -> int:
 
 def purge_sessions(db: Database, before: float) -> int:
     """Sessions ended, or started, before ``before`` (retention of the table)."""
-    cur = db.conn.execute(
-        "DELETE FROM sessions WHERE coalesce(ended_at, created_at) < ?", [before]
-    )
+    cur = db.conn.execute("DELETE FROM sessions WHERE coalesce(ended_at, created_at) < ?", [before])
     return cur.rowcount
