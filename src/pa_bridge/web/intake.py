@@ -59,7 +59,7 @@ def _authenticate() -> tuple[Response, int] | BaseResponse | None:
     refused = people.admit()  # a person's session, or a console that needs one (issue 29)
     if refused is not None:
         return refused
-    if g.person is not None or console.is_public_path(request.path):
+    if g.person is not None or console.is_public_path(request.path) or people.is_own(request.path):
         return None
     who = checks.identify(request.environ, current_app.extensions["pa_bridge.tokens"])
     if who is not None:

@@ -44,7 +44,7 @@ from ..logs import log_event
 from ..service import Services
 from .errors import error_response
 
-__all__ = ["COOKIE", "admit", "bp", "install", "opened", "person", "record"]
+__all__ = ["COOKIE", "admit", "bp", "install", "is_own", "opened", "person", "record"]
 
 COOKIE = "pa_bridge_session"
 PENDING_COOKIE = "pa_bridge_sign_in"
@@ -80,6 +80,11 @@ def _remote() -> str | None:
     return request.remote_addr
 
 
+def is_own(path: str) -> bool:
+    """The sign-in's own paths: served to anyone (each checks what it needs)."""
+    return path.startswith(_OWN)
+
+
 def _is_page(path: str) -> bool:
     return path == "/" or path.startswith("/console/pa/")
 
@@ -113,7 +118,7 @@ def admit() -> tuple[Response, int] | BaseResponse | None:
     carry on (a token, or no sign-in needed)."""
     path = request.path
     g.person = None
-    if path.startswith(_OWN):
+    if is_own(path):
         return None
     token = request.cookies.get(COOKIE)
     needs = _is_page(path) or path.startswith("/v1/console/")
