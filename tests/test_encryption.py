@@ -84,7 +84,7 @@ def test_no_patient_name_in_the_database_its_wal_or_a_backup(
     # the key is not in the database: it is beside it, in its own file
     key = db.parent / "pa-bridge.key"
     assert key.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
-    kid, secret = key.read_text().split("\n")[-2].split()
+    _kid, secret = key.read_text().split("\n")[-2].split()
     assert secret.encode() not in db.read_bytes()
 
 

@@ -191,7 +191,7 @@ def test_totp_is_on_by_default_on_a_listener_others_reach(make: Any) -> None:
 def test_totp_off_is_refused_on_a_listener_others_reach() -> None:
     from pa_bridge.config import ConfigError
 
-    with pytest.raises(ConfigError, match="console.totp: off only on a loopback"):
+    with pytest.raises(ConfigError, match=r"console\.totp: off only on a loopback"):
         load_settings(
             intake={"listen": "0.0.0.0:8470", "tokens": ["t" * 24]}, console={"totp": "off"}
         )
@@ -275,7 +275,7 @@ def test_disabled_and_reset_people_lose_their_sessions(make: Any, cli: Any, tmp_
     gone = a.client.get("/v1/console/worklist")
     assert gone.status_code == 401 and gone.get_json()["error"]["detail"]["why"] == "disabled"
     assert a.sign_in().status_code == 401
-    entry = [e for e in a.audit() if e["action"] == "user.disable"][0]
+    entry = next(e for e in a.audit() if e["action"] == "user.disable")
     assert entry["actor"].startswith("cli:") and entry["remote"].startswith("cli@")
 
 
