@@ -17,8 +17,8 @@ import pytest
 from pa_bridge.config import load_settings
 from pa_bridge.runtime import Daemon
 from tests import builders as b
-from tests.test_console import browser  # noqa: F401 - the module's Chromium
 from tests.support import wait_until
+from tests.test_console import browser  # noqa: F401 - the module's Chromium
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,10 @@ def _sign_in(page: Any, url: str, password: str, secret: str, clock: Clock) -> N
 
 
 def test_sign_in_with_totp_open_a_pa_idle_log_off_and_sign_out(
-    daemon: tuple[Daemon, Clock], browser: Any, cli: Any, tmp_path: Path  # noqa: F811
+    daemon: tuple[Daemon, Clock],
+    browser: Any,
+    cli: Any,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 
@@ -148,6 +151,9 @@ def test_sign_in_with_totp_open_a_pa_idle_log_off_and_sign_out(
         expect(page).to_have_url(re.compile(r"/console/sign-in$"))
         page.goto(f"{url}/")
         expect(page).to_have_url(re.compile(r"/console/sign-in\?next=/$"))
-        assert d.store.query("SELECT action FROM audit ORDER BY seq DESC LIMIT 1")[0]["action"] == "sign_out"
+        assert (
+            d.store.query("SELECT action FROM audit ORDER BY seq DESC LIMIT 1")[0]["action"]
+            == "sign_out"
+        )
     finally:
         ctx.close()
