@@ -75,7 +75,7 @@ def _sign_in(page: Any, url: str, password: str, secret: str, clock: Clock) -> N
 
 def test_sign_in_with_totp_open_a_pa_idle_log_off_and_sign_out(
     daemon: tuple[Daemon, Clock],
-    browser: Any,
+    browser: Any,  # noqa: F811 - the fixture imported above
     cli: Any,
     tmp_path: Path,
 ) -> None:

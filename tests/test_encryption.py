@@ -15,7 +15,7 @@ import pytest
 
 from pa_bridge.config import load_settings
 from pa_bridge.encryption import create_key_file, open_store
-from pa_bridge.store import Store, callbacks, crypto, exchanges, now_iso
+from pa_bridge.store import Store, audit, callbacks, crypto, exchanges, now_iso
 from tests import builders as b
 from tests.real_shapes import callback_body
 from tests.support import pa_bridge_process, wait_until
@@ -248,3 +248,37 @@ def test_encrypt_existing_after_a_backup(tmp_path: Path, cli: Any) -> None:
         got = exchanges.get(s.reader(), "c1")
         assert got is not None and got["request_raw"] == b.request_bytes()
         assert crypto.count_by_key(s.reader()).get("plain") is None
+
+
+def test_doctor_checks_the_key_the_plain_values_and_the_audit_chain(
+    tmp_path: Path, cli: Any
+) -> None:
+    db = tmp_path / "d" / "pa.sqlite3"
+    with Store(db) as s:  # before encryption: one plain claim
+        row = {"id": "c1", "received_at": now_iso(), "actor": "t", "kind": "claim",
+               "version": "D0", "transaction_code": "B1", "bin": None, "pcn": None,
+               "group_id": None, "provider_id": None, "date_of_service": None,
+               "request_raw": b.request_bytes()}  # fmt: skip
+        s.write(lambda d_: exchanges.insert(d_, row))  # type: ignore[arg-type]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[storage]\npath = "{db}"\n')
+    r = cli("doctor", "--config", str(cfg))
+    assert "ok    encryption key: key file" in r.stdout and "created at the first start" in r.stdout
+    assert "warn  PHI at rest: 1 value(s) stored in plain text" in r.stdout
+    assert "pa-bridge keys encrypt-existing" in r.stdout
+    assert "ok    audit log: 0 entries chained" in r.stdout
+    with open_store(load_settings(storage={"path": str(db)})) as s:
+        s.write(lambda d_: exchanges.insert(d_, {**row, "id": "c2"}))  # type: ignore[arg-type]
+        s.write(lambda d_: audit.add(d_, "t", "x", None))
+        s.write(lambda d_: d_.execute("UPDATE audit SET action = 'y'"))
+    r = cli("doctor", "--config", str(cfg))
+    assert "warn  encryption key: key file" in r.stdout and "beside the database" in r.stdout
+    assert "FAIL  audit log: entry 1 (id" in r.stdout
+    other = tmp_path / "other.key"
+    create_key_file(other)
+    cfg.write_text(f'[storage]\npath = "{db}"\n[encryption]\nkey_file = "{other}"\n')
+    r = cli("doctor", "--config", str(cfg))
+    assert (
+        r.exit_code == 1
+        and "FAIL  encryption key: the database holds values sealed with key id" in r.stdout
+    )
