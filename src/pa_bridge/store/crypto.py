@@ -101,11 +101,17 @@ _HEADER = (
 
 
 def write_keyring(path: Path, lines: list[str]) -> None:
-    """Write the key file atomically, mode 0600 (a new file beside it, renamed)."""
+    """Write the key file atomically (a new file beside it, renamed): mode 0600, or
+    the old file's owner and mode (never more than 0640)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
+        with contextlib.suppress(FileNotFoundError):
+            st = os.stat(path)  # the new file keeps the old one's owner (root runs it)
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, st.st_uid, st.st_gid)
+            os.fchmod(fd, st.st_mode & 0o640)
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(_HEADER + "".join(line + "\n" for line in lines))
             fh.flush()

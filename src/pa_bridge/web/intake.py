@@ -202,7 +202,7 @@ def create_intake_app(
     app.register_blueprint(bp)
     app.register_blueprint(console.bp)
     app.register_blueprint(openapi.bp)
-    people.install(app, services)
+    people.install(app)
     install_error_handlers(app)
     # POST /v1/claims, the one hot path, is served before Flask (decision 0028)
     app.wsgi_app = claim_route.ClaimRoute(  # type: ignore[method-assign]

@@ -15,6 +15,7 @@ out, and :func:`admit`, which the intake app's authentication hook asks first.
 from __future__ import annotations
 
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -60,20 +61,29 @@ _CSP = (
 bp = Blueprint("people", __name__)
 
 
-def install(app: Any, services: Services) -> None:
-    """The sign-in use case (and OpenID Connect when ``[oidc]`` is set) on ``app``."""
-    s = services.settings
-    app.extensions["pa_bridge.people"] = People(services.store, s, clock=services.clock)
-    oidc = None
-    if s.oidc.enabled():
-        oidc = Oidc(s.oidc, s.secret(s.oidc.client_secret))
-    app.extensions["pa_bridge.oidc"] = oidc
+def install(app: Any) -> None:
+    """The sign-in's routes on ``app``; its use case is made on first use from the
+    app's services (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
     app.register_blueprint(bp)
 
 
+_MADE = threading.Lock()
+
+
 def _people() -> People:
-    p: People = current_app.extensions["pa_bridge.people"]
-    return p
+    ext = current_app.extensions
+    found: People | None = ext.get("pa_bridge.people")
+    if found is None:
+        with _MADE:
+            found = ext.get("pa_bridge.people")
+            if found is None:
+                services: Services = ext["pa_bridge"]
+                s = services.settings
+                if s.oidc.enabled():
+                    ext["pa_bridge.oidc"] = Oidc(s.oidc, s.secret(s.oidc.client_secret))
+                found = People(services.store, s, clock=services.clock)
+                ext["pa_bridge.people"] = found
+    return found
 
 
 def _remote() -> str | None:
@@ -232,6 +242,8 @@ def _signed_in(token: str, who: Person | None) -> Response:
 @bp.post(SIGN_IN_PAGE)
 def sign_in() -> Response | tuple[Response, int]:
     body = _body()
+    if not body.get("name") or not body.get("password"):
+        return error_response(400, "invalid_body", 'send {"name": ..., "password": ...}')
     try:
         step = _people().begin(
             str(body.get("name") or ""), str(body.get("password") or ""), _remote()
@@ -250,7 +262,7 @@ def sign_in() -> Response | tuple[Response, int]:
 def sign_in_code() -> Response | tuple[Response, int]:
     pending = request.cookies.get(PENDING_COOKIE)
     if not pending:
-        return error_response(401, "sign_in_expired", "start again with your name and password")
+        return error_response(400, "sign_in_not_started", "start with your name and password")
     try:
         step = _people().second_factor(pending, str(_body().get("code") or ""), _remote())
     except SignInRefused as e:
@@ -297,6 +309,7 @@ def session_state() -> Response | tuple[Response, int]:
 
 
 def _oidc() -> Oidc:
+    _people()  # makes the client too
     found: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
     if found is None:
         from ..service import BridgeError
@@ -349,3 +362,64 @@ def oidc_callback() -> BaseResponse | tuple[Response, int]:
     _clear(resp, PENDING_COOKIE)
     resp.headers["Cache-Control"] = "no-store"
     return resp
+
+
+# ---- the OpenAPI description of these paths (web/openapi.py merges it) ---------------
+
+
+def openapi_paths(public: list[Any], default_error: dict[str, Any]) -> dict[str, Any]:
+    """The sign-in's paths. They take no token; the console's JSON and the PA's open
+    redirect take the session cookie (``personSession``) instead of one."""
+
+    def op(op_id: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return {
+            "operationId": op_id,
+            "summary": summary,
+            "security": public,
+            "responses": {**responses, "default": default_error},
+            **more,
+        }
+
+    json_ok = {"description": "done", "content": {"application/json": {}}}
+    body = {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+    return {
+        SIGN_IN_PAGE: {
+            "get": op("signInPage", "The sign-in page (HTML)", {
+                "200": {"description": "the page", "content": {"text/html": {}}}}),
+            "post": op(
+                "signIn",
+                "Name and password: signed in (a `pa_bridge_session` cookie), or the"
+                " TOTP code is next",
+                {"200": json_ok, "401": json_ok, "429": json_ok},
+                requestBody=body,
+            ),
+        },
+        f"{SIGN_IN_PAGE}/options": {
+            "get": op("signInOptions", "Whether sign-in is required, TOTP, OIDC", {"200": json_ok})
+        },
+        f"{SIGN_IN_PAGE}/code": {
+            "post": op("signInCode", "The authenticator's code", {"200": json_ok, "401": json_ok},
+                       requestBody=body)
+        },
+        f"{SIGN_IN_PAGE}/oidc": {
+            "get": op("signInOidc", "To the identity provider (OpenID Connect)",
+                      {"302": {"description": "to the provider"}})
+        },
+        "/console/oidc/callback": {
+            "get": op("oidcCallback", "Back from the identity provider",
+                      {"302": {"description": "signed in, to the page asked for"}})
+        },
+        "/console/sign-out": {
+            "post": op("signOut", "End this session", {"200": json_ok})
+        },
+        "/console/session": {
+            "get": {
+                **op("session", "Who is signed in (keeps the session alive unless sent with"
+                     " `X-PA-Bridge-Background: 1`)", {"200": json_ok, "401": json_ok}),
+                "security": [{"personSession": []}],
+            }
+        },
+    }  # fmt: skip
