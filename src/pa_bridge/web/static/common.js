@@ -64,8 +64,14 @@
   // Who is signed in, shown in the page's header with a sign-out button; the person's
   // keys and clicks keep the session alive (at most one request a minute).
   function showPerson() {
-    fetch("/console/session", { credentials: "same-origin", cache: "no-store", headers: { "X-PA-Bridge-Background": "1" } })
+    var quiet = { credentials: "same-origin", cache: "no-store", headers: { "X-PA-Bridge-Background": "1" } };
+    fetch("/console/sign-in/options", quiet)
       .then(function (r) { return r.status === 200 ? r.json() : null; })
+      .then(function (opts) {
+        // nobody signs in here (loopback, no one added): nothing to show
+        return opts && opts.required ? fetch("/console/session", quiet) : null;
+      })
+      .then(function (r) { return r && r.status === 200 ? r.json() : null; })
       .then(function (s) {
         if (!s || !s.signed_in) { return; }
         person = s;
