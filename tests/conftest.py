@@ -150,6 +150,9 @@ def with_key(base: dict[str, Any], tmp_path: Path) -> None:
         if not key.exists():
             create_key_file(key)
         base.setdefault("encryption", {})["key_file"] = str(key)
+    if "url" in base.get("storage", {}) and "anchor_file" not in base.get("audit", {}):
+        # the default is the working directory's: keep it in the test's
+        base.setdefault("audit", {})["anchor_file"] = str(tmp_path / "audit-anchors.jsonl")
 
 
 class AppAnswer:
