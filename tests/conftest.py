@@ -129,6 +129,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
                 base[k] = v  # type: ignore[assignment]
             else:
                 base.setdefault(k, {}).update(v)
+        with_key(base, tmp_path)
         d = Daemon(load_settings(**base))
         started.append(d)
         d.start()
@@ -137,6 +138,21 @@ def make_daemon(tmp_path: Path) -> Iterator[Any]:
     yield make
     for d in started:
         d.stop()
+
+
+def with_key(base: dict[str, Any], tmp_path: Path) -> None:
+    """A PostgreSQL daemon names its encryption key (SQLite's is made beside the
+    database): one key file per test, unless the test gives ``[encryption]``."""
+    from pa_bridge.encryption import create_key_file
+
+    if "url" in base.get("storage", {}) and "key_file" not in base.get("encryption", {}):
+        key = tmp_path / "test-encryption.key"
+        if not key.exists():
+            create_key_file(key)
+        base.setdefault("encryption", {})["key_file"] = str(key)
+    if "url" in base.get("storage", {}) and "anchor_file" not in base.get("audit", {}):
+        # the default is the working directory's: keep it in the test's
+        base.setdefault("audit", {})["anchor_file"] = str(tmp_path / "audit-anchors.jsonl")
 
 
 class AppAnswer:
@@ -198,6 +214,7 @@ def make_app(tmp_path: Path, sandbox: Any) -> Iterator[Any]:
     in-process sandbox: no daemon, no listener, no scheduler, no child process."""
     from pa_bridge.app import create_app, make_client
     from pa_bridge.config import load_settings
+    from pa_bridge.encryption import open_store
 
     made: list[tuple[Any, Store, Any]] = []
 
@@ -209,9 +226,9 @@ def make_app(tmp_path: Path, sandbox: Any) -> Iterator[Any]:
         }
         for k, v in sections.items():
             base.setdefault(k, {}).update(v)
+        with_key(base, tmp_path)
         settings = load_settings(**base)
-        url = settings.storage.database_url()
-        store = PgStore(url) if url is not None else Store(settings.storage.path)
+        store = open_store(settings)
         client = make_client(settings, sandbox.url)
         app = create_app(settings, store=store, client=client)
         made.append((app, store, client))

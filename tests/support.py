@@ -90,6 +90,23 @@ def wait_until(
     raise AssertionError(f"timed out waiting for {what or fn}: last={last!r}")
 
 
+def fleet_key(url: str) -> Path:
+    """The encryption key every daemon on one PostgreSQL database reads (decision
+    0033: required with storage.url), one per database."""
+    import hashlib
+    import tempfile
+
+    from pa_bridge.encryption import create_key_file
+
+    path = (
+        Path(tempfile.gettempdir())
+        / f"pa-bridge-test-{hashlib.sha256(url.encode()).hexdigest()[:16]}.key"
+    )
+    if not path.exists():
+        create_key_file(path)
+    return path
+
+
 class DaemonProcess:
     """`pa-bridge serve` as a subprocess with its stderr captured to a file."""
 
@@ -107,6 +124,9 @@ class DaemonProcess:
             "PA_BRIDGE_SANDBOX__LISTEN": "127.0.0.1:0",
             **(env or {}),
         }
+        url = self.env.get("PA_BRIDGE_STORAGE__URL")
+        if url and "PA_BRIDGE_ENCRYPTION__KEY_FILE" not in self.env:
+            self.env["PA_BRIDGE_ENCRYPTION__KEY_FILE"] = str(fleet_key(url))
         self.log = cwd / f"daemon-{self.intake_port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

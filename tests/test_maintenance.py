@@ -15,7 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pa_bridge.config import load_settings
 from pa_bridge.maintenance import CHUNK, purge, schedule_maintenance, vacuum
 from pa_bridge.outbox import enqueue
-from pa_bridge.store import Database, Store, now_iso
+from pa_bridge.store import Database, Store, audit, now_iso
 from tests import builders as b
 from tests.support import wait_until
 
@@ -124,7 +124,9 @@ def test_retention_with_a_moved_clock(make_daemon: Any) -> None:
     assert _row(store, "pas", "id", newer_pa) is not None
     assert _row(store, "exchanges", "id", newer_claim) is not None
     assert store.query("SELECT count(*) AS n FROM pa_history")[0]["n"] == 0
-    assert store.query("SELECT count(*) AS n FROM audit")[0]["n"] == 0
+    # the audit log keeps its own six years, its chain whole (issue 29)
+    assert store.query("SELECT count(*) AS n FROM audit")[0]["n"] > 0
+    assert audit.verify(store.reader()).problem is None
     assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0
     # the queued claim and its queue item are never purged automatically
     kept = _row(store, "exchanges", "id", queued)
@@ -181,11 +183,12 @@ def test_purge_runs_in_chunks_and_spares_queued_items(store: Store, tmp_path: Pa
     assert raw_left == {pending, failed}
 
     report = purge(store, settings, now=t0 + 366 * DAY)
-    assert report.exchanges == n - 2 and report.audit == n
+    assert report.exchanges == n - 2 and report.audit == 0  # the audit log keeps six years
     assert report.outbox == 1  # the delivered item; pending and failed stay
     left = {r["id"] for r in store.query("SELECT id FROM exchanges")}
     assert left == {pending, failed}
     assert {r["status"] for r in store.query("SELECT status FROM outbox")} == {"pending", "failed"}
+    assert purge(store, settings, now=t0 + 2193 * DAY).audit == n  # [audit] retention_days
 
 
 def test_purge_with_a_small_chunk_size(store: Store) -> None:

@@ -28,10 +28,10 @@ from pa_bridge.sandbox import (
     SandboxConfig,
     SandboxServer,
 )
-from pa_bridge.store import Status, Store
+from pa_bridge.store import Status, Store, audit
 from pa_bridge.store import outbox as queue_items
 from tests import builders as b
-from tests.support import Cli, DaemonProcess, wait_until
+from tests.support import Cli, DaemonProcess, fleet_key, wait_until
 
 WRONG = "not-the-sandbox-password"
 TOKEN_OLD = "token-before-the-reload-01"
@@ -252,6 +252,10 @@ def test_reload_applies_credentials_and_tokens_and_sends_what_was_held(
     assert done["changed"] == ["intake.tokens", "logging.level", "service.password"]
     assert done["released"] == 1
     assert WRONG not in stream.getvalue() and SANDBOX_PASSWORD not in stream.getvalue()
+    # a reload is an administrative action: in the audit trail (issue 29), chained
+    actions = [e.action for e in audit.entries_since(d.store.reader(), "2000-01-01")]
+    assert actions.count("config.reload") == 1
+    assert audit.verify(d.store.reader()).problem is None
 
 
 def test_reload_refuses_a_change_that_needs_a_restart_and_keeps_running_as_before(
@@ -281,6 +285,8 @@ def test_reload_refuses_a_change_that_needs_a_restart_and_keeps_running_as_befor
     assert len(refused) == 2 and "queue.batch_size" in refused[1]["problem"]
     assert not any(e["event"] == "config.reloaded" for e in events)
     assert TOKEN_NEW not in stream.getvalue()
+    actions = [e.action for e in audit.entries_since(d.store.reader(), "2000-01-01")]
+    assert actions.count("config.reload_refused") == 2
 
 
 @pytest.mark.slow
@@ -359,8 +365,10 @@ def test_a_rolling_change_leaves_a_stores_reports_to_a_daemon_that_lists_it(
         "claim_url": f"{sandbox.url}/cmmimport/",
         "outcomes_url": f"{sandbox.url}/outcomes.json",
     }
+    key = fleet_key(pg_url)  # one key for the fleet's daemons (decision 0033)
     common = {
         "storage": {"url": pg_url},
+        "encryption": {"key_file": str(key)},
         "service": service,
         "sandbox": {"enabled": False},
         "queue": {"poll_seconds": 0.1},
@@ -369,7 +377,7 @@ def test_a_rolling_change_leaves_a_stores_reports_to_a_daemon_that_lists_it(
 
     def write_b(*pids: str) -> None:
         b_cfg.write_text(
-            f'[storage]\nurl = "{pg_url}"\n[service]\n'
+            f'[storage]\nurl = "{pg_url}"\n[encryption]\nkey_file = "{key}"\n[service]\n'
             + "".join(f'{k} = "{v}"\n' for k, v in service.items())
             + '[sandbox]\nenabled = false\n[intake]\nlisten = "127.0.0.1:0"\n'
             '[callbacks]\nlisten = "127.0.0.1:0"\n[queue]\npoll_seconds = 0.1\n'

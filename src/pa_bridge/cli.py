@@ -5,9 +5,12 @@ from __future__ import annotations
 import click
 
 from . import __version__
+from .cli_audit import audit
 from .cli_claim import claim
 from .cli_daemon import backup, doctor, queue, restore, serve
+from .cli_keys import keys
 from .cli_reconcile import reconcile
+from .cli_users import users
 from .sandbox.cli import sandbox
 
 
@@ -25,3 +28,6 @@ main.add_command(doctor)
 main.add_command(backup)
 main.add_command(restore)
 main.add_command(reconcile)
+main.add_command(users)
+main.add_command(audit)
+main.add_command(keys)

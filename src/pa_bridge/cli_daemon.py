@@ -47,6 +47,7 @@ def serve(config_path: str | None) -> None:
     from .restore import RestoreError
     from .runtime import Daemon, StartupError
     from .store import StoreError
+    from .store.crypto import KeyProblem
 
     settings = _settings(config_path, log=True)
     configure_logging(settings.logging.level)
@@ -69,6 +70,8 @@ def serve(config_path: str | None) -> None:
         cannot_start(str(e), 2, key=e.key)
     except (RestoreError, StoreError) as e:
         cannot_start(str(e), 1)
+    except KeyProblem as e:
+        cannot_start(f"encryption key: {e}", 1)
     except OSError as e:
         cannot_start(e.strerror or str(e), 1)
     except Exception as e:  # unforeseen: the traceback follows, the journal has why
@@ -214,9 +217,16 @@ def queue_retry(config_path: str | None, item_id: int) -> None:
     it within its poll interval."""
     import time
 
+    from .audit_trail import record
     from .store.outbox import retry_item
 
-    if not _queue_write(config_path, lambda db: retry_item(db, item_id, time.time())):
+    def retry(db: Any) -> bool:
+        done = retry_item(db, item_id, time.time())
+        if done:
+            record(db, "queue.retry", str(item_id))
+        return bool(done)
+
+    if not _queue_write(config_path, retry):
         click.echo(
             f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
         )
@@ -232,10 +242,18 @@ def queue_drop(config_path: str | None, item_id: int) -> None:
     restore). The item stays listed as dropped."""
     import time
 
+    from .audit_trail import record
     from .store.outbox import drop_item
 
     why = "dropped by store IT (pa-bridge queue drop)"
-    if not _queue_write(config_path, lambda db: drop_item(db, item_id, time.time(), why)):
+
+    def drop(db: Any) -> bool:
+        done = drop_item(db, item_id, time.time(), why)
+        if done:
+            record(db, "queue.drop", str(item_id))
+        return bool(done)
+
+    if not _queue_write(config_path, drop):
         click.echo(
             f"error: no undelivered queue item {item_id} in {_queue_where(config_path)}", err=True
         )
@@ -271,7 +289,7 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     st = _storage_settings(config_path)
     url = st.database_url()
     if url is not None:
-        _backup_postgres(url, file, force)
+        _backup_postgres(st, url, file, force)
         return
     from .backup import BackupError, backup_database
 
@@ -292,9 +310,20 @@ def backup(file: str, config_path: str | None, force: bool) -> None:
     click.echo(f"backup: {result.path}")
     click.echo(f"size: {result.size} bytes ({result.pages} pages)")
     click.echo(f"integrity_check: {result.integrity}")
+    _audited(st, "backup", str(result.path))
 
 
-def _backup_postgres(url: str, file: str, force: bool) -> None:
+def _audited(st: StorageSettings, action: str, detail: str) -> None:
+    """The command's audit entry (issue 29); a failure to write it is said, not fatal:
+    the command's work is done."""
+    from .audit_trail import record_command
+
+    problem = record_command(st, action, None, detail)
+    if problem is not None:
+        click.echo(f"warning: not recorded in the audit log: {problem}", err=True)
+
+
+def _backup_postgres(st: StorageSettings, url: str, file: str, force: bool) -> None:
     from .pg_tools import PgToolError, dump_database
     from .restore import BACKUP_MARK
     from .store import now_iso
@@ -310,6 +339,7 @@ def _backup_postgres(url: str, file: str, force: bool) -> None:
     click.echo(f"backup: {result.path}")
     click.echo(f"size: {result.size} bytes (pg_dump custom format, schema {result.schema})")
     click.echo(f"tables: {result.tables}; restore mark: {result.mark}")
+    _audited(st, "backup", str(result.path))
 
 
 @click.command()
@@ -324,7 +354,7 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
     st = _storage_settings(config_path)
     url = st.database_url()
     if url is not None:
-        _restore_postgres(url, file, yes)
+        _restore_postgres(config_path, st, url, file, yes)
         return
     from .restore import RestoreError, database_in_use, restore_database
 
@@ -346,6 +376,27 @@ def restore(file: str, config_path: str | None, yes: bool) -> None:
     _say_restored(
         str(result.path), result.backup_taken_at, result.moved_aside, result.queued, "the"
     )
+    _restored_audit(config_path, st, file, result.backup_taken_at)
+
+
+def _restored_audit(config_path: str | None, st: StorageSettings, file: str, taken: object) -> None:
+    """The restore's audit entry in the restored database, and a reset line in the
+    anchor file (its anchors named the chain moved aside)."""
+    from .audit_trail import anchor_path, mark_restored
+    from .config import load_ops_settings
+    from .store import audit, files
+
+    _audited(st, "restore", f"{file} (backup taken at {taken})")
+    try:
+        url = st.database_url()
+        db = files.open_url(url) if url else files.open_database(st.path)
+        try:
+            h = audit.head(db)
+        finally:
+            db.conn.close()
+        mark_restored(anchor_path(load_ops_settings(config_path)), (h.seq, h.hash))
+    except Exception as e:  # the restore is done: say it
+        click.echo(f"warning: the audit anchor file was not marked: {e}", err=True)
 
 
 def _say_restored(what: str, taken_at: object, before: object, queued: int, daemon: str) -> None:
@@ -360,7 +411,9 @@ def _say_restored(what: str, taken_at: object, before: object, queued: int, daem
     )
 
 
-def _restore_postgres(url: str, file: str, yes: bool) -> None:
+def _restore_postgres(
+    config_path: str | None, st: StorageSettings, url: str, file: str, yes: bool
+) -> None:
     from .pg_tools import PgToolError, restore_dump
     from .restore import BACKUP_MARK
     from .store import redact_url
@@ -375,3 +428,4 @@ def _restore_postgres(url: str, file: str, yes: bool) -> None:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     _say_restored(f"schema {result.schema}", result.mark, result.before, result.queued, "a")
+    _restored_audit(config_path, st, file, result.mark)

@@ -39,6 +39,7 @@ __all__ = [
     "Settings",
     "changed_keys",
     "load_settings",
+    "load_ops_settings",
     "load_storage_settings",
     "parse_listen",
     "is_loopback",
@@ -231,6 +232,10 @@ class PharmacySettings(_Section):
     #: the store's own developer account for the requests resource, when it differs
     #: from ``service.api_id`` (reconciliation reads its PAs with it)
     api_id: str | None = None
+    #: the store's phone and fax, passed to the PA service's hosted page with the
+    #: person who opens a PA (``remote_user``); default ``[console]``'s
+    phone_number: str | None = None
+    fax_number: str | None = None
 
     @field_validator("provider_id")
     @classmethod
@@ -292,6 +297,67 @@ class SandboxSettings(_Section):
     _v_listen = field_validator("listen")(_listen_ok)
 
 
+class EncryptionSettings(_Section):
+    """``[encryption]``: the key PHI columns are sealed with (decision 0033)."""
+
+    #: the key file (``pa-bridge keys rotate`` adds keys to it). A relative path is a
+    #: systemd credential's name when ``$CREDENTIALS_DIRECTORY`` is set. Unset on
+    #: SQLite: ``pa-bridge.key`` beside the database, created at the first start;
+    #: required with ``storage.url`` (every daemon must read the same key).
+    key_file: Path | None = None
+
+
+class AuditSettings(_Section):
+    """``[audit]``: the hash-chained audit log (decision 0035)."""
+
+    #: how long entries are kept (default six years, HIPAA's documentation period)
+    retention_days: int = Field(default=2192, ge=365)
+    #: where the daemon appends the chain's head now and then (JSON lines), outside
+    #: the database; default ``audit-anchors.jsonl`` beside the SQLite database, or
+    #: in the working directory with ``storage.url``
+    anchor_file: Path | None = None
+    anchor_minutes: float = Field(default=10.0, gt=0, le=1440)
+
+
+class ConsoleSettings(_Section):
+    """``[console]``: people signing in to the pharmacist console (decision 0034)."""
+
+    #: a session ends after this long without the person doing anything
+    idle_minutes: float = Field(default=15.0, ge=1, le=60)
+    #: and after this long in any case
+    session_max_hours: float = Field(default=12.0, ge=1, le=24)
+    #: the second factor: auto (asked for when intake.listen is not loopback),
+    #: required, or off (loopback only)
+    totp: Literal["auto", "required", "off"] = "auto"
+    #: failed sign-ins in a row before the name is locked; each lock-out doubles
+    lockout_after: int = Field(default=5, ge=1, le=20)
+    lockout_minutes: float = Field(default=1.0, gt=0, le=60)
+    #: the store's phone and fax for the hosted PA page (a chain: per [[pharmacies]])
+    phone_number: str | None = None
+    fax_number: str | None = None
+
+
+class OidcSettings(_Section):
+    """``[oidc]``: sign-in through the chain's identity provider (OpenID Connect)."""
+
+    issuer: str | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    client_secret_file: Path | None = None
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
+    #: the ID token claim that is the person's display name, and the one that is
+    #: their sign-in name in the audit log
+    display_name_claim: str = "name"
+    username_claim: str = "preferred_username"
+    #: the callback URL registered with the provider; default: this listener's
+    #: ``/console/oidc/callback`` as the browser reached it
+    redirect_url: str | None = None
+    button_label: str = "Sign in with your organisation's account"
+
+    def enabled(self) -> bool:
+        return self.issuer is not None
+
+
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -324,6 +390,10 @@ class Settings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     worklist: WorklistSettings = Field(default_factory=WorklistSettings)
+    encryption: EncryptionSettings = Field(default_factory=EncryptionSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    oidc: OidcSettings = Field(default_factory=OidcSettings)
     #: a chain's stores; empty for a single store (its credentials are in [service])
     pharmacies: list[PharmacySettings] = Field(default_factory=list)
 
@@ -515,6 +585,7 @@ def _resolve_secret_files(
         (s.callbacks, "forward_secret", "callbacks"),
         (s.storage, "url", "storage"),
         (s.storage, "password", "storage"),
+        (s.oidc, "client_secret", "oidc"),
     ]
     file_data = file_data or {}
     for section, key, name in pairs:
@@ -693,6 +764,7 @@ def _check(s: Settings, problems: list[str], unreadable: Collection[str] = ()) -
             "intake.tokens: required when intake.listen is not a loopback address "
             f"({s.intake.listen}); without tokens the API is served on loopback only"
         )
+    _check_console(s, problems)
     if (s.callbacks.tls_cert is None) != (s.callbacks.tls_key is None):
         problems.append("callbacks.tls_cert / callbacks.tls_key: give both or neither")
     for key in ("tls_cert", "tls_key"):
@@ -711,6 +783,23 @@ def _check(s: Settings, problems: list[str], unreadable: Collection[str] = ()) -
         parts = urlsplit(s.service.api_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             problems.append("service.api_url: must be an http(s) URL (the requests resource)")
+
+
+def _check_console(s: Settings, problems: list[str]) -> None:
+    """A console others can reach asks for a second factor; OIDC needs its three keys."""
+    host, _ = parse_listen(s.intake.listen)
+    if s.console.totp == "off" and not is_loopback(host):
+        problems.append(
+            f"console.totp: off only on a loopback intake.listen ({s.intake.listen}):"
+            " people signing in from other machines give a second factor"
+        )
+    o = s.oidc
+    if o.enabled() or o.client_id is not None:
+        for key in ("issuer", "client_id", "client_secret"):
+            if getattr(o, key) in (None, ""):
+                problems.append(f"oidc.{key}: required for sign-in through OpenID Connect")
+        if o.issuer is not None and not o.issuer.startswith(("https://", "http://")):
+            problems.append("oidc.issuer: must be the provider's https:// URL")
 
 
 def _format_env_error(e: SettingsError) -> list[str]:
@@ -792,6 +881,26 @@ def load_storage_settings(path: str | os.PathLike[str] | None = None) -> Storage
     if problems:
         raise ConfigError(_naming_the_variable(problems))
     return st
+
+
+#: what the commands store IT runs beside the daemon (users, audit, keys) read
+_OPS_SECTIONS = ("storage", "encryption", "audit", "console", "intake", "pharmacies")
+
+
+def load_ops_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """``[storage]``, ``[encryption]``, ``[audit]``, ``[console]``, ``[intake]`` and
+    ``[[pharmacies]]`` of the file (then the environment), for ``users``, ``audit``
+    and ``keys``: like ``load_storage_settings``, never the service's secrets."""
+    data = _read_toml(path) if path is not None else {}
+    picked = {k: data[k] for k in _OPS_SECTIONS if k in data}
+    try:
+        settings = Settings(**picked)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e)) from None
+    except SettingsError as e:
+        raise ConfigError(_format_env_error(e)) from None
+    settings.storage = load_storage_settings(path)
+    return settings
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

@@ -45,7 +45,7 @@ from .config import (
     secret_file_path,
 )
 from .restore import BACKUP_MARK
-from .store import DatabaseError, files, migrations
+from .store import DatabaseError, PgError, files, migrations
 
 __all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
 
@@ -999,7 +999,155 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
     checks += check_database(settings)
     checks += check_tls(settings, now=t)
     checks += check_listeners(settings)
+    checks += check_security(settings)
     checks += check_service(settings)
     checks += check_forward_url(settings)
     checks += check_reconcile(settings)
     return checks
+
+
+# ---- issue 29: the encryption key, the console's sign-in, the audit chain -------------
+
+
+def check_security(s: Settings) -> list[Check]:
+    """The key PHI is sealed with (found, private, the database's), values still in
+    plain text, who can sign in to the console, and the audit log's chain."""
+    from .encryption import key_source
+    from .store import StoreError, crypto, files
+
+    out: list[Check] = []
+    try:
+        src = key_source(s)
+    except crypto.KeyProblem as e:
+        return [fail("encryption key", str(e), "set [encryption] key_file")]
+    url = s.storage.database_url()
+    db: Any = None
+    try:
+        if url is not None:
+            db = files.open_url(url)
+        elif Path(s.storage.path).exists():
+            db = files.open_database(s.storage.path)
+    except StoreError:
+        db = None  # check_database said why
+    try:
+        return _check_security(s, src, db, out)
+    except (DatabaseError, PgError):  # an older schema: the daemon migrates it at start
+        out.append(
+            warn(
+                "encryption key",
+                "the database's schema is older: checked at the daemon's start",
+                "start the daemon once (it migrates), then run doctor again",
+            )
+        )
+        return out
+    finally:
+        if db is not None:
+            db.conn.close()
+
+
+def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Check]:
+    from .audit_trail import anchor_path, read_anchors
+    from .store import audit, crypto, users
+
+    sealed = db is not None and crypto.has_sealed(db)
+    keys = None
+    if not src.path.exists():
+        if not (src.default and not sealed):
+            out.append(
+                fail(
+                    "encryption key",
+                    f"{src.words}: no such file",
+                    "put the key file back (the backups of it), or fix [encryption] key_file",
+                )
+            )
+            return out
+        out.append(ok("encryption key", f"{src.words}: created at the first start"))
+    else:
+        try:
+            keys = crypto.Keyring(src.path, src.words)
+        except crypto.KeyProblem as e:
+            out.append(fail("encryption key", str(e), "restore the key file from its copy"))
+            return out
+        mode = stat.S_IMODE(src.path.stat().st_mode)
+        if mode & 0o077:
+            out.append(
+                warn("encryption key", f"{src.words} has mode {mode:04o}", f"chmod 600 {src.path}")
+            )
+        elif src.default:
+            out.append(
+                warn(
+                    "encryption key",
+                    f"{src.words}, beside the database: a copy of the disk has both",
+                    "move it off the database's disk, or into a systemd credential; set [encryption] key_file",
+                )
+            )
+        else:
+            out.append(
+                ok("encryption key", f"{src.words}, mode {mode:04o}, key {keys.current_id} seals")
+            )
+    if db is not None:
+        problems = crypto.check_keys(db, keys) if keys is not None else []
+        for p in problems:
+            out.append(fail("encryption key", p, "give the key file this database was sealed with"))
+        if not problems:
+            counts = crypto.count_by_key(db)
+            plain = counts.pop("plain", 0)
+            current = keys.current_id if keys is not None else None
+            older = {k: n for k, n in counts.items() if k != current}
+            if plain:
+                out.append(
+                    warn(
+                        "PHI at rest",
+                        f"{plain} value(s) stored in plain text (from before encryption)",
+                        "pa-bridge keys encrypt-existing (it takes a backup first)",
+                    )
+                )
+            else:
+                out.append(ok("PHI at rest", f"{sum(counts.values())} value(s), every one sealed"))
+            if older:
+                said = ", ".join(f"{n} under key {k}" for k, n in older.items())
+                out.append(
+                    warn(
+                        "PHI at rest",
+                        f"{said} (older keys)",
+                        "pa-bridge keys rotate re-seals them",
+                    )
+                )
+    out.extend(_check_people(s, db, users))
+    if db is not None:
+        path = anchor_path(s)
+        v = audit.verify(db, read_anchors(path))
+        if v.problem is not None:
+            out.append(
+                fail(
+                    "audit log",
+                    v.problem,
+                    "pa-bridge audit verify; see docs/operations.md, Security",
+                )
+            )
+        else:
+            out.append(ok("audit log", f"{v.entries} entries chained, anchors in {path} checked"))
+    return out
+
+
+def _check_people(s: Settings, db: Any, users: Any) -> list[Check]:
+    host, _ = parse_listen(s.intake.listen)
+    exposed = not is_loopback(host)
+    anyone = db is not None and users.any_users(db)
+    totp = s.console.totp == "required" or (s.console.totp == "auto" and exposed)
+    if exposed and not anyone:
+        return [
+            warn(
+                "console sign-in",
+                f"intake.listen {s.intake.listen} asks everyone to sign in, and no one is added",
+                "pa-bridge users add NAME",
+            )
+        ]
+    if not anyone and not s.oidc.enabled():
+        return [
+            ok("console sign-in", "loopback only, no one added: the console asks no one to sign in")
+        ]
+    how = "password and TOTP code" if totp else "password (no TOTP code on loopback)"
+    if s.oidc.enabled():
+        how += f", or the identity provider {s.oidc.issuer}"
+    return [ok("console sign-in", f"required: {how}; idle time-out {s.console.idle_minutes:g} min")]

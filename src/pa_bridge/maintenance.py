@@ -7,7 +7,9 @@ Retention (``[storage]``):
   callback bodies likewise (``body_purged_at``); dead letters and ``Idempotency-Key``
   records are deleted (decision 0017: a retry comes within minutes, not weeks);
 - after ``metadata_retention_days``: the rows themselves (exchanges, PAs with their
-  history, delivered queue items, audit, callbacks) are deleted.
+  history, delivered queue items, callbacks) are deleted;
+- the audit log keeps its entries ``[audit] retention_days`` (six years by default),
+  its hash chain's floor moving with them (``audit_trail.purge``).
 
 Never purged automatically: anything the durable queue still needs. An exchange with
 a queue item that is ``pending`` or ``failed`` keeps its raw content and its row; a PA
@@ -35,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from . import audit_trail
 from .config import Settings
 from .logs import log_event
 from .store import Store, now_iso, retention
@@ -101,6 +104,7 @@ def purge(store: Store, settings: Settings, *, now: float, chunk: int = CHUNK) -
     counts = retention.purge(store, raw_cut=raw_cut, meta_cut=meta_cut, stamp=stamp, chunk=chunk)
     for k, v in counts.items():
         setattr(r, k, getattr(r, k) + v)
+    r.audit += audit_trail.purge(store, settings, now, chunk)
     r.seconds = round(time.monotonic() - started, 3)
     return r
 

@@ -19,10 +19,12 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .app import build_services, make_client, make_reconciler
+from .audit_trail import schedule_anchors
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
 from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
+from .encryption import open_store
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
@@ -32,7 +34,7 @@ from .service.expiry import ExpiryWatch
 from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
-from .store import PgStore, Status, Store, create_private, redact_url
+from .store import Status, Store, create_private, redact_url
 from .wsgi import Listening, WsgiServer
 
 __all__ = [
@@ -163,16 +165,12 @@ class Daemon:
         raise_open_files_limit()
         url = s.storage.database_url()
         if url is not None:  # PostgreSQL: several daemons may share it (issue 18)
-            self.store = PgStore(
-                url,
-                max_connections=s.storage.max_connections,
-                lock_timeout_ms=s.storage.busy_timeout_ms,
-            )
+            self.store = open_store(s)  # with its encryption key (decision 0033)
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
             check_database_path(Path(s.storage.path))
             self._lock_database()
-            self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
+            self.store = open_store(s)
             log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
         # Start the callback listener first: the sandbox needs its real address. It
@@ -306,6 +304,7 @@ class Daemon:
         except ImportError:  # pragma: no cover - during development only
             return
         schedule_maintenance(scheduler, self.store, self.settings, clock=self.clock)
+        schedule_anchors(scheduler, self.store, self.settings)
         if self.reconciler is not None and self.expiry is not None:
             soon = datetime.now(UTC) + timedelta(seconds=RECONCILE_TICK_S)
             scheduler.add_job(
@@ -465,9 +464,25 @@ class Daemon:
         with self._reload_lock:
             self._notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
             try:
-                return self._reload()
+                applied = self._reload()
+                self._audit_reload(applied)
+                return applied
             finally:
                 self._notify("READY=1\nSTATUS=serving")
+
+    def _audit_reload(self, applied: bool) -> None:
+        """A reload is an administrative action: one audit entry (never a value)."""
+        from .store import audit
+
+        if self.store is None:
+            return
+        action = "config.reload" if applied else "config.reload_refused"
+        try:
+            self.store.write(
+                lambda db: audit.add(db, "daemon", action, None, None, remote="signal:SIGHUP")
+            )
+        except Exception as e:  # the audit entry never stops a reload
+            log_event("audit.write_failed", level=logging.ERROR, error=type(e).__name__)
 
     def _reload(self) -> bool:
         try:

@@ -498,7 +498,12 @@ def pa_page(
 
 
 def acknowledge(
-    bridge: Services, pa_id: str, who: str, now: float | None = None, scope: Scope = None
+    bridge: Services,
+    pa_id: str,
+    who: str,
+    now: float | None = None,
+    scope: Scope = None,
+    remote: str | None = None,
 ) -> dict[str, Any]:
     """Record that ``who`` acknowledged the PA as it is now (its worklist reason and
     change cursor) in the audit trail; it leaves the worklist until another reason
@@ -516,7 +521,7 @@ def acknowledge(
     try:
         at, cursor = now_iso(t), str(row["change_seq"])
         ack = bridge.store.write(
-            lambda db: console_store.acknowledge(db, pa_id, who, attention, cursor, at)
+            lambda db: console_store.acknowledge(db, pa_id, who, attention, cursor, at, remote)
         )
     except StoreUnavailable as e:
         raise BridgeError(

@@ -335,6 +335,17 @@ class SandboxState:
         if pa["workflow_status"] != "PA Response":
             self._schedule(self.config.step_seconds, lambda: self._advance(pa_id))
 
+    def record_remote_user(self, pa_id: str, remote_user: dict[str, str]) -> None:
+        """Who opened the hosted page, as the service saves it in the PA's history
+        (``remote_user``, pa-service-interface.md). Kept for ``GET /sandbox/pas``
+        (``remote_users``); never in a callback."""
+        with self._db_lock:
+            current = self.get(pa_id)
+            if current is None:
+                return
+            current.setdefault("remote_users", []).append({**remote_user, "time": now_iso()})
+            self._save(current)
+
     def delete(self, pa: dict[str, Any], remote_user: str) -> dict[str, Any]:
         """Soft-delete: a DELETE event, the status steps stop, a callback goes out."""
         with self._db_lock:

@@ -414,6 +414,13 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             return _page("Prior authorization", "<p>No such PA (or it was deleted).</p>", 404)
         if not any(_same(request.args.get("token_id"), t["id"]) for t in pa["tokens"]):
             return _page("Prior authorization", "<p>This link is not valid.</p>", 403)
+        remote_user = {
+            k: request.args[f"remote_user[{k}]"]
+            for k in ("display_name", "phone_number", "fax_number")
+            if request.args.get(f"remote_user[{k}]")
+        }
+        if remote_user:  # the client's user, saved in the PA's history
+            state.record_remote_user(pa_id, remote_user)
         history = "".join(
             f"<li>{escape(h['time'])}: {escape(h['workflow_status'])}"
             f"{' (' + escape(h['plan_outcome']) + ')' if h.get('plan_outcome') else ''}</li>"

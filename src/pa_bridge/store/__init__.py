@@ -26,6 +26,7 @@ from . import (
     audit,
     callbacks,
     console,
+    crypto,
     exchanges,
     expiry,
     files,
@@ -36,6 +37,7 @@ from . import (
     pa_history,
     pas,
     reconcile,
+    users,
 )
 from . import retention as retention
 from ._db import Database
@@ -73,6 +75,7 @@ __all__ = [
     "connect_existing",
     "console",
     "create_private",
+    "crypto",
     "exchanges",
     "expiry",
     "files",
@@ -87,4 +90,5 @@ __all__ = [
     "pas",
     "reconcile",
     "retention",
+    "users",
 ]

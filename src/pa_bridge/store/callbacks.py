@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import pas
 from ._db import Database, is_postgres
+from .crypto import seal
 
 __all__ = [
     "add_dead_letter",
@@ -21,7 +22,7 @@ def insert_once(db: Database, dedupe_key: str, received_at: str, pa_id: str, bod
     cur = db.conn.execute(
         "INSERT INTO callbacks (dedupe_key, received_at, pa_id, body) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (dedupe_key) DO NOTHING",
-        (dedupe_key, received_at, pa_id, body),
+        (dedupe_key, received_at, pa_id, seal(db, body, "callbacks.body", dedupe_key)),
     )
     return cur.rowcount != 0
 
@@ -62,7 +63,11 @@ def keep_and_read_many(
     first: dict[str, int] = {}
     for i, (key, *_rest) in enumerate(items):
         first.setdefault(key, i)
-    rows = [(i, *item) for i, item in enumerate(items) if first[item[0]] == i]
+    rows = [
+        (i, key, at, pa, seal(db, body, "callbacks.body", key))
+        for i, (key, at, pa, body) in enumerate(items)
+        if first[key] == i
+    ]
     values = ", ".join(["(CAST(? AS INTEGER), ?, ?, ?, CAST(? AS BYTEA))"] * len(rows))
     sql = (
         f"WITH v (n, dedupe_key, received_at, pa_id, body) AS (VALUES {values}),"  # noqa: S608 - placeholders and our column names only
@@ -89,7 +94,7 @@ def add_dead_letter(
 ) -> None:
     db.conn.execute(
         "INSERT INTO dead_letters (received_at, reason, content_type, body) VALUES (?, ?, ?, ?)",
-        [received_at, reason, content_type, body],
+        [received_at, reason, content_type, seal(db, body, "dead_letters.body", "-")],
     )
 
 

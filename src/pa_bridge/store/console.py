@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any, TypedDict, cast
 
+from . import audit
 from ._db import Database
 from ._rows import all_rows, first_row, of_pharmacies, rows_in
+from .crypto import unseal
 from .exchanges import WorklistClaim
 from .pas import PaRow
 
@@ -66,7 +68,10 @@ def pas_changed_since(
 def claim_requests(db: Database, claim_ids: list[str]) -> dict[str, bytes | None]:
     """The stored request of each claim (None once purged), for Rx numbers and product ids."""
     sql = "SELECT id, request_raw FROM exchanges WHERE id IN ({marks})"
-    return {row["id"]: row["request_raw"] for row in rows_in(db, sql, claim_ids)}
+    return {
+        row["id"]: unseal(db, row["request_raw"], "exchanges.request_raw", row["id"])
+        for row in rows_in(db, sql, claim_ids)
+    }
 
 
 def pas_by_claim_keys(db: Database, keys: list[str]) -> dict[str, PaRow]:
@@ -113,25 +118,36 @@ def acknowledgements(db: Database, pa_id: str) -> list[Acknowledgement]:
 
 
 def acknowledge(
-    db: Database, pa_id: str, who: str, attention: str | None, cursor: str, at: str
+    db: Database,
+    pa_id: str,
+    who: str,
+    attention: str | None,
+    cursor: str,
+    at: str,
+    remote: str | None = None,
 ) -> Acknowledgement:
     """Record that ``who`` acknowledged the PA for ``attention`` (a write job)."""
-    db.conn.execute(
-        "INSERT INTO audit (at, actor, action, object_id, detail) VALUES (?, ?, ?, ?, ?)",
-        [at, who, ACK_ACTION, pa_id, json.dumps({"attention": attention, "cursor": cursor})],
+    audit.add(
+        db,
+        who,
+        ACK_ACTION,
+        pa_id,
+        json.dumps({"attention": attention, "cursor": cursor}),
+        at=at,
+        remote=remote,
     )
     return {"at": at, "by": who, "attention": attention, "cursor": cursor}
 
 
 def claim(db: Database, claim_id: str) -> ConsoleClaim | None:
     """The stored claim behind a PA, without its metadata (PHI) or the payer's response."""
-    return cast(
-        ConsoleClaim | None,
-        first_row(
-            db,
-            "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count,"
-            " transaction_code, bin, pcn, group_id, raw_purged_at FROM exchanges"
-            " WHERE id = ? AND kind = 'claim'",
-            [claim_id],
-        ),
+    row = first_row(
+        db,
+        "SELECT id, received_at, request_raw, answer_json, reject_codes, transaction_count,"
+        " transaction_code, bin, pcn, group_id, raw_purged_at FROM exchanges"
+        " WHERE id = ? AND kind = 'claim'",
+        [claim_id],
     )
+    if row is not None:
+        row["request_raw"] = unseal(db, row["request_raw"], "exchanges.request_raw", row["id"])
+    return cast(ConsoleClaim | None, row)

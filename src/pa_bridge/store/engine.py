@@ -27,6 +27,7 @@ from sqlite_utils import Database as SqliteDatabase
 
 from . import meta
 from ._db import Database
+from .crypto import Keyring
 from .migrations import MIGRATIONS
 
 __all__ = [
@@ -190,8 +191,10 @@ class Store:
         busy_timeout_ms: int = 5000,
         checkpoint_seconds: float = 1.0,
         defer_seconds: float = 1.0,
+        keys: Keyring | None = None,
     ) -> None:
         self.path = Path(path)
+        self.keys = keys
         self.defer_seconds = defer_seconds
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
         try:
@@ -205,7 +208,7 @@ class Store:
             # Checkpoints run on their own thread (see _checkpoint_loop), not inside
             # the commit that happens to cross the WAL's size threshold.
             self._wconn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._wdb: Database = SqliteDatabase(self._wconn)
+            self._wdb: Database = self._keyed(SqliteDatabase(self._wconn))
             MIGRATIONS.apply(SqliteDatabase(self._wconn))
         finally:
             os.umask(old_umask)
@@ -248,6 +251,15 @@ class Store:
     #: the longest a deferred job (:meth:`defer`) waits for a commit when nothing else
     #: is written
     defer_seconds: float = 1.0
+    #: the keys PHI columns are sealed with (``store.crypto``, decision 0033); None:
+    #: written plain (tools and tests that never saw a key)
+    keys: Keyring | None = None
+
+    def _keyed(self, db: Any) -> Any:
+        """``db`` with this store's keys, for the table modules (``crypto.keys_of``)."""
+        db.keys = self.keys
+        return db
+
     #: which engine (the table modules ask through the handle, see ``_db.is_postgres``)
     dialect = "sqlite"
     #: what the driver raises
@@ -621,7 +633,7 @@ class Store:
             conn = _connect(self.path, readonly=True)
             with self._readers_lock:
                 self._readers.append(conn)
-            db = SqliteDatabase(conn)
+            db = self._keyed(SqliteDatabase(conn))
             self._local.db = db
         return db
 

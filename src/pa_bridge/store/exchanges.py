@@ -6,6 +6,7 @@ from typing import Any, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, of_pharmacies
+from .crypto import seal, seal_text, unseal, unseal_text
 
 __all__ = [
     "ClaimContent",
@@ -82,11 +83,39 @@ def insert(db: Database, row: NewExchange) -> None:
     """A plain prepared INSERT: the claim hot path (sqlite-utils' insert() inspects the
     table and builds its SQL on every call)."""
     cols = list(row)
-    values: dict[str, Any] = cast(dict[str, Any], row)
+    values: dict[str, Any] = dict(row)
+    _seal_content(db, values)
     db.conn.execute(
         f"INSERT INTO exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608 - column names are ours
         [values[c] for c in cols],
     )
+
+
+def _seal_content(db: Database, values: dict[str, Any]) -> None:
+    """The claim's bytes and metadata (PHI) sealed for the store (decision 0033)."""
+    row = values["id"]
+    for col in ("request_raw", "response_raw"):
+        if values.get(col) is not None:
+            values[col] = seal(db, values[col], f"exchanges.{col}", row)
+    if values.get("metadata_json") is not None:
+        values["metadata_json"] = seal_text(
+            db, values["metadata_json"], "exchanges.metadata_json", row
+        )
+
+
+def _open_content(db: Database, row: dict[str, Any] | None, key: str = "id") -> Any:
+    """The stored claim's bytes and metadata opened in place (those of ``row`` present)."""
+    if row is None:
+        return None
+    ident = row[key]
+    for col in ("request_raw", "response_raw"):
+        if col in row:
+            row[col] = unseal(db, row[col], f"exchanges.{col}", ident)
+    if "metadata_json" in row:
+        row["metadata_json"] = unseal_text(
+            db, row["metadata_json"], "exchanges.metadata_json", ident
+        )
+    return row
 
 
 def record_answer(db: Database, claim_id: str, answer_json: str, message_source: str) -> None:
@@ -104,19 +133,23 @@ def answer_json(db: Database, claim_id: str) -> str | None:
 
 def get(db: Database, exchange_id: str) -> ExchangeRow | None:
     return cast(
-        ExchangeRow | None, first_row(db, "SELECT * FROM exchanges WHERE id = ?", [exchange_id])
+        ExchangeRow | None,
+        _open_content(db, first_row(db, "SELECT * FROM exchanges WHERE id = ?", [exchange_id])),
     )
 
 
 def claim_content(db: Database, exchange_id: str) -> ClaimContent | None:
-    return cast(
-        ClaimContent | None,
+    row = _open_content(
+        db,
         first_row(
             db,
-            "SELECT request_raw, response_raw, metadata_json FROM exchanges WHERE id = ?",
+            "SELECT id, request_raw, response_raw, metadata_json FROM exchanges WHERE id = ?",
             [exchange_id],
         ),
     )
+    if row is not None:
+        del row["id"]
+    return cast(ClaimContent | None, row)
 
 
 def pa_eligible_claims_since(
@@ -129,4 +162,5 @@ def pa_eligible_claims_since(
         " FROM exchanges WHERE kind = 'claim' AND pa_eligible = 1 AND received_at >= ?"
         f"{of_pharmacies(provider_ids)} ORDER BY received_at DESC LIMIT ?"
     )
-    return cast(list[WorklistClaim], all_rows(db, sql, [start, *(provider_ids or ()), limit]))
+    rows = all_rows(db, sql, [start, *(provider_ids or ()), limit])
+    return cast(list[WorklistClaim], [_open_content(db, r) for r in rows])

@@ -228,6 +228,60 @@ def backfill_expires_at(db: Database) -> None:
             db.execute("UPDATE pas SET expires_at = ? WHERE id = ?", [day, pa_id])
 
 
+@MIGRATIONS()
+def m009_people_and_audit_chain(db: Database) -> None:
+    # Issue 29: the people who sign in to the console, their sessions, and the audit
+    # trail as a hash chain (decisions 0034, 0035). Entries from before this step keep
+    # seq and hash NULL: the chain starts after them.
+    db.execute(
+        """CREATE TABLE users (
+            name TEXT PRIMARY KEY,           -- the sign-in name
+            display_name TEXT NOT NULL,      -- what the PA service's history shows
+            source TEXT NOT NULL,            -- local (password) or oidc
+            password_hash TEXT,              -- argon2id
+            totp_secret TEXT,                -- sealed with the database's key
+            totp_last_step INTEGER,          -- the last TOTP time step accepted
+            disabled INTEGER NOT NULL DEFAULT 0,
+            failed_count INTEGER NOT NULL DEFAULT 0,
+            locked_until REAL,               -- epoch seconds
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_sign_in_at TEXT
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,             -- sha256 of the cookie's secret, never the secret
+            user_name TEXT,                  -- NULL until an OIDC sign-in comes back
+            stage TEXT NOT NULL,             -- totp, oidc (under way) or active
+            display_name TEXT,
+            created_at REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            remote TEXT,
+            pending_json TEXT,               -- an OIDC sign-in's state, nonce, verifier
+            ended_at REAL,
+            ended_why TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX sessions_user ON sessions(user_name)")
+    db.execute("ALTER TABLE audit ADD COLUMN seq INTEGER")
+    db.execute("ALTER TABLE audit ADD COLUMN remote TEXT")
+    db.execute("ALTER TABLE audit ADD COLUMN hash TEXT")
+    db.execute("CREATE UNIQUE INDEX audit_seq ON audit(seq)")
+    db.execute("CREATE INDEX audit_at ON audit(at)")
+    db.execute(
+        """CREATE TABLE audit_head (
+            one INTEGER PRIMARY KEY CHECK (one = 1),
+            seq INTEGER NOT NULL,            -- the newest entry's
+            hash TEXT NOT NULL,
+            floor_seq INTEGER NOT NULL,      -- the last entry retention removed (0: none)
+            floor_hash TEXT NOT NULL
+        )"""
+    )
+    zero = "0" * 64
+    db.execute("INSERT INTO audit_head VALUES (1, 0, ?, 0, ?)", [zero, zero])
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

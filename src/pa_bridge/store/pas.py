@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, TypedDict, cast
 
 from ._db import Database
 from ._rows import all_rows, first_row, marks, of_pharmacies
+from .crypto import unseal
 
 __all__ = [
     "CallbackState",
@@ -225,9 +226,10 @@ def touched_since(
         f" WHERE (p.updated_at >= ? OR p.created_at >= ?){of_pharmacies(provider_ids, 'p.provider_id')}"
         " ORDER BY p.change_seq DESC LIMIT ?"
     )
-    return cast(
-        list[PaWithRequest], all_rows(db, sql, [start, start, *(provider_ids or ()), limit])
-    )
+    rows = all_rows(db, sql, [start, start, *(provider_ids or ()), limit])
+    for r in rows:
+        r["request_raw"] = unseal(db, r["request_raw"], "exchanges.request_raw", r["claim_id"])
+    return cast(list[PaWithRequest], rows)
 
 
 # ---- submit ------------------------------------------------------------------------

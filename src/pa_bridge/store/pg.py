@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool
 from . import meta
 from . import pg_migrations as schema
 from ._db import Database
+from .crypto import Keyring
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
 __all__ = [
@@ -112,8 +113,10 @@ class _Handle(Generic[_C]):
     """The handle table functions take (see ``_db.Database``), on PostgreSQL."""
 
     dialect = "postgresql"
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "keys")
     _conn: _C
+    #: the keys PHI columns are sealed with (``store.crypto``); None: written plain
+    keys: Any
 
     @property
     def conn(self) -> _C:
@@ -130,6 +133,7 @@ class PgDatabase(_Handle[_PgConn]):
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self._conn = _PgConn(raw)
+        self.keys = None
 
 
 def _connect_kwargs(
@@ -209,6 +213,7 @@ class PgReader(_Handle[_PooledConn]):
 
     def __init__(self, store: PgStore) -> None:
         self._conn = _PooledConn(store)
+        self.keys = None
 
 
 def redact_url(url: str) -> str:
@@ -250,7 +255,9 @@ class PgStore(Store):
         claim_wait_ms: int = 30_000,
         max_connections: int = 10,
         pool_timeout_s: float = 30.0,
+        keys: Keyring | None = None,
     ) -> None:
+        self.keys = keys
         if max_connections < 2:
             raise StoreError("a daemon needs at least 2 connections (a writer and a reader)")
         self.url = url
@@ -281,7 +288,7 @@ class PgStore(Store):
             raise StoreError(
                 f"cannot open the database at {self.location}: {why(e)}{_hint(e)}"
             ) from None
-        self._wdb = PgDatabase(self._wconn)
+        self._wdb = self._keyed(PgDatabase(self._wconn))
         self._checkpointer = None
         self.checkpoints = 0
         #: every connection but the writer: readers borrow one per statement, a lock
@@ -303,7 +310,7 @@ class PgStore(Store):
             open=True,
         )
         self._start_writer(max_batch)
-        self._reader = PgReader(self)
+        self._reader: PgReader = self._keyed(PgReader(self))
 
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
         return connect(
@@ -324,7 +331,7 @@ class PgStore(Store):
         except psycopg.Error as e:
             self.last_error = (f"cannot connect: {why(e)}", time.monotonic())
             return  # BEGIN fails on the closed connection: the batch is refused
-        self._wdb = PgDatabase(self._wconn)
+        self._wdb = self._keyed(PgDatabase(self._wconn))
 
     def _close_writer(self) -> None:
         with contextlib.suppress(psycopg.Error):

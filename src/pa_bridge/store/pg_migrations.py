@@ -143,6 +143,31 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             " AS d FROM pas) AS x WHERE pas.id = x.pid AND x.d IS NOT NULL",
         ],
     ),
+    (
+        "m009_people_and_audit_chain",
+        [
+            f"""CREATE TABLE users (
+                name {T} PRIMARY KEY, display_name {T} NOT NULL, source {T} NOT NULL,
+                password_hash {T}, totp_secret {T}, totp_last_step BIGINT,
+                disabled INTEGER NOT NULL DEFAULT 0, failed_count INTEGER NOT NULL DEFAULT 0,
+                locked_until DOUBLE PRECISION, created_at {T} NOT NULL, updated_at {T} NOT NULL,
+                last_sign_in_at {T})""",
+            f"""CREATE TABLE sessions (
+                id {T} PRIMARY KEY, user_name {T}, stage {T} NOT NULL, display_name {T},
+                created_at DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL,
+                remote {T}, pending_json {T}, ended_at DOUBLE PRECISION, ended_why {T})""",
+            "CREATE INDEX sessions_user ON sessions(user_name)",
+            "ALTER TABLE audit ADD COLUMN seq BIGINT",
+            f"ALTER TABLE audit ADD COLUMN remote {T}",
+            f"ALTER TABLE audit ADD COLUMN hash {T}",
+            "CREATE UNIQUE INDEX audit_seq ON audit(seq)",
+            "CREATE INDEX audit_at ON audit(at)",
+            f"""CREATE TABLE audit_head (
+                one INTEGER PRIMARY KEY CHECK (one = 1), seq BIGINT NOT NULL,
+                hash {T} NOT NULL, floor_seq BIGINT NOT NULL, floor_hash {T} NOT NULL)""",
+            "INSERT INTO audit_head VALUES (1, 0, repeat('0', 64), 0, repeat('0', 64))",
+        ],
+    ),
 ]
 
 _TABLE = (

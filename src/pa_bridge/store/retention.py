@@ -177,7 +177,7 @@ def purge(store: Store, *, raw_cut: str, meta_cut: str, stamp: str, chunk: int) 
         meta_cut,
     )
     step("outbox", "status = 'delivered' AND coalesce(delivered_at, updated_at) < ?", meta_cut)
-    step("audit", "at < ?", meta_cut)
+    # the audit log keeps its own period, its chain's floor following (audit_trail.purge)
     step("callbacks", "received_at < ?", meta_cut)
     return counts
 

@@ -102,6 +102,9 @@ def who() -> str:
     """Who is acting, for the audit trail: the intake token's name (``token#N``, its
     place in ``[intake] tokens``), or ``console`` for a request from loopback when no
     tokens are configured (then the API is served on loopback only)."""
+    person = g.get("person")
+    if person is not None:  # a person signed in (issue 29)
+        return str(person.actor)
     actor = str(g.get("actor") or "")
     if actor.startswith("token#"):
         return actor.split("@", 1)[0]
@@ -118,4 +121,8 @@ def who() -> str:
 @bp.post("/v1/pa/<pa_id>/acknowledge")
 def acknowledge_pa(pa_id: str) -> Response:
     request.get_data()  # any body is ignored (the guard already refused non-JSON)
-    return _no_store(jsonify(worklist.acknowledge(_bridge(), pa_id, who(), scope=scope())))
+    return _no_store(
+        jsonify(
+            worklist.acknowledge(_bridge(), pa_id, who(), scope=scope(), remote=request.remote_addr)
+        )
+    )

@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from ..service import BridgeError, Services, idempotency
 from ..service.bodies import dump
-from . import checks, claim_route, console, openapi
+from . import checks, claim_route, console, openapi, people
 from .console import scope
 from .errors import error_response, install_error_handlers
 
@@ -51,10 +51,15 @@ def _guard_origin() -> tuple[Response, int] | None:
 
 
 @bp.before_app_request
-def _authenticate() -> tuple[Response, int] | None:
+def _authenticate() -> tuple[Response, int] | BaseResponse | None:
     g.actor = request.remote_addr or "unknown"
     g.scope = None
-    if request.path in _UNGUARDED or console.is_public_path(request.path):
+    if request.path in _UNGUARDED:
+        return None
+    refused = people.admit()  # a person's session, or a console that needs one (issue 29)
+    if refused is not None:
+        return refused
+    if g.person is not None or console.is_public_path(request.path) or people.is_own(request.path):
         return None
     who = checks.identify(request.environ, current_app.extensions["pa_bridge.tokens"])
     if who is not None:
@@ -136,14 +141,17 @@ def get_pa(pa_id: str) -> Response:
 
 @bp.get("/v1/pa/<pa_id>/open")
 def open_pa(pa_id: str) -> BaseResponse:
-    resp = redirect(_services().pas.pa_open_url(pa_id, scope()), code=302)
+    url = _services().pas.pa_open_url(pa_id, scope())
+    resp = redirect(people.opened(_services(), pa_id, url), code=302)
     resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
 
 
 @bp.get("/v1/dashboard/open")
 def open_dashboard() -> BaseResponse:
     url = _services().pas.dashboard_url(request.args.get("pharmacy"), scope())
+    people.record(_services(), "dashboard.open", request.args.get("pharmacy"))
     resp = redirect(url, code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
@@ -207,6 +215,7 @@ def create_intake_app(
     app.register_blueprint(bp)
     app.register_blueprint(console.bp)
     app.register_blueprint(openapi.bp)
+    people.install(app)
     install_error_handlers(app)
     # POST /v1/claims, the one hot path, is served before Flask (decision 0028)
     app.wsgi_app = claim_route.ClaimRoute(  # type: ignore[method-assign]

@@ -17,6 +17,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from .. import __version__
 from ..pa_guide import ATTENTION_ORDER
 from ..service import bodies
+from . import people
 
 __all__ = ["bp", "document"]
 
@@ -792,6 +793,8 @@ _PATHS: dict[str, Any] = {
     },
 }
 
+_PATHS.update(people.openapi_paths(_PUBLIC, _DEFAULT_ERROR))  # sign-in (issue 29)
+
 _WEBHOOKS: dict[str, Any] = {
     "paChanged": {
         "post": {
@@ -881,7 +884,7 @@ _DOCUMENT: dict[str, Any] = {
         "not described here.",
     },
     "servers": [{"url": "/"}],
-    "security": [{"intakeToken": []}, {}],
+    "security": [{"intakeToken": []}, {"personSession": []}, {}],
     "paths": _PATHS,
     "webhooks": _WEBHOOKS,
     "components": {
@@ -891,7 +894,14 @@ _DOCUMENT: dict[str, Any] = {
                 "type": "http",
                 "scheme": "bearer",
                 "description": "an `[intake] tokens` entry; required only when tokens are configured",
-            }
+            },
+            "personSession": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": "pa_bridge_session",
+                "description": "a person signed in to the console (`/console/sign-in`); the"
+                " console's JSON and `/v1/pa/{pa_id}/open` take it instead of a token",
+            },
         },
     },
 }

@@ -23,11 +23,14 @@
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
   function setToken(v) { sessionStorage.setItem(TOKEN_KEY, v); }
 
-  function api(method, path, body) {
+  // opts.background: the page asks on its own (polling), not the person: it does not
+  // keep a signed-in session alive (the idle time-out counts what people do).
+  function api(method, path, body, opts) {
     var headers = { "Accept": "application/json" };
     var t = token();
-    if (t) { headers["Authorization"] = "Bearer " + t; }
-    var init = { method: method, headers: headers, cache: "no-store", credentials: "omit" };
+    if (t && !person) { headers["Authorization"] = "Bearer " + t; }
+    if (opts && opts.background) { headers["X-PA-Bridge-Background"] = "1"; }
+    var init = { method: method, headers: headers, cache: "no-store", credentials: "same-origin" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -36,10 +39,60 @@
       return resp.text().then(function (text) {
         var data = null;
         try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+        var code = resp.status === 401 && data && data.error && data.error.code;
+        if (code === "sign_in_required" || code === "session_ended") { toSignIn(data.error.detail); }
         return { status: resp.status, ok: resp.ok, data: data, text: text };
       });
     });
   }
+
+  // ---- a person signed in (a session cookie; issue 29) ----------------------------------
+  var person = null; // {name, display_name} once /console/session answers
+  var lastActivity = 0;
+
+  function toSignIn(detail) {
+    var why = detail && detail.why === "idle" ? "&ended=idle" : "";
+    window.location.assign("/console/sign-in?next=" + encodeURIComponent(window.location.pathname + window.location.search) + why);
+  }
+
+  function signOut() {
+    fetch("/console/sign-out", { method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: { "Content-Type": "application/json" }, body: "{}" })
+      .then(function () { window.location.assign("/console/sign-in"); });
+  }
+
+  // Who is signed in, shown in the page's header with a sign-out button; the person's
+  // keys and clicks keep the session alive (at most one request a minute).
+  function showPerson() {
+    var quiet = { credentials: "same-origin", cache: "no-store", headers: { "X-PA-Bridge-Background": "1" } };
+    fetch("/console/sign-in/options", quiet)
+      .then(function (r) { return r.status === 200 ? r.json() : null; })
+      .then(function (opts) {
+        // nobody signs in here (loopback, no one added): nothing to show
+        return opts && opts.required ? fetch("/console/session", quiet) : null;
+      })
+      .then(function (r) { return r && r.status === 200 ? r.json() : null; })
+      .then(function (s) {
+        if (!s || !s.signed_in) { return; }
+        person = s;
+        var top = document.querySelector("header.top");
+        if (!top || $("who")) { return; }
+        var btn = el("button", { type: "button", id: "sign-out", className: "secondary" }, ["Sign out"]);
+        btn.addEventListener("click", signOut);
+        top.appendChild(el("p", { id: "who", className: "who" }, ["Signed in as ", el("strong", { text: s.display_name }), " ", btn]));
+        ["keydown", "pointerdown"].forEach(function (name) {
+          document.addEventListener(name, function () {
+            var now = Date.now();
+            if (now - lastActivity < 60000) { return; }
+            lastActivity = now;
+            fetch("/console/session", { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+              if (r.status === 401) { r.json().then(function (d) { toSignIn(d && d.error && d.error.detail); }, function () { toSignIn(); }); }
+            });
+          }, true);
+        });
+      }, function () { /* the pages say when pa-bridge cannot be reached */ });
+  }
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", showPerson); } else { showPerson(); }
 
   // ---- errors in plain words ---------------------------------------------------------
   var PLAIN = {
@@ -188,7 +241,8 @@
     if (!pa.url) { return null; }
     // The redirect endpoint needs the token in a header a link cannot send; with a token
     // configured, link the PA's own URL (the same one /v1/pa answers) instead.
-    return token() ? pa.url : pa.open_url;
+    // A signed-in person opens it through pa-bridge, which tells the service who it is.
+    return token() && !person ? pa.url : pa.open_url;
   }
 
   function paLink(pa, rx) {
@@ -217,6 +271,6 @@
     $: $, takeTokenFromUrl: takeTokenFromUrl, token: token, setToken: setToken, api: api,
     PLAIN: PLAIN, plainError: plainError, fallbackNote: fallbackNote, say: say, problem: problem,
     el: el, clear: clear, timeOf: timeOf, dateOf: dateOf, paHref: paHref, paLink: paLink, badge: badge,
-    onTokenForm: onTokenForm
+    onTokenForm: onTokenForm, person: function () { return person; }, signOut: signOut
   };
 })();

@@ -386,7 +386,7 @@
 
   function poll() {
     pollTimer = null;
-    C.api("GET", worklistUrl()).then(function (r) {
+    C.api("GET", worklistUrl(), undefined, { background: true }).then(function (r) {
       polls += 1;
       document.body.setAttribute("data-polls", String(polls));
       if (r.status === 401) {

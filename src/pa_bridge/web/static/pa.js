@@ -147,7 +147,7 @@
 
   function load() {
     timer = null;
-    C.api("GET", "/v1/console/pa/" + encodeURIComponent(paId)).then(function (r) {
+    C.api("GET", "/v1/console/pa/" + encodeURIComponent(paId), undefined, { background: true }).then(function (r) {
       if (r.status === 401) {
         $("token-form").hidden = false;
         problem(C.token() ? "The intake token was not accepted. Enter the right one below." : C.PLAIN.unauthorized);

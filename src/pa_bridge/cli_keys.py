@@ -1,0 +1,212 @@
+"""`pa-bridge keys rotate | encrypt-existing`: the key PHI is sealed with (issue 29,
+decision 0033)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli_daemon import config_option
+
+__all__ = ["keys"]
+
+
+def _settings(config_path: str | None) -> Any:
+    from .config import ConfigError, load_ops_settings
+
+    try:
+        return load_ops_settings(config_path)
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+
+
+def reseal_all(store: Any, say: Any, batch: int = 200) -> int:
+    """Every PHI value not sealed with the current key, sealed with it, ``batch`` rows
+    per short transaction (the daemon's writes go on between them)."""
+    from .store import crypto
+
+    keys = store.keys
+    total = 0
+    for col in crypto.PHI_COLUMNS:
+        after: Any = None
+        done = 0
+        while True:
+            last, seen, sealed = store.write(
+                lambda db, a=after, c=col: crypto.reseal_batch(db, keys, c, a, batch), timeout=60
+            )
+            done += sealed
+            if last is None or seen < batch:
+                break
+            after = last
+        if done:
+            say(f"{col.table}.{col.column}: {done} value(s) sealed with key {keys.current_id}")
+        total += done
+    return total
+
+
+@click.group()
+def keys() -> None:
+    """The encryption key of the PHI at rest ([encryption] key_file)."""
+
+
+@keys.command("rotate")
+@config_option
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The key file to change (default: [encryption] key_file; a systemd "
+    "credential's source file must be named here).",
+)
+@click.option(
+    "--stage",
+    is_flag=True,
+    help="Add the new key without sealing with it yet (a fleet: copy the file to "
+    "every daemon's host, then run `keys rotate` again).",
+)
+def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool) -> None:
+    """Add a new key and make it the one that seals; then seal every stored value
+    under it, in small transactions, while the daemon serves (it reads the changed key
+    file by itself). Older keys stay in the file: backups made before need them."""
+    from .audit_trail import record
+    from .encryption import KeyProblem, key_source, open_store
+    from .store import crypto
+
+    settings = _settings(config_path)
+    if key_file is None:
+        try:
+            src = key_source(settings)
+        except KeyProblem as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        if src.credential:
+            click.echo(
+                f"error: {src.words} is a copy systemd makes at the daemon's start: name its"
+                " source with --key-file (see docs/operations.md, Security)",
+                err=True,
+            )
+            sys.exit(2)
+        key_file = src.path
+    lines = []
+    if key_file.exists():
+        text = key_file.read_text(encoding="ascii")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    staged = [ln for ln in lines if ln.endswith(" staged")]
+    if not lines:
+        kid, key = crypto.new_key()
+        crypto.write_keyring(key_file, [crypto.key_line(kid, key)])
+        click.echo(f"keys: created {key_file} with key {kid}")
+        return
+    if staged and not stage:
+        promoted = staged[-1][: -len(" staged")]
+        lines = [ln for ln in lines if ln != staged[-1]] + [promoted]
+        kid = promoted.split()[0]
+        click.echo(f"keys: key {kid} (staged) now seals new values")
+    else:
+        kid, key = crypto.new_key()
+        lines.append(crypto.key_line(kid, key, staged=stage))
+        click.echo(f"keys: added key {kid} to {key_file}" + (" (staged)" if stage else ""))
+    crypto.write_keyring(key_file, lines)
+    if stage:
+        click.echo("copy the file to every daemon's host, then run `pa-bridge keys rotate` again")
+        return
+    settings.encryption.key_file = key_file.resolve()
+    try:
+        store = open_store(settings, create_default=False)
+    except KeyProblem as e:
+        click.echo(f"error: encryption key: {e}", err=True)
+        sys.exit(1)
+    try:
+        started = time.monotonic()
+        n = reseal_all(store, click.echo)
+        store.write(
+            lambda db: record(db, "keys.rotate", kid, f"{n} value(s) sealed with the new key")
+        )
+    finally:
+        store.close()
+    click.echo(f"keys: {n} value(s) sealed with key {kid} in {time.monotonic() - started:.1f} s")
+    click.echo("the older keys stay in the file: backups made before today need them")
+
+
+@keys.command("encrypt-existing")
+@config_option
+@click.option(
+    "--backup",
+    "backup_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where the backup taken first goes (default: beside the database).",
+)
+def keys_encrypt_existing(config_path: str | None, backup_file: str | None) -> None:
+    """Seal every value stored before encryption, after a backup of the database as it
+    is (which holds the plain text: keep it offline, delete it once the daemon runs
+    well). SQLite: with the daemon stopped, and VACUUMed after so no plain page is
+    left in the file or its WAL."""
+    from .audit_trail import record
+    from .encryption import KeyProblem, open_store
+    from .store import now_iso
+
+    settings = _settings(config_path)
+    stamp = now_iso().replace(":", "").replace("-", "")[:15]
+    url = settings.storage.database_url()
+    if url is None:
+        from .backup import BackupError, backup_database
+        from .restore import database_in_use
+
+        db_path = settings.storage.path
+        if not db_path.exists():
+            click.echo(f"error: no database at {db_path}", err=True)
+            sys.exit(1)
+        if database_in_use(db_path):
+            click.echo(
+                f"error: a pa-bridge daemon serves {db_path}; stop it first"
+                " (systemctl stop pa-bridge), then encrypt",
+                err=True,
+            )
+            sys.exit(1)
+        dest = backup_file or f"{db_path}.before-encryption-{stamp}"
+        try:
+            result = backup_database(db_path, dest)
+        except BackupError as e:
+            click.echo(f"error: the backup first failed, nothing was changed: {e}", err=True)
+            sys.exit(1)
+        click.echo(f"backup first: {result.path} ({result.integrity})")
+    else:
+        from .pg_tools import PgToolError, dump_database
+        from .restore import BACKUP_MARK
+
+        dest = backup_file or f"pa-bridge-before-encryption-{stamp}.dump"
+        try:
+            dump = dump_database(url, dest, mark=(BACKUP_MARK, now_iso()))
+        except PgToolError as e:
+            click.echo(f"error: the backup first failed, nothing was changed: {e}", err=True)
+            sys.exit(1)
+        click.echo(f"backup first: {dump.path}")
+    try:
+        store = open_store(settings)
+    except KeyProblem as e:
+        click.echo(f"error: encryption key: {e}", err=True)
+        sys.exit(1)
+    current = store.keys.current_id if store.keys is not None else "-"
+    try:
+        n = reseal_all(store, click.echo)
+        store.write(
+            lambda db: record(
+                db, "keys.encrypt_existing", None, f"{n} value(s) sealed; backup {dest}"
+            )
+        )
+        from .store import retention
+
+        pages = retention.vacuum(store)
+    finally:
+        store.close()
+    click.echo(f"keys: {n} value(s) sealed with key {current}; database rewritten ({pages} pages)")
+    click.echo(
+        f"the backup {dest} holds the plain text: keep it offline, delete it once the daemon runs well"
+    )

@@ -1,0 +1,425 @@
+"""The console's sign-in (issue 29, decision 0034): the pages and JSON of signing in and
+out, and :func:`admit`, which the intake app's authentication hook asks first.
+
+- A person's session is a cookie (``pa_bridge_session``: HttpOnly, SameSite=Strict,
+  Secure over HTTPS), never a token in a URL. A sign-in half done (the code is next,
+  or the browser is at the identity provider) has its own short-lived cookie
+  (``pa_bridge_sign_in``, SameSite=Lax so the provider's redirect back carries it).
+- Requests a page makes on its own (the worklist's polling) send
+  ``X-PA-Bridge-Background: 1``: they do not keep a session alive, so the idle
+  time-out means the person did nothing.
+- The intake API's bearer tokens are untouched: a request with a token and no
+  session is the dispensing system's, as before.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    g,
+    jsonify,
+    redirect,
+    request,
+    send_from_directory,
+)
+from werkzeug.wrappers import Response as BaseResponse
+
+from ..auth.oidc import Oidc, OidcFailed
+from ..auth.people import (
+    People,
+    Person,
+    SessionEnded,
+    SignInRefused,
+    pharmacy_contact,
+    with_remote_user,
+)
+from ..logs import log_event
+from ..service import Services
+from .errors import error_response
+
+__all__ = ["COOKIE", "admit", "bp", "install", "is_own", "opened", "person", "record"]
+
+COOKIE = "pa_bridge_session"
+PENDING_COOKIE = "pa_bridge_sign_in"
+BACKGROUND = "X-PA-Bridge-Background"
+SIGN_IN_PAGE = "/console/sign-in"
+_OWN = ("/console/sign-in", "/console/sign-out", "/console/session", "/console/oidc/")
+_STATIC = Path(__file__).parent / "static"
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+bp = Blueprint("people", __name__)
+
+
+def install(app: Any) -> None:
+    """The sign-in's routes on ``app``; its use case is made on first use from the
+    app's services (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
+    app.register_blueprint(bp)
+
+
+_MADE = threading.Lock()
+
+
+def _people() -> People:
+    ext = current_app.extensions
+    found: People | None = ext.get("pa_bridge.people")
+    if found is None:
+        with _MADE:
+            found = ext.get("pa_bridge.people")
+            if found is None:
+                services: Services = ext["pa_bridge"]
+                s = services.settings
+                if s.oidc.enabled():
+                    ext["pa_bridge.oidc"] = Oidc(s.oidc, s.secret(s.oidc.client_secret))
+                found = People(services.store, s, clock=services.clock)
+                ext["pa_bridge.people"] = found
+    return found
+
+
+def _remote() -> str | None:
+    return request.remote_addr
+
+
+def is_own(path: str) -> bool:
+    """The sign-in's own paths: served to anyone (each checks what it needs)."""
+    return path.startswith(_OWN)
+
+
+def _is_page(path: str) -> bool:
+    return path == "/" or path.startswith("/console/pa/")
+
+
+def _set_cookie(resp: Response | BaseResponse, name: str, value: str, *, lax: bool = False) -> None:
+    resp.set_cookie(
+        name,
+        value,
+        httponly=True,
+        secure=request.is_secure,
+        samesite="Lax" if lax else "Strict",
+        path="/",
+    )
+
+
+def _clear(resp: Response | BaseResponse, name: str) -> None:
+    resp.delete_cookie(name, path="/", httponly=True, secure=request.is_secure)
+
+
+def _safe_next(value: str | None) -> str:
+    """Where to go after signing in: a path of this server only."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"
+
+
+def admit() -> tuple[Response, int] | BaseResponse | None:
+    """Asked first by the intake app's authentication hook: a person's session sets
+    ``g.person`` and ``g.actor``; a console page or console JSON that needs a person
+    and has none is refused (the page: to the sign-in page; the JSON: 401). None:
+    carry on (a token, or no sign-in needed)."""
+    path = request.path
+    g.person = None
+    if is_own(path):
+        return None
+    token = request.cookies.get(COOKIE)
+    needs = _is_page(path) or path.startswith("/v1/console/")
+    if not token and not needs:
+        return None  # the dispensing system's requests: nothing to look at
+    people = _people()
+    ended = None
+    if token:
+        activity = request.headers.get(BACKGROUND) != "1" or request.method not in ("GET", "HEAD")
+        try:
+            person = people.session(token, activity=activity, remote=_remote())
+        except SessionEnded as e:
+            ended = e.why
+        else:
+            g.person = person
+            g.actor = f"{person.actor}@{_remote() or 'unknown'}"
+            g.scope = None
+            return None
+    if not needs or not people.required():
+        return None
+    if _is_page(path):
+        resp = redirect(f"{SIGN_IN_PAGE}?next={quote(request.full_path.rstrip('?'))}", code=302)
+        if ended:
+            _clear(resp, COOKIE)
+        return resp
+    if ended:
+        resp, status = error_response(
+            401, "session_ended", "your session ended: sign in again", {"why": ended}
+        )
+        _clear(resp, COOKIE)
+        return resp, status
+    return error_response(401, "sign_in_required", "sign in to use the console")
+
+
+def person() -> Person | None:
+    found: Person | None = g.get("person")
+    return found
+
+
+def opened(services: Services, pa_id: str, url: str) -> str:
+    """The hosted page's URL for whoever opens the PA, recorded in the audit log: a
+    person's display name and the store's phone and fax go to the service
+    (``remote_user``, saved in the PA's history)."""
+    who = person()
+    if who is not None:
+        row = services.pas.get_pa_row(pa_id)
+        phone, fax = pharmacy_contact(services.settings, row["provider_id"] if row else None)
+        url = with_remote_user(url, who.display_name, phone, fax)
+    record(services, "pa.open", pa_id)
+    return url
+
+
+def record(
+    services: Services, action: str, object_id: str | None, detail: str | None = None
+) -> None:
+    """An audit entry for what this request did, by whoever sent it."""
+    actor = str(g.get("actor") or _remote() or "unknown")
+    _people().record(actor, action, object_id, detail)
+
+
+# ---- pages and JSON of signing in ------------------------------------------------------
+
+
+def _page(name: str) -> Response:
+    resp = send_from_directory(_STATIC, name)
+    resp.headers["Content-Security-Policy"] = _CSP
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.get(SIGN_IN_PAGE)
+def sign_in_page() -> Response:
+    return _page("signin.html")
+
+
+@bp.get(f"{SIGN_IN_PAGE}/options")
+def sign_in_options() -> Response:
+    people = _people()
+    oidc: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
+    return jsonify(
+        {
+            "required": people.required(),
+            "totp": people.totp_required,
+            "oidc": None if oidc is None else {"label": oidc.s.button_label},
+        }
+    )
+
+
+def _body() -> dict[str, Any]:
+    data = request.get_json(silent=True)
+    return data if isinstance(data, dict) else {}
+
+
+def _refused(e: SignInRefused) -> tuple[Response, int]:
+    resp, status = error_response(e.status, e.code, e.message)
+    if e.retry_after is not None:
+        resp.headers["Retry-After"] = str(e.retry_after)
+    return resp, status
+
+
+def _signed_in(token: str, who: Person | None) -> Response:
+    resp = jsonify({"signed_in": True, "display_name": who.display_name if who else None})
+    _set_cookie(resp, COOKIE, token)
+    _clear(resp, PENDING_COOKIE)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.post(SIGN_IN_PAGE)
+def sign_in() -> Response | tuple[Response, int]:
+    body = _body()
+    if not body.get("name") or not body.get("password"):
+        return error_response(400, "invalid_body", 'send {"name": ..., "password": ...}')
+    try:
+        step = _people().begin(
+            str(body.get("name") or ""), str(body.get("password") or ""), _remote()
+        )
+    except SignInRefused as e:
+        return _refused(e)
+    if step.stage == "totp":
+        resp = jsonify({"signed_in": False, "next": "code"})
+        _set_cookie(resp, PENDING_COOKIE, step.token, lax=True)
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+    return _signed_in(step.token, step.person)
+
+
+@bp.post(f"{SIGN_IN_PAGE}/code")
+def sign_in_code() -> Response | tuple[Response, int]:
+    pending = request.cookies.get(PENDING_COOKIE)
+    if not pending:
+        return error_response(400, "sign_in_not_started", "start with your name and password")
+    try:
+        step = _people().second_factor(pending, str(_body().get("code") or ""), _remote())
+    except SignInRefused as e:
+        return _refused(e)
+    return _signed_in(step.token, step.person)
+
+
+@bp.post("/console/sign-out")
+def sign_out() -> Response:
+    token = request.cookies.get(COOKIE)
+    ended = _people().sign_out(token, _remote()) if token else False
+    resp = jsonify({"signed_out": ended})
+    _clear(resp, COOKIE)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.get("/console/session")
+def session_state() -> Response | tuple[Response, int]:
+    """Who is signed in (a request without the background header keeps the session
+    alive: the pages send one when the person does something)."""
+    token = request.cookies.get(COOKIE)
+    people = _people()
+    if not token:
+        return error_response(
+            401, "sign_in_required", "not signed in", {"required": people.required()}
+        )
+    activity = request.headers.get(BACKGROUND) != "1"
+    try:
+        who = people.session(token, activity=activity, remote=_remote())
+    except SessionEnded as e:
+        resp, status = error_response(
+            401, "session_ended", "your session ended: sign in again",
+            {"why": e.why, "required": people.required()},
+        )  # fmt: skip
+        _clear(resp, COOKIE)
+        return resp, status
+    resp = jsonify(people.state(who))
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+# ---- OpenID Connect --------------------------------------------------------------------
+
+
+def _oidc() -> Oidc:
+    _people()  # makes the client too
+    found: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
+    if found is None:
+        from ..service import BridgeError
+
+        raise BridgeError(404, "not_found", "sign-in through an identity provider is not set up")
+    return found
+
+
+def _redirect_uri(oidc: Oidc) -> str:
+    return oidc.s.redirect_url or f"{request.host_url.rstrip('/')}/console/oidc/callback"
+
+
+@bp.get(f"{SIGN_IN_PAGE}/oidc")
+def oidc_start() -> BaseResponse | tuple[Response, int]:
+    oidc = _oidc()
+    try:
+        url, pending = oidc.start(_redirect_uri(oidc))
+    except OidcFailed as e:
+        log_event("sign_in.oidc_failed", error=str(e))
+        return error_response(502, "identity_provider_failed", str(e))
+    pending["next"] = _safe_next(request.args.get("next"))
+    token = secrets.token_urlsafe(32)
+    _people().pending(token, pending, _remote())
+    resp = redirect(url, code=302)
+    _set_cookie(resp, PENDING_COOKIE, token, lax=True)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    return resp
+
+
+@bp.get("/console/oidc/callback")
+def oidc_callback() -> BaseResponse | tuple[Response, int]:
+    oidc = _oidc()
+    people = _people()
+    token = request.cookies.get(PENDING_COOKIE)
+    pending = people.take_pending(token) if token else None
+    if pending is None:
+        return redirect(f"{SIGN_IN_PAGE}?failed=expired", code=302)
+    try:
+        who = oidc.finish(pending, {k: request.args.get(k, "") for k in ("code", "state", "error")})
+        step = people.activate_external(who.name, who.display_name, _remote(), "oidc")
+    except OidcFailed as e:
+        log_event("sign_in.oidc_failed", error=str(e))
+        people.record(f"unknown@{_remote()}", "sign_in.failed", None, f"oidc: {e}")
+        return redirect(f"{SIGN_IN_PAGE}?failed=oidc", code=302)
+    except SignInRefused:
+        return redirect(f"{SIGN_IN_PAGE}?failed=refused", code=302)
+    resp = redirect(_safe_next(pending.get("next")), code=302)
+    _set_cookie(resp, COOKIE, step.token)
+    _clear(resp, PENDING_COOKIE)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+# ---- the OpenAPI description of these paths (web/openapi.py merges it) ---------------
+
+
+def openapi_paths(public: list[Any], default_error: dict[str, Any]) -> dict[str, Any]:
+    """The sign-in's paths. They take no token; the console's JSON and the PA's open
+    redirect take the session cookie (``personSession``) instead of one."""
+
+    def op(op_id: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return {
+            "operationId": op_id,
+            "summary": summary,
+            "security": public,
+            "responses": {**responses, "default": default_error},
+            **more,
+        }
+
+    json_ok = {"description": "done", "content": {"application/json": {}}}
+    body = {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+    return {
+        SIGN_IN_PAGE: {
+            "get": op("signInPage", "The sign-in page (HTML)", {
+                "200": {"description": "the page", "content": {"text/html": {}}}}),
+            "post": op(
+                "signIn",
+                "Name and password: signed in (a `pa_bridge_session` cookie), or the"
+                " TOTP code is next",
+                {"200": json_ok, "401": json_ok, "429": json_ok},
+                requestBody=body,
+            ),
+        },
+        f"{SIGN_IN_PAGE}/options": {
+            "get": op("signInOptions", "Whether sign-in is required, TOTP, OIDC", {"200": json_ok})
+        },
+        f"{SIGN_IN_PAGE}/code": {
+            "post": op("signInCode", "The authenticator's code", {"200": json_ok, "401": json_ok},
+                       requestBody=body)
+        },
+        f"{SIGN_IN_PAGE}/oidc": {
+            "get": op("signInOidc", "To the identity provider (OpenID Connect)",
+                      {"302": {"description": "to the provider"}})
+        },
+        "/console/oidc/callback": {
+            "get": op("oidcCallback", "Back from the identity provider",
+                      {"302": {"description": "signed in, to the page asked for"}})
+        },
+        "/console/sign-out": {
+            "post": op("signOut", "End this session", {"200": json_ok})
+        },
+        "/console/session": {
+            "get": {
+                **op("session", "Who is signed in (keeps the session alive unless sent with"
+                     " `X-PA-Bridge-Background: 1`)", {"200": json_ok, "401": json_ok}),
+                "security": [{"personSession": []}],
+            }
+        },
+    }  # fmt: skip
