@@ -49,7 +49,10 @@ def test_module_entry_point_exit_statuses_and_no_files(tmp_path: Path) -> None:
 
     version = module("--version")
     assert version.returncode == 0 and version.stdout.startswith("pa-bridge, version ")
-    ok = module("doctor")  # the embedded default: all ok
+    # the embedded default: all ok (its ports picked at start, so that a pa-bridge on
+    # this machine holding 8470, 8471 and 8480 does not fail it)
+    ports = {f"PA_BRIDGE_{k}__LISTEN": "127.0.0.1:0" for k in ("INTAKE", "CALLBACKS", "SANDBOX")}
+    ok = pa_bridge_process("doctor", cwd=tmp_path, env=_env() | ports)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines()[-1].endswith("0 FAIL, 0 warn")
     missing = module("queue", "list")  # no database yet: an error, not an empty queue
