@@ -367,15 +367,21 @@ class PgStore(Store):
             return super()._attempt(conn, db, batch, savepoints=True)
         self._fast = True
         commit = None
+        begin_failed = False
         try:
             with conn.pipeline():
                 results = super()._attempt(conn, db, batch, savepoints=False)
+                # None: BEGIN failed and every job was told so (a lost connection);
+                # leaving the pipeline then raises the same failure again
+                begin_failed = results is None
                 if results is not None and all(ok for _, ok, _ in results):
                     self._write_held_seq(db)
                     # the COMMIT goes with the last statements: one round trip for both
                     # (if one of them failed, the pipeline skips it: nothing commits)
                     commit = conn.execute("COMMIT")
         except psycopg.Error as e:
+            if begin_failed:
+                return None  # each job has its answer once (issue 32)
             results = [(batch[0], False, self._as_unavailable(e))] if batch else None
         finally:
             self._fast = False
