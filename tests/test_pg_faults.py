@@ -5,6 +5,8 @@ nothing a caller was told is stored is lost. All against a real server."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,6 +15,7 @@ import pytest
 
 from pa_bridge.store import PgStore, StoreUnavailable, meta
 from tests import builders as b
+from tests import pg_server
 from tests.support import wait_until
 
 
@@ -31,24 +34,23 @@ def _put(key: str, value: str) -> Any:
     return lambda db: meta.put(db, key, value)
 
 
-def test_a_write_waited_on_after_the_connections_were_killed_fails_once_and_the_writer_lives(
+def test_a_write_waited_on_after_the_connections_were_killed_commits_and_the_writer_lives(
     pg_url: str,
 ) -> None:
     """The issue's reproduction: one write, pg_terminate_backend on the store's
     connections, one more ``submit`` (a write whose result a caller waits on, as a
-    claim's answer record is). It is told "not stored" once, the writer thread goes on,
-    and the next write reconnects and commits."""
+    claim's answer record is). The writer sees that its connection was ended before it
+    begins, connects again and commits; its thread goes on; and a read after it gets a
+    live connection from the pool, not the ended one."""
     store = PgStore(pg_url)
     try:
         store.write(_put("k", "1"))
-        assert _kill_connections(pg_url) >= 1
-        future = store.submit(_put("k", "2"))
-        with pytest.raises(StoreUnavailable):
-            future.result(timeout=10)
+        assert meta.get(store.reader(), "k") == "1"  # the pool holds a connection now
+        assert _kill_connections(pg_url) >= 2
+        store.submit(_put("k", "2")).result(timeout=10)
         assert store.writer_alive, "the writer thread died"
-        wait_until(lambda: store.problem() is None, what="the store to heal")
-        store.submit(_put("k", "3")).result(timeout=10)
-        assert meta.get(store.reader(), "k") == "3"
+        assert meta.get(store.reader(), "k") == "2"
+        assert store.problem() is None
     finally:
         store.close()
 
@@ -106,3 +108,165 @@ def test_claims_in_flight_while_the_connections_are_killed_never_get_a_500(
     assert d.bridge.store.writer_alive
     kept = {r["claim_id"] for r in d.bridge.store.query("SELECT id AS claim_id FROM exchanges")}
     assert set(stored_ids) <= kept
+
+
+# ---- a primary and its streaming standby ------------------------------------------------
+
+#: the primary waits for the standby before a commit returns (synchronous replication):
+#: what the daemon acknowledged is on the standby when it is promoted
+_SYNC = "-c synchronous_commit=on -c synchronous_standby_names=standby"
+
+
+@pytest.fixture
+def pair(pg: pg_server.PgServer) -> Iterator[tuple[pg_server.PgServer, pg_server.PgServer]]:
+    """A primary with a synchronous streaming standby, started for the test (the
+    session's server only lends its binaries)."""
+    with pg_server.running_server(options=_SYNC) as primary:
+        with pg_server.running_standby(primary) as standby:
+            with primary.admin() as admin:
+                wait_until(
+                    lambda: admin.execute(
+                        "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'"
+                    ).fetchone(),
+                    what="the standby to stream synchronously",
+                )
+            yield primary, standby
+
+
+def _pair_url(primary: pg_server.PgServer, standby: pg_server.PgServer, attrs: str) -> str:
+    """libpq's URL naming both servers (``attrs``: its ``target_session_attrs``)."""
+    hosts = f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
+    url = primary.url().replace(f"127.0.0.1:{primary.port}", hosts)
+    return f"{url}?target_session_attrs={attrs}" if attrs else url
+
+
+@pytest.mark.slow
+def test_a_switchover_answers_read_only_then_follows_the_promoted_standby(
+    pair: tuple[pg_server.PgServer, pg_server.PgServer],
+) -> None:
+    """A planned switchover: store IT makes the primary read-only, then promotes the
+    standby. Meanwhile each write is told "not stored" naming the read-only server;
+    after the promotion the store's writer connects again (the URL names both servers
+    and asks for the one that writes), and its reads follow it there."""
+    primary, standby = pair
+    store = PgStore(_pair_url(primary, standby, "read-write"))
+    try:
+        store.write(_put("k", "before"))
+        assert meta.get(store.reader(), "k") == "before"
+        with primary.admin() as admin:
+            admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            admin.execute("SELECT pg_reload_conf()")
+
+        def refused() -> str:
+            try:
+                store.write(_put("k", "during"))
+            except StoreUnavailable as e:
+                return str(e)
+            return ""
+
+        assert "read-only" in wait_until(refused, what="a write refused as read-only")
+        assert "read-only" in (store.problem() or "")  # what /healthz says
+        standby.promote()
+        wait_until(lambda: store.problem() is None, what="the writer on the new primary")
+        store.write(_put("k", "after"))
+        assert meta.get(store.reader(), "k") == "after"  # read from the new primary
+        with psycopg.connect(standby.url(), autocommit=True) as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'k'").fetchone()
+        assert row == ("after",)
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_standby_promoted_while_daemons_write_loses_no_acknowledged_callback(
+    pair: tuple[pg_server.PgServer, pg_server.PgServer], make_daemon: Any
+) -> None:
+    """The primary dies under load (stopped at once) and its standby is promoted, with
+    two daemons taking callbacks from 8 senders that retry whatever is not answered 200,
+    as the service does. One daemon's URL asks for the server that writes
+    (``target_session_attrs=read-write``): it refuses while there is none. The other's
+    names both servers without asking: it reaches the standby and gets read-only
+    answers until the promotion. Both answer 503 (never 200) while nothing can commit,
+    are healthy again by themselves after the promotion, and every callback either
+    acknowledged is on the new primary, once."""
+    primary, standby = pair
+    with primary.admin() as admin:
+        admin.execute('CREATE DATABASE "failover"')
+    urls = [
+        _pair_url(primary, standby, "read-write").replace("/postgres", "/failover"),
+        _pair_url(primary, standby, "").replace("/postgres", "/failover"),
+    ]
+    daemons = [make_daemon(storage={"url": u}) for u in urls]
+    hooks = [f"{d.callback_server.url}/callbacks/pharmacy" for d in daemons]
+    acked: set[str] = set()
+    refused = [0, 0]  # answers that were not 200, per daemon
+    lock = threading.Lock()
+    stop = threading.Event()
+    stopped = threading.Event()  # the primary is gone
+
+    def sender(k: int) -> None:
+        with httpx.Client(timeout=20) as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = f"fo-{k}-{n}"
+                body = {"request": {"id": f"FO{k}{n % 50:02d}", "workflow_status": "New",
+                                    "delivery_id": key}}  # fmt: skip
+                while not stop.is_set():
+                    which = (k + n) % 2
+                    try:
+                        status = c.post(hooks[which], json=body).status_code
+                    except httpx.HTTPError:
+                        status = 0
+                    with lock:
+                        if status == 200:
+                            acked.add(key)
+                            break
+                        refused[which] += stopped.is_set()
+                    stop.wait(0.05)  # the service's retry, sooner than its own
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    figures: dict[str, float] = {}
+    try:
+        wait_until(lambda: len(acked) >= 200, timeout=60, what="callbacks before the fault")
+        primary.stop()  # immediate: its sessions end, nothing is shut down cleanly
+        stopped.set()
+        t0 = time.monotonic()
+        before = len(acked)
+        wait_until(lambda: min(refused) >= 10, what="both daemons refusing")
+        with httpx.Client(timeout=20) as api:
+            down = [api.get(f"{d.intake_server.url}/healthz") for d in daemons]
+            assert [h.status_code for h in down] == [503, 503]
+            assert "read-only" in down[1].json()["database_error"]
+            assert len(acked) <= before + 8  # at most the commits in flight at the kill
+            standby.promote()
+            t1 = time.monotonic()
+            for k, d in enumerate(daemons):
+                wait_until(
+                    lambda d=d: api.get(f"{d.intake_server.url}/healthz").status_code == 200,
+                    what="the daemon healthy on the new primary",
+                )
+                figures[f"healthy_{k}_s"] = time.monotonic() - t1
+        after = len(acked)
+        wait_until(lambda: len(acked) >= after + 200, timeout=60, what="callbacks after")
+        figures["outage_s"] = t1 - t0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    with psycopg.connect(urls[0], autocommit=True) as conn:
+        assert conn.info.port == standby.port
+        rows = conn.execute("SELECT dedupe_key, count(*) FROM callbacks GROUP BY 1").fetchall()
+    stored = {k.removeprefix("delivery:"): n for k, n in rows}
+    lost = acked - stored.keys()
+    print(
+        f"\nfailover drill: {len(acked)} acknowledged, {len(stored)} kept on the new primary,"
+        f" {len(lost)} acknowledged but lost, {sum(refused)} refusals during the outage;"
+        f" primary down to promotion {figures['outage_s']:.2f} s, healthy after the"
+        f" promotion in {figures['healthy_0_s']:.2f} s (read-write URL) and"
+        f" {figures['healthy_1_s']:.2f} s (both hosts, no attrs)"
+    )
+    assert not lost, f"{len(lost)} acknowledged callbacks lost in the failover"
+    assert all(n == 1 for n in stored.values())
