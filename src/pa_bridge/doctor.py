@@ -32,7 +32,7 @@ from .client import (
     verify_context,
 )
 from .config import ConfigError, Settings, is_loopback, load_settings, parse_listen
-from .restore import BACKUP_MARK
+from .restore import BACKUP_MARK, interrupted_restore
 from .store import DatabaseError, files, migrations
 
 __all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
@@ -309,10 +309,13 @@ def check_database(s: Settings) -> list[Check]:
                 "create it for the service user, or fix storage.path",
             )
         )
+    half_done = interrupted_restore(path)
+    if half_done is not None:  # serve refuses to start until it is finished
+        out.append(fail("database restore", half_done.what, half_done.how))
     if not path.exists():
-        out.append(
-            ok("database", f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)")
-        )
+        if half_done is None:
+            said = f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)"
+            out.append(ok("database", said))
         return out
     if not path.is_file():
         out.append(fail("database", f"{path} is not a file", "fix storage.path"))

@@ -25,7 +25,7 @@ from .config import Settings, parse_listen
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Outbox, queue_summary
-from .restore import adopt_restored, lock_database_dir
+from .restore import RestoreError, adopt_restored, interrupted_restore, lock_database_dir
 from .service import Services
 from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
@@ -87,6 +87,9 @@ class Daemon:
             )
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
+            half_done = interrupted_restore(s.storage.path)
+            if half_done is not None:  # serving now would make a new, empty database
+                raise RestoreError(str(half_done))
             self._lock_database()
             self.store = Store(s.storage.path, busy_timeout_ms=s.storage.busy_timeout_ms)
             log_event("daemon.database_ready", path=str(s.storage.path))
