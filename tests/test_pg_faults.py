@@ -270,3 +270,30 @@ def test_a_standby_promoted_while_daemons_write_loses_no_acknowledged_callback(
     )
     assert not lost, f"{len(lost)} acknowledged callbacks lost in the failover"
     assert all(n == 1 for n in stored.values())
+
+
+def test_a_replay_whose_answer_record_was_lost_on_postgresql_is_rebuilt_after_the_budget(
+    make_app: Any, pg_url: str
+) -> None:
+    """On PostgreSQL another daemon may still be answering a claim whose answer is not
+    recorded yet: a replay looks again until that claim's budget has passed since its
+    commit, then rebuilds the answer from the stored claim (never 409). The record's
+    loss is the state a connection killed as it committed leaves."""
+    app = make_app(storage={"url": pg_url}, outcomes={"budget_ms": 300})
+    body = {
+        "request": b.request_bytes().decode("latin-1"),
+        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
+    }
+    key = {"Idempotency-Key": "pg-lost-answer-1"}
+    first = app.post("/v1/claims", json=body, headers=key).json()
+    assert app.store.flush()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE exchanges SET answer_json = NULL, message_source = NULL")
+    again = app.post("/v1/claims", json=body, headers=key)
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    got = again.json()
+    assert got["claim_id"] == first["claim_id"]
+    assert (got["message_source"], got["fallback_reason"]) == ("fallback", "not_recorded")
+    assert got["pa_eligible"] is True and got["button_label"] == "Submit PA"
+    assert app.store.flush()
+    assert app.post("/v1/claims", json=body, headers=key).json() == got
