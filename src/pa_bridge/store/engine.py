@@ -214,6 +214,7 @@ class Store:
         self._identity = (st.st_dev, st.st_ino)
         self._start_writer(max_batch)
         self.checkpoints = 0
+        self.wal_truncations = 0
         self._checkpoint_seconds = checkpoint_seconds
         self._checkpointer: threading.Thread | None = threading.Thread(
             target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
@@ -528,14 +529,31 @@ class Store:
         self.last_error = (str(err), time.monotonic())
         return err
 
+    #: the WAL's size past which a checkpoint makes the writer wait for it and starts the
+    #: WAL again from nothing (see _checkpoint_loop)
+    wal_limit_bytes: int = 16 * 1024 * 1024
+    #: how long that checkpoint waits for readers still in the old WAL (the writer
+    #: waits meanwhile); past it, it tries again at the next round
+    _TRUNCATE_WAIT_MS = 200
+
     def _checkpoint_loop(self) -> None:
         """Copy committed pages from the WAL into the database file every
         ``checkpoint_seconds`` when something was committed meanwhile. PASSIVE: it never
-        blocks the writer or readers, and the writer reuses the WAL from its start once
-        a checkpoint has caught up, so the WAL stays bounded. Durability does not
-        depend on it: a commit is on disk once its WAL frames are (FULL)."""
+        blocks the writer or readers. Durability does not depend on it: a commit is on
+        disk once its WAL frames are (FULL).
+
+        The writer reuses the WAL from its start only when it begins a transaction just
+        as a checkpoint has caught up and no reader is in the WAL; under sustained
+        writes with readers that never happens, and the WAL grew without bound (370 MB
+        in 21 s, kept until restart: issue 32). So when the WAL is past
+        ``wal_limit_bytes`` after a round, the next checkpoint holds the write path
+        (writes wait, as for VACUUM), waits up to ``_TRUNCATE_WAIT_MS`` for readers to
+        leave the WAL, and truncates it (TRUNCATE): the WAL stays within about the
+        limit plus one round of writes, and shrinks back after a burst."""
         try:
             conn = _connect(self.path)
+            conn.execute(f"PRAGMA busy_timeout = {self._TRUNCATE_WAIT_MS}")
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         except sqlite3.Error:  # the writer reports what is wrong with the file
             return
         try:
@@ -545,10 +563,26 @@ class Store:
                     continue
                 done_at = self.commits
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _busy, frames, _copied = conn.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)"
+                    ).fetchone()
                     self.checkpoints += 1
+                    if frames * page_size > self.wal_limit_bytes:
+                        self._truncate_wal(conn)
         finally:
             conn.close()
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """A TRUNCATE checkpoint while no write runs (see :meth:`_checkpoint_loop`)."""
+        if not self._wlock.acquire(timeout=self._checkpoint_seconds):
+            return
+        try:
+            if not self._closed:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self.wal_truncations += 1
+        finally:
+            self._wlock.release()
+            self._wake.set()  # jobs submitted meanwhile
 
     def next_seq(self, db: Database) -> int:
         """The next change_seq of the PA feed; call only inside a write job.
