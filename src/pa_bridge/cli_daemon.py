@@ -55,7 +55,8 @@ def serve(config_path: str | None) -> None:
         daemon.stop()
         sys.exit(1)
     except OSError as e:
-        click.echo(f"error: cannot start: {e.strerror or e}", err=True)
+        where = f"{e.filename}: " if e.filename else ""  # which file, never a bare errno
+        click.echo(f"error: cannot start: {where}{e.strerror or e}", err=True)
         daemon.stop()
         sys.exit(1)
 

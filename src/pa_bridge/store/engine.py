@@ -194,9 +194,10 @@ class Store:
         self.path = Path(path)
         self.defer_seconds = defer_seconds
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
+        self._wconn: Any = None  # PgStore's is psycopg's
         try:
             create_private(self.path)
-            self._wconn: Any = _connect(self.path)  # PgStore's is psycopg's
+            self._wconn = _connect(self.path)
             mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
@@ -207,6 +208,15 @@ class Store:
             self._wconn.execute("PRAGMA wal_autocheckpoint = 0")
             self._wdb: Database = SqliteDatabase(self._wconn)
             MIGRATIONS.apply(SqliteDatabase(self._wconn))
+        except (sqlite3.Error, OSError) as e:  # a start names the file, no traceback
+            if self._wconn is not None:
+                self._wconn.close()
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            raise StoreError(
+                f"cannot open the database at {self.path}: {why} (the service user must be"
+                " able to write the file and its directory, where SQLite keeps the -wal and"
+                " -shm files: `pa-bridge doctor` checks both)"
+            ) from None
         finally:
             os.umask(old_umask)
         _tighten_modes(self.path)
