@@ -107,6 +107,10 @@ def test_claims_in_flight_while_the_connections_are_killed_never_get_a_500(
     assert set(statuses) <= {200, 503}, sorted(set(statuses))
     assert d.bridge.store.writer_alive
     kept = {r["claim_id"] for r in d.bridge.store.query("SELECT id AS claim_id FROM exchanges")}
+    print(
+        f"\nconnection-kill drill: {len(statuses)} keyed claims, {len(stored_ids)} answered"
+        f" 200 ({statuses.count(503)} answered 503), {len(set(stored_ids) & kept)} of them kept"
+    )
     assert set(stored_ids) <= kept
 
 
@@ -167,7 +171,9 @@ def test_a_switchover_answers_read_only_then_follows_the_promoted_standby(
         assert "read-only" in wait_until(refused, what="a write refused as read-only")
         assert "read-only" in (store.problem() or "")  # what /healthz says
         standby.promote()
+        promoted = time.monotonic()
         wait_until(lambda: store.problem() is None, what="the writer on the new primary")
+        print(f"\nswitchover drill: writing again {time.monotonic() - promoted:.2f} s after")
         store.write(_put("k", "after"))
         assert meta.get(store.reader(), "k") == "after"  # read from the new primary
         with psycopg.connect(standby.url(), autocommit=True) as conn:
@@ -297,3 +303,81 @@ def test_a_replay_whose_answer_record_was_lost_on_postgresql_is_rebuilt_after_th
     assert got["pa_eligible"] is True and got["button_label"] == "Submit PA"
     assert app.store.flush()
     assert app.post("/v1/claims", json=body, headers=key).json() == got
+
+
+def _callback_load(
+    hooks: list[str], stop: threading.Event, acked: set[str], refused: list[int]
+) -> list[threading.Thread]:
+    """8 senders of distinct callbacks to ``hooks`` in turn, retrying what is not
+    answered 200, as the service does."""
+    lock = threading.Lock()
+
+    def sender(k: int) -> None:
+        with httpx.Client(timeout=20) as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = f"load-{k}-{n}"
+                body = {"request": {"id": f"LD{k}{n % 50:02d}", "workflow_status": "New",
+                                    "delivery_id": key}}  # fmt: skip
+                while not stop.is_set():
+                    try:
+                        status = c.post(hooks[(k + n) % len(hooks)], json=body).status_code
+                    except httpx.HTTPError:
+                        status = 0
+                    with lock:
+                        if status == 200:
+                            acked.add(key)
+                            break
+                        refused[0] += 1
+                    stop.wait(0.05)
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+@pytest.mark.slow
+def test_a_server_restarted_under_load_loses_no_acknowledged_callback(
+    pg: pg_server.PgServer, make_daemon: Any
+) -> None:
+    """PostgreSQL stopped at once (a crash) and started again while a daemon takes
+    callbacks: 503 meanwhile, healthy again by itself, every acknowledged callback kept
+    once. Commits are synchronous, as a server's default is (the tests' own server
+    turns that off for speed, and then a crash loses the last acknowledged ones)."""
+    with pg_server.running_server(options="-c synchronous_commit=on") as server:
+        with server.admin() as admin:
+            admin.execute('CREATE DATABASE "restart"')
+        d = make_daemon(storage={"url": server.url("restart")})
+        hook = f"{d.callback_server.url}/callbacks/pharmacy"
+        acked: set[str] = set()
+        refused = [0]
+        stop = threading.Event()
+        threads = _callback_load([hook], stop, acked, refused)
+        try:
+            wait_until(lambda: len(acked) >= 200, timeout=60, what="callbacks before")
+            server.stop()
+            t0 = time.monotonic()
+            wait_until(lambda: refused[0] >= 10, what="callbacks refused while it is down")
+            with httpx.Client(base_url=d.intake_server.url, timeout=20) as api:
+                assert api.get("/healthz").status_code == 503
+                server.start()
+                t1 = time.monotonic()
+                wait_until(lambda: api.get("/healthz").status_code == 200, what="healed")
+                healed = time.monotonic() - t1
+            after = len(acked)
+            wait_until(lambda: len(acked) >= after + 200, timeout=60, what="callbacks after")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+        with psycopg.connect(server.url("restart")) as conn:
+            rows = conn.execute("SELECT dedupe_key, count(*) FROM callbacks GROUP BY 1").fetchall()
+    stored = {k.removeprefix("delivery:"): n for k, n in rows}
+    lost = acked - stored.keys()
+    print(
+        f"\nrestart drill: {len(acked)} acknowledged, {len(stored)} kept, {len(lost)} lost,"
+        f" {refused[0]} refusals; down {t1 - t0:.2f} s, healthy {healed:.2f} s after the start"
+    )
+    assert not lost and all(n == 1 for n in stored.values())
