@@ -200,7 +200,9 @@ def test_a_hung_webhook_receiver_never_delays_outcome_reports(make_daemon: Any) 
             rows = d.store.query("SELECT status FROM outbox WHERE kind = 'outcome_report'")
             return [r["status"] for r in rows] == ["delivered"]
 
+        t0 = time.monotonic()
         wait_until(report_delivered, timeout=8, what="the outcome report, webhooks hanging")
+        print(f"\nhung-webhook drill: report delivered in {time.monotonic() - t0:.2f} s")
         webhooks = d.store.query("SELECT status FROM outbox WHERE kind = 'webhook'")
         assert len(webhooks) >= 6 and all(w["status"] == "pending" for w in webhooks)
         d.stop()  # before the receiver goes: the hung POSTs end with the daemon
