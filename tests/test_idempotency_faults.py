@@ -57,7 +57,7 @@ def test_a_replay_after_a_crash_lost_the_answers_record_gets_the_answer_rebuilt(
     d2 = DaemonProcess(tmp_path).start()
     try:
         with httpx.Client(base_url=d2.url, timeout=10) as api:
-            # sixteen retry loops at once, as a dispensing system's would be
+            # the retries all at once, as a dispensing system's retry loops would send them
             replays: dict[str, httpx.Response] = {}
 
             def replay(key: str) -> None:
