@@ -158,6 +158,13 @@ def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
     assert s.storage.database_url() == (
         "postgresql://pa_bridge:s3cret%2Fwith%3Aodd%40chars@/pa?host=/run/postgresql"
     )
+    # a primary and its standby: libpq tries each host, and takes the one that writes
+    # (issue 32: the daemon finds the promoted standby by itself)
+    two = "postgresql://pa_bridge@db1:5432,[fd00::2]:5433/pa?target_session_attrs=read-write"
+    s = load_settings(storage={"url": two, "password_file": str(pw)})
+    assert s.storage.database_url() == two.replace(
+        "pa_bridge@", "pa_bridge:s3cret%2Fwith%3Aodd%40chars@"
+    )
 
 
 @pytest.mark.parametrize(
@@ -165,6 +172,7 @@ def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
     [
         ({"url": "mysql://u@h/db"}, "storage.url: must be postgresql://"),
         ({"url": "postgresql://u@h"}, "storage.url: names no database"),
+        ({"url": "postgresql://u@h1:5432,h2:x/db"}, "storage.url: not a URL"),
         ({"url": "postgresql://u:p@h/db", "password": "x" * 20}, "storage.password_file:"),
         ({"password": "x" * 20}, "storage.password_file: only with storage.url"),
     ],

@@ -73,7 +73,8 @@ def serve(config_path: str | None) -> None:
     except KeyProblem as e:
         cannot_start(f"encryption key: {e}", 1)
     except OSError as e:
-        cannot_start(e.strerror or str(e), 1)
+        where = f"{e.filename}: " if e.filename else ""  # which file, never a bare errno
+        cannot_start(f"{where}{e.strerror or e}", 1)
     except Exception as e:  # unforeseen: the traceback follows, the journal has why
         log_event("daemon.start_failed", level=logging.ERROR, error=type(e).__name__)
         daemon.stop()

@@ -206,11 +206,7 @@ class StorageSettings(_Section):
         if self.password is None:
             return url
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        if parts.port:
-            host = f"{host}:{parts.port}"
+        host = parts.netloc.rpartition("@")[2]  # one host[:port] or several, as given
         user = quote(unquote(parts.username or ""), safe="")
         secret = quote(self.password.get_secret_value(), safe="")
         return urlunsplit((parts.scheme, f"{user}:{secret}@{host}", parts.path, parts.query, ""))
@@ -708,7 +704,8 @@ def _check_storage(st: StorageSettings, problems: list[str], unreadable: Collect
         return
     try:
         parts = urlsplit(st.url.get_secret_value().strip())
-        parts.port  # noqa: B018 - raises on a port that is not a number
+        for host in parts.netloc.rpartition("@")[2].split(","):  # libpq: host1:p1,host2:p2
+            urlsplit(f"//{host}").port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
         problems.append("storage.url: not a URL (postgresql://user@host:5432/dbname)")
         return

@@ -28,14 +28,18 @@ from .encryption import open_store
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
-from .restore import adopt_restored, lock_database_dir
+from .restore import RestoreError, adopt_restored, interrupted_restore, lock_database_dir
 from .service import Services
 from .service.expiry import ExpiryWatch
 from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private, redact_url
-from .wsgi import Listening, WsgiServer
+from .wsgi import Listening, WsgiServer, certificate_not_after
+
+#: a callback certificate this close to its end makes /healthz degraded (doctor warns
+#: at the same time)
+CERT_WARN_DAYS = 30
 
 __all__ = [
     "Daemon",
@@ -158,6 +162,8 @@ class Daemon:
         self.service_health = ServiceHealth(clock)
         self._lock_fd: int | None = None
         self._db_problem: str | None = None
+        #: when the callback listener's certificate expires (None: no TLS)
+        self._cert_not_after: float | None = None
 
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
@@ -168,6 +174,9 @@ class Daemon:
             self.store = open_store(s)  # with its encryption key (decision 0033)
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
+            half_done = interrupted_restore(s.storage.path)
+            if half_done is not None:  # serving now would make a new, empty database
+                raise RestoreError(str(half_done))
             check_database_path(Path(s.storage.path))
             self._lock_database()
             self.store = open_store(s)
@@ -186,6 +195,7 @@ class Daemon:
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_service, self.callback_receiver = service, receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
+        self._check_certificate()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
@@ -396,6 +406,13 @@ class Daemon:
         }
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()
+        if self._cert_not_after is not None:
+            out["callbacks_certificate_expires_at"] = datetime.fromtimestamp(
+                self._cert_not_after, UTC
+            ).isoformat()
+            state = self._certificate_state()
+            if state is not None:
+                degraded.append(f"callbacks_{state}")
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
             out["queue"] = {
@@ -415,6 +432,31 @@ class Daemon:
             degraded += reasons
         out["degraded"] = degraded
         return out
+
+    def _check_certificate(self) -> None:
+        """Note when the callback listener's certificate expires, and say so at start
+        when it has expired or soon will: the service refuses an expired one, so no
+        callback would arrive (issue 32). ``/healthz`` says it while it lasts."""
+        cert = self.settings.callbacks.tls_cert
+        self._cert_not_after = None if cert is None else certificate_not_after(cert)
+        state = self._certificate_state()
+        if state is not None:
+            log_event(
+                f"callbacks.{state}",
+                level=logging.ERROR if state.endswith("expired") else logging.WARNING,
+                certificate=str(cert),
+                expires_at=datetime.fromtimestamp(self._cert_not_after or 0, UTC).isoformat(),
+            )
+
+    def _certificate_state(self) -> str | None:
+        """``certificate_expired``, ``certificate_expiring`` (within CERT_WARN_DAYS) or
+        None."""
+        if self._cert_not_after is None:
+            return None
+        left = self._cert_not_after - self.clock()
+        if left <= 0:
+            return "certificate_expired"
+        return "certificate_expiring" if left < CERT_WARN_DAYS * 86400 else None
 
     def probe_service(self) -> None:
         """Reach for the service once and tell :attr:`service_health` what happened."""
