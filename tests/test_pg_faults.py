@@ -241,7 +241,7 @@ def test_a_standby_promoted_while_daemons_write_loses_no_acknowledged_callback(
         stopped.set()
         t0 = time.monotonic()
         before = len(acked)
-        wait_until(lambda: min(refused) >= 10, what="both daemons refusing")
+        wait_until(lambda: min(refused) >= 10, timeout=60, what="both daemons refusing")
         with httpx.Client(timeout=20) as api:
             down = [api.get(f"{d.intake_server.url}/healthz") for d in daemons]
             assert [h.status_code for h in down] == [503, 503]

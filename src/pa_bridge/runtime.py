@@ -117,7 +117,11 @@ def check_database_path(path: Path) -> None:
         return
     if not d.is_dir():
         raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
-    if not os.access(d, os.W_OK | os.X_OK):
+    needed = (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}.lock"))
+    if not os.access(d, os.W_OK | os.X_OK) and not all(p.exists() for p in needed):
+        # SQLite creates its -wal and -shm beside the file, the daemon its lock: with
+        # all of them there already (a directory made read-only while it served, issue
+        # 32), it can start; otherwise it cannot, and says so before SQLite does
         raise StartupError(
             "storage.path",
             f"the directory {d} is not writable by user {user} (the database's -wal and"
