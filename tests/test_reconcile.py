@@ -388,6 +388,41 @@ def test_an_incomplete_pass_is_not_the_last_complete_one(
         ph.close()
 
 
+def test_a_reversal_whose_delete_callback_came_is_not_a_lost_callback(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    """The service no longer returns a PA it deleted, whose DELETE its callback
+    brought: that is the deletion pa-bridge knows, not news, so a pass after an
+    ordinary reversal finds nothing and /healthz does not say callbacks are lost."""
+    d = make_daemon(
+        service=service_settings(service),
+        sandbox={"enabled": False},
+        reconcile={"calls_per_minute": 0},
+    )
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        kept, reversed_ = ph.submit("000000350001"), ph.submit("000000350002")
+        ph.reverse("000000350002")
+        wait_until(lambda: ph.pa(reversed_)["deleted"] is True, what="the DELETE callback")
+        wait_until(
+            lambda: ph.pa(kept)["workflow_status"] == "PA Response", what="the kept PA's callbacks"
+        )
+        report = d.reconciler.run_pass()
+        assert report.complete and (report.changes, report.gone) == (0, 0), report
+        got = ph.pa(reversed_)
+        assert got["deleted"] is True and got["gone"] is False
+        assert "reconcile" not in [h["source"] for h in got["history"]]
+        health = ph.api.get("/healthz").json()
+        assert "callbacks_lost" not in health["degraded"]
+        assert health["reconcile"]["last_changes"] == 0
+        # asked for by id, it is what pa-bridge already has, not a change
+        assert d.reconciler.read_one(reversed_).outcome == "unchanged"
+        assert 'pa_bridge_reconcile_changes_total{kind="gone"} 1' not in ph.api.get("/metrics").text
+    finally:
+        ph.close()
+
+
 def test_tokens_come_from_the_links_the_pa_has() -> None:
     row = {
         "urls_json": json.dumps(["https://portal.test/request/view/AB12CD?token_id=tok-a"]),

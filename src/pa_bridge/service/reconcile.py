@@ -389,7 +389,12 @@ class Reconciler:
                 self.changes_found.labels("completed").inc()
             elif result.outcome == "unchanged":
                 report.unchanged += 1
-        missing = [pa_id for pa_id in ours if pa_id not in returned and not ours[pa_id]["gone_at"]]
+        # a PA deleted already (its DELETE came) is not returned, and that is no news
+        missing = [
+            pa_id
+            for pa_id, row in ours.items()
+            if pa_id not in returned and not row["gone_at"] and not row["deleted"]
+        ]
         back = [pa_id for pa_id in returned if pa_id in ours and ours[pa_id]["gone_at"]]
         if missing or back:
             gone, came_back = self.store.write(lambda db: self._mark(db, missing, back))
