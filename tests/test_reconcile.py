@@ -423,6 +423,17 @@ def test_a_reversal_whose_delete_callback_came_is_not_a_lost_callback(
         ph.close()
 
 
+def test_the_changes_counter_is_there_at_zero_before_any_pass(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    """A rate over the counter (the alert "callbacks are being lost") sees the first
+    change only if the series existed before it, at 0."""
+    d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
+    text = httpx.get(f"{d.intake_server.url}/metrics").text
+    for kind in ("changed", "gone", "back", "completed"):
+        assert f'pa_bridge_reconcile_changes_total{{kind="{kind}"}} 0.0' in text, kind
+
+
 def test_tokens_come_from_the_links_the_pa_has() -> None:
     row = {
         "urls_json": json.dumps(["https://portal.test/request/view/AB12CD?token_id=tok-a"]),

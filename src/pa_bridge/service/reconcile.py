@@ -188,6 +188,8 @@ class Reconciler:
             ["kind"],
             registry=registry,
         )
+        for kind in ("changed", "gone", "back", "completed"):  # at 0: a rate sees the first
+            self.changes_found.labels(kind)
         self.calls = Counter(
             "pa_bridge_reconcile_calls",
             "Calls to the requests resource, by result",
