@@ -51,6 +51,26 @@ def test_an_unreadable_secret_is_reported_once_not_with_what_it_causes(tmp_path:
     assert line.startswith("intake.tokens_file: cannot read")
 
 
+def test_an_empty_secret_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:
+    """`printf %s "$PW" > file` with $PW unset writes an empty file. Before, an empty
+    [service] password file started the daemon (every call then sent an empty
+    password) while `doctor` said FAIL; a store's was "lacks password"."""
+    empty = tmp_path / "service-password"
+    empty.write_text("\n")
+    service = {
+        "claim_url": "https://claims.pa.invalid/cmmimport/",
+        "outcomes_url": "https://pa.invalid/outcomes",
+        "username": "u",
+        "password_file": str(empty),
+        "api_key": "k",
+    }
+    (line,) = _problems(service=service)
+    assert line == f"service.password_file: {empty} is empty"
+    store = {"provider_id": "1234567", "username": "s", "password": "p", "api_key_file": str(empty)}
+    (line,) = _problems(pharmacies=[store])
+    assert line == f"pharmacies (provider id 1234567): api_key_file: {empty} is empty"
+
+
 def test_a_relative_secret_file_says_where_it_was_looked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -456,14 +456,19 @@ class _Unreadable(Exception):
     and why."""
 
 
-def _read_secret_file(path: Path) -> str:
+def _read_secret_file(path: Path, *, may_be_empty: bool = False) -> str:
+    """The secret in ``path``, stripped. An empty file is a mistake (``printf %s "$PW"``
+    with ``$PW`` unset) named here, once, unless ``may_be_empty`` (a tokens file)."""
     p, where = secret_file_path(path)
     try:
-        return p.read_text(encoding="utf-8").strip()
+        value = p.read_text(encoding="utf-8").strip()
     except OSError as e:
         raise _Unreadable(f"cannot read {where}: {e.strerror or type(e).__name__}") from None
     except UnicodeDecodeError:
         raise _Unreadable(f"cannot read {where}: not UTF-8 text") from None
+    if not value and not may_be_empty:
+        raise _Unreadable(f"{where} is empty")
+    return value
 
 
 def _env_var(name: str) -> str | None:
@@ -549,7 +554,7 @@ def _resolve_secret_files(
         _entry_secret(st, "token", f"intake.scoped_tokens #{i}", problems)
     if s.intake.tokens_file is not None:
         try:
-            lines = _read_secret_file(s.intake.tokens_file).splitlines()
+            lines = _read_secret_file(s.intake.tokens_file, may_be_empty=True).splitlines()
             s.intake.tokens.extend(SecretStr(x.strip()) for x in lines if x.strip())
         except _Unreadable as e:
             problems.append(f"intake.tokens_file: {e}")
