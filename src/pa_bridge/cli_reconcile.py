@@ -57,7 +57,7 @@ def reconcile(config_path: str | None, pa_id: str | None, wait_s: float, as_json
     if off is not None:
         click.echo(f"reconciliation is off: {off}", err=True)
         sys.exit(1)
-    report = _run(settings, pa_id, wait_s)
+    report = _run(settings, pa_id, wait_s, config_path)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -66,13 +66,26 @@ def reconcile(config_path: str | None, pa_id: str | None, wait_s: float, as_json
     sys.exit(0 if ok else 1)
 
 
-def _run(settings: Settings, pa_id: str | None, wait_s: float) -> dict[str, Any]:
+def _run(
+    settings: Settings, pa_id: str | None, wait_s: float, config_path: str | None
+) -> dict[str, Any]:
+    from pathlib import Path
+
     from .restore import DatabaseInUse, database_in_use, lock_database_dir
 
     url = settings.storage.database_url()
     if url is not None:
         return _here(settings, pa_id, wait_s)
     path = settings.storage.path
+    if not Path(path).is_file():  # never create one: a pass over nothing proves nothing
+        hint = (
+            "no --config: the embedded default; give the daemon's, e.g."
+            " --config /etc/pa-bridge/pa-bridge.toml"
+            if config_path is None
+            else f"storage.path in {config_path}; has the daemon run?"
+        )
+        click.echo(f"error: no database at {Path(path).absolute()} ({hint})", err=True)
+        sys.exit(1)
     if database_in_use(path):
         return _ask_daemon(settings, pa_id, wait_s)
     try:
