@@ -10,6 +10,7 @@ fleet's test); webhooks go to a fake receiver on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +32,13 @@ from pa_bridge.store import PgStore, Store, pa_history
 from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
 from tests.real_shapes import callback_body
-from tests.support import wait_until
+from tests.support import pa_bridge_process, wait_until
 
 SECRET = "whsec-reconcile-0123456789"
+
+
+def _no_pa_bridge_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")}
 
 
 @pytest.fixture
@@ -496,6 +501,31 @@ def test_the_command_reads_one_pa_or_all_of_them_without_a_daemon(
         ]
     finally:
         store.close()
+
+
+def test_the_commands_own_log_lines_are_json_lines(
+    make_daemon: Any, service: SandboxServer, tmp_path: Any
+) -> None:
+    """As a process (a timer, a shell): a pass that finds a change logs at WARNING.
+    With no logging set up, Python printed the bare event name, ``reconcile.finished``,
+    on stderr; the lines are the daemon's JSON lines, redacted like them."""
+    d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        control(service, drop_callbacks=True)
+        pa_id = ph.submit("000000450001")
+        wait_until(lambda: _settled(service, [pa_id]), what="the service's PA settled")
+    finally:
+        ph.close()
+    d.stop()
+    config = _config(tmp_path, service, d.settings.storage.path)
+    r = pa_bridge_process("reconcile", "--config", config, cwd=tmp_path, env=_no_pa_bridge_env())
+    assert r.returncode == 0, r.stderr
+    assert "1 change(s) found" in r.stdout
+    lines = [json.loads(x) for x in r.stderr.splitlines() if x.strip()]
+    (finished,) = [x for x in lines if x["event"] == "reconcile.finished"]
+    assert finished["level"] == "warning" and finished["changed"] == 1
 
 
 def test_the_command_asks_the_daemon_serving_the_database(

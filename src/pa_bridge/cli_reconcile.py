@@ -10,6 +10,7 @@ keeps passes one at a time) it runs the pass itself.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -52,11 +53,18 @@ _OUTCOMES = {
 def reconcile(config_path: str | None, pa_id: str | None, wait_s: float, as_json: bool) -> None:
     """Read PAs back from the service now and apply what the callbacks missed (every
     open PA, or --pa ID). Exit 0 when every PA asked for was read, 1 when not."""
+    from .logs import configure_logging
+
     settings = _settings(config_path)
     off = settings.reconcile_off()
     if off is not None:
         click.echo(f"reconciliation is off: {off}", err=True)
         sys.exit(1)
+    # the pass's own lines (a change found, a call that failed) as the daemon writes
+    # them: JSON on stderr, redacted; the summary goes to stdout. (A host that set up
+    # logging already, such as a test runner, keeps its own.)
+    if not logging.getLogger().handlers:
+        configure_logging("WARNING")
     report = _run(settings, pa_id, wait_s, config_path)
     if as_json:
         click.echo(json.dumps(report, indent=2))
