@@ -526,6 +526,10 @@ def test_the_commands_own_log_lines_are_json_lines(
     lines = [json.loads(x) for x in r.stderr.splitlines() if x.strip()]
     (finished,) = [x for x in lines if x["event"] == "reconcile.finished"]
     assert finished["level"] == "warning" and finished["changed"] == 1
+    # every count is a number (a name with "token" in it was blanked as a secret)
+    counts = {k: v for k, v in finished.items() if k not in ("ts", "level", "event", "complete")}
+    assert all(isinstance(v, int) for v in counts.values()), counts
+    assert finished["no_access_link"] == 0
 
 
 def test_the_command_asks_the_daemon_serving_the_database(

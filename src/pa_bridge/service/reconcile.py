@@ -470,7 +470,9 @@ class Reconciler:
             completed=report.completed,
             gone=report.gone,
             back=report.back,
-            no_token=report.no_token,
+            # PAs without a link carrying a token_id ("no_token" in the report: a log
+            # field named with "token" would be blanked as a secret)
+            no_access_link=report.no_token,
             no_api_id=report.no_api_id,
             calls=report.calls,
             failed_calls=report.failed_calls,
