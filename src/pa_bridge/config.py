@@ -43,6 +43,7 @@ __all__ = [
     "parse_listen",
     "is_loopback",
     "secret_file_path",
+    "secrets_from_credentials_directory",
 ]
 
 DEFAULT_INTAKE_LISTEN = "127.0.0.1:8470"
@@ -432,6 +433,22 @@ def changed_keys(old: Settings, new: Settings) -> list[str]:
     value, which may be a secret)."""
     a, b = _keys(old), _keys(new)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def secrets_from_credentials_directory(s: Settings) -> bool:
+    """Whether a secret a reload applies is read from systemd's ``$CREDENTIALS_DIRECTORY``
+    (a relative ``_file``): systemd copies ``LoadCredential=`` files there when the
+    service starts and (before systemd 260) not again at a reload."""
+    if not os.environ.get("CREDENTIALS_DIRECTORY"):
+        return False
+    files: list[Path | None] = [
+        s.service.password_file,
+        s.service.api_key_file,
+        s.intake.tokens_file,
+        *(getattr(p, f"{k}_file") for p in s.pharmacies for k in ("password", "api_key")),
+        *(t.token_file for t in s.intake.scoped_tokens),
+    ]
+    return any(f is not None and not Path(f).is_absolute() for f in files)
 
 
 def secret_file_path(path: Path) -> tuple[Path, str]:

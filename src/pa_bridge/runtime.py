@@ -22,7 +22,15 @@ from .app import build_services, make_client, make_reconciler
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
-from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
+from .config import (
+    RELOADABLE,
+    ConfigError,
+    Settings,
+    changed_keys,
+    load_settings,
+    parse_listen,
+    secrets_from_credentials_directory,
+)
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
@@ -490,7 +498,20 @@ class Daemon:
             return False
         self._apply(new)
         released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
-        log_event("config.reloaded", changed=changed, released=released)
+        secrets = ("pharmacies", "service.password", "service.api_key", "intake.tokens")
+        if secrets_from_credentials_directory(new) and not any(k in changed for k in secrets):
+            # store IT fixed a credential file and reloaded: systemd did not copy it again
+            log_event(
+                "config.reloaded",
+                level=logging.WARNING,
+                changed=changed,
+                released=released,
+                note="no secret changed: the files in $CREDENTIALS_DIRECTORY are systemd's"
+                " copies made when the service started (LoadCredential=); a changed"
+                " credential file takes effect at `systemctl restart pa-bridge`",
+            )
+        else:
+            log_event("config.reloaded", changed=changed, released=released)
         logging.getLogger().setLevel(new.logging.level)  # after its own line
         return True
 
