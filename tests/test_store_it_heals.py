@@ -173,6 +173,13 @@ def test_queue_list_names_the_pa_of_a_webhook_and_why_an_item_waits(
 
 
 def test_queue_retry_of_an_unknown_item_says_where_it_looked(cli: Cli, tmp_path: Path) -> None:
+    # run where no daemon ever ran, without --config (the issue's `queue retry 38`): the
+    # full path looked at, and that no --config means the embedded default
+    r = cli("queue", "retry", "38")
+    assert r.exit_code == 1
+    line = r.stderr.strip()
+    assert line.startswith(f"error: no database at {tmp_path / 'var' / 'pa-bridge.sqlite3'} (")
+    assert "no --config" in line and "--config /etc/pa-bridge/pa-bridge.toml" in line
     with Store(tmp_path / "var" / "pa-bridge.sqlite3"):
         pass
     r = cli("queue", "retry", "38")
