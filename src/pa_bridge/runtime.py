@@ -41,6 +41,7 @@ from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import PgStore, Status, Store, create_private, redact_url
+from .store.files import starts_with
 from .wsgi import Listening, WsgiServer
 
 __all__ = [
@@ -96,6 +97,10 @@ def _user() -> str:
         return str(os.geteuid())
 
 
+#: the first bytes of every SQLite 3 database file
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def check_database_path(path: Path) -> None:
     """Before anything opens it: the SQLite file's directory is writable by this user
     (SQLite writes ``-wal`` and ``-shm`` beside it), and the file, if there, readable
@@ -119,6 +124,20 @@ def check_database_path(path: Path) -> None:
         return
     if not d.is_dir():
         raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
+    if path.is_dir():
+        raise StartupError(
+            "storage.path",
+            f"{path} is a directory, not the database file: name the file in it"
+            f' (e.g. storage.path = "{path / "pa-bridge.sqlite3"}")',
+        )
+    # read before SQLite opens it: no lock of this process is lost by the read
+    if path.is_file() and path.stat().st_size > 0 and not starts_with(path, _SQLITE_MAGIC):
+        raise StartupError(
+            "storage.path",
+            f"{path} is not an SQLite database (it does not start as one): storage.path"
+            " names another file (the config? a file of another program?); point it at"
+            " pa-bridge's database, or at a path where it may create one",
+        )
     if not os.access(d, os.W_OK | os.X_OK):
         raise StartupError(
             "storage.path",
