@@ -96,7 +96,7 @@ def _storage_settings(config_path: str | None) -> StorageSettings:
 
 
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
-    from .store import StoreError, files
+    from .store import StoreError, StoreMissing, files
 
     st = _storage_settings(config_path)
     url = st.database_url()
@@ -104,6 +104,11 @@ def _open_queue(config_path: str | None, *, write: bool) -> Any:
         if url is not None:  # PostgreSQL (storage.url)
             return files.open_url(url, write=write)
         return files.open_database(st.path, write=write)
+    except StoreMissing:  # where it looked, and where that came from
+        click.echo(
+            f"error: no database at {_queue_where(config_path)}; has the daemon run?", err=True
+        )
+        sys.exit(1)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)

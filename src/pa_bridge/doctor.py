@@ -422,7 +422,8 @@ def _held_checks(held: dict[str, int]) -> list[Check]:
                 f"{waiting} item(s) held for pa-bridge's configuration (credentials, an"
                 " address, a store not in [[pharmacies]])",
                 "`pa-bridge queue list --status held` says why; fix it, then"
-                " `systemctl reload pa-bridge` sends them",
+                " `systemctl reload pa-bridge` sends them (`systemctl restart pa-bridge`"
+                " after changing a LoadCredential= file)",
             )
         )
     if held.get("restore"):

@@ -23,7 +23,15 @@ from .audit_trail import schedule_anchors
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
-from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
+from .config import (
+    RELOADABLE,
+    ConfigError,
+    Settings,
+    changed_keys,
+    load_settings,
+    parse_listen,
+    secrets_from_credentials_directory,
+)
 from .encryption import open_store
 from .logs import log_event
 from .metrics import Metrics
@@ -35,6 +43,7 @@ from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private, redact_url
+from .store.files import starts_with
 from .wsgi import Listening, WsgiServer, certificate_not_after
 
 #: a callback certificate this close to its end makes /healthz degraded (doctor warns
@@ -94,6 +103,10 @@ def _user() -> str:
         return str(os.geteuid())
 
 
+#: the first bytes of every SQLite 3 database file
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def check_database_path(path: Path) -> None:
     """Before anything opens it: the SQLite file's directory is writable by this user
     (SQLite writes ``-wal`` and ``-shm`` beside it), and the file, if there, readable
@@ -117,6 +130,20 @@ def check_database_path(path: Path) -> None:
         return
     if not d.is_dir():
         raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
+    if path.is_dir():
+        raise StartupError(
+            "storage.path",
+            f"{path} is a directory, not the database file: name the file in it"
+            f' (e.g. storage.path = "{path / "pa-bridge.sqlite3"}")',
+        )
+    # read before SQLite opens it: no lock of this process is lost by the read
+    if path.is_file() and path.stat().st_size > 0 and not starts_with(path, _SQLITE_MAGIC):
+        raise StartupError(
+            "storage.path",
+            f"{path} is not an SQLite database (it does not start as one): storage.path"
+            " names another file (the config? a file of another program?); point it at"
+            " pa-bridge's database, or at a path where it may create one",
+        )
     needed = (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}.lock"))
     if not os.access(d, os.W_OK | os.X_OK) and not all(p.exists() for p in needed):
         # SQLite creates its -wal and -shm beside the file, the daemon its lock: with
@@ -551,7 +578,20 @@ class Daemon:
             return False
         self._apply(new)
         released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
-        log_event("config.reloaded", changed=changed, released=released)
+        secrets = ("pharmacies", "service.password", "service.api_key", "intake.tokens")
+        if secrets_from_credentials_directory(new) and not any(k in changed for k in secrets):
+            # store IT fixed a credential file and reloaded: systemd did not copy it again
+            log_event(
+                "config.reloaded",
+                level=logging.WARNING,
+                changed=changed,
+                released=released,
+                note="no secret changed: the files in $CREDENTIALS_DIRECTORY are systemd's"
+                " copies made when the service started (LoadCredential=); a changed"
+                " credential file takes effect at `systemctl restart pa-bridge`",
+            )
+        else:
+            log_event("config.reloaded", changed=changed, released=released)
         logging.getLogger().setLevel(new.logging.level)  # after its own line
         return True
 
