@@ -320,6 +320,9 @@ class InlineSettings(_Section):
     idle_seconds: float = Field(default=120.0, gt=0)
     #: the same request bytes again within this long are a retransmission
     retransmit_seconds: float = Field(default=120.0, ge=0)
+    #: on stop, requests in flight get this long to be answered; then their
+    #: connections are closed (a dispensing system sees a switch outage)
+    stop_grace_seconds: float = Field(default=10.0, ge=0, le=60)
 
     _v_allow = field_validator("allow", mode="before")(_addresses)
     _v_switch = field_validator("switch", mode="before")(_addresses)

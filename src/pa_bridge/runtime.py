@@ -209,7 +209,7 @@ class Daemon:
             if self.sandbox is not None:
                 self.sandbox.state.switch = self.switch
             switch = [(host, self.switch.port)]
-            log_event("daemon.sandbox_switch_started", address=self.switch.address)
+            log_event("daemon.sandbox_switch_started", listen=self.switch.address)
         assert self.bridge is not None
         self.wire = WireListeners(s, self.bridge, switch=switch).start()
 

@@ -40,7 +40,6 @@ switch gave).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import threading
@@ -50,6 +49,8 @@ from dataclasses import dataclass, field
 import ncpdp
 from ncpdp import ResponseHeader, Segment, TransactionGroup, Transmission
 from ncpdp.framing import Frame, Framing, FramingError
+
+from ..loop_thread import LoopThread, close_writers
 
 __all__ = ["SandboxSwitch", "SwitchPayer"]
 
@@ -231,8 +232,7 @@ class SandboxSwitch:
         self.received: list[bytes] = []
         self.sent: list[bytes] = []
         self.connections = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread = LoopThread("sandbox-switch")
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._last_answer: bytes | None = None
@@ -264,30 +264,7 @@ class SandboxSwitch:
 
     # ---- life ------------------------------------------------------------------------------
     def start(self) -> SandboxSwitch:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._start())
-            except BaseException as e:
-                errors.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="sandbox-switch", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if errors:
-            raise errors[0]
+        self._loop_thread.start(self._start)
         return self
 
     async def _start(self) -> None:
@@ -298,22 +275,14 @@ class SandboxSwitch:
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is None or self._thread is None or not self._thread.is_alive():
-            return
+        self._loop_thread.stop(self._stop, timeout=5)
 
-        async def shut() -> None:
-            assert self._stopped is not None and self._server is not None
-            self._stopped.set()
-            self._server.close()
-            for w in list(self._writers):
-                w.close()
-            await asyncio.sleep(0)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(shut(), loop).result(timeout=5)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(timeout=5)
+    async def _stop(self) -> None:
+        assert self._stopped is not None and self._server is not None
+        self._stopped.set()
+        self._server.close()
+        await close_writers(self._writers)
+        await self._server.wait_closed()
 
     def __enter__(self) -> SandboxSwitch:
         return self.start()

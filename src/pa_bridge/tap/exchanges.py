@@ -171,9 +171,7 @@ class ExchangeTaker:
         except BridgeError as e:
             taken = Taken("refused", detail=e.code)
         except Exception as e:  # never let one exchange stop the relay
-            log_event(
-                "wire.take_failed", level=logging.ERROR, mode=mode, error=type(e).__name__
-            )
+            log_event("wire.take_failed", level=logging.ERROR, mode=mode, error=type(e).__name__)
             taken = Taken("error", detail=type(e).__name__)
         self._count(mode, taken.result)
         if taken.result != "claim":  # a claim logs claim.accepted itself

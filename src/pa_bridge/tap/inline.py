@@ -53,12 +53,14 @@ _READ = 65_536
 class _Client:
     """A dispensing system's connection."""
 
-    __slots__ = ("closed", "peer", "writer")
+    __slots__ = ("asks", "closed", "peer", "writer")
 
     def __init__(self, writer: asyncio.StreamWriter, peer: str) -> None:
         self.writer = writer
         self.peer = peer
         self.closed = False
+        #: its requests being answered
+        self.asks: set[asyncio.Task[None]] = set()
 
     def send(self, data: bytes) -> bool:
         if self.closed or self.writer.is_closing():
@@ -144,12 +146,19 @@ class InlineRelay:
                     task = asyncio.get_running_loop().create_task(self._ask(client, frame))
                     self._asks.add(task)
                     task.add_done_callback(self._asks.discard)
+                    client.asks.add(task)
+                    task.add_done_callback(client.asks.discard)
+            if client.asks:  # it stopped sending: what it asked is still answered
+                await asyncio.wait(set(client.asks))
         except FramingError as e:
-            log_event("inline.client_framing", level=logging.WARNING, peer=client.peer, error=str(e))
+            log_event(
+                "inline.client_framing", level=logging.WARNING, peer=client.peer, error=str(e)
+            )
             client.cut()
         except (OSError, ConnectionError):
             client.cut()
         finally:
+            writer.close()
             if deframer.skipped:
                 log_event("inline.bytes_outside_frames", peer=client.peer, bytes=deframer.skipped)
             log_event("inline.disconnected", peer=client.peer)
@@ -158,7 +167,9 @@ class InlineRelay:
     def _group(self, payload: bytes, client: _Client) -> tuple[_Group, bool]:
         now = self.clock()
         if len(self._groups) > 256:
-            for k in [k for k, g in self._groups.items() if not g.flights and now - g.seen > self.window]:
+            for k in [
+                k for k, g in self._groups.items() if not g.flights and now - g.seen > self.window
+            ]:
                 del self._groups[k]
         key = hashlib.blake2b(payload, digest_size=16).digest()
         group = self._groups.get(key)
@@ -222,9 +233,7 @@ class InlineRelay:
         except ncpdp.NcpdpError:
             return answer.raw, "passed"
         first = [
-            d
-            for d in decisions
-            if d.outcomes_first and d.index < len(request.transmission.groups)
+            d for d in decisions if d.outcomes_first and d.index < len(request.transmission.groups)
         ]
         args = (request, frame.payload, response, answer.payload)
         if not first or request.transaction_code not in ("B1", "B3"):

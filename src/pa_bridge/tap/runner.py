@@ -5,18 +5,16 @@ the composition root."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import ssl
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from ..config import Settings, parse_listen
 from ..logs import log_event
+from ..loop_thread import LoopThread, close_writers
 from ..service import Services
 from .copies import TapListener
 from .exchanges import ExchangeTaker
@@ -68,20 +66,16 @@ class WireListeners:
         services: Services,
         *,
         switch: list[tuple[str, int]] | None = None,
-        stop_grace_seconds: float = 10.0,
     ) -> None:
         self.settings = settings
         self.services = services
-        self.stop_grace = stop_grace_seconds
+        self.stop_grace = settings.inline.stop_grace_seconds
         self._switch = switch
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread = LoopThread("ncpdp-wire")
         self._servers: list[asyncio.Server] = []
         self._writers: set[asyncio.StreamWriter] = set()
         self._ticker: asyncio.Task[None] | None = None
-        self.taker = ExchangeTaker(
-            services, retransmit_seconds=settings.inline.retransmit_seconds
-        )
+        self.taker = ExchangeTaker(services, retransmit_seconds=settings.inline.retransmit_seconds)
         self.answer_executor = ThreadPoolExecutor(8, thread_name_prefix="inline-answer")
         self.background_executor = ThreadPoolExecutor(4, thread_name_prefix="wire-intake")
         self.tap: TapListener | None = None
@@ -98,32 +92,11 @@ class WireListeners:
     # ---- start -------------------------------------------------------------------------
     def start(self) -> WireListeners:
         """Bind the listeners (an ``OSError`` names the key whose address failed)."""
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._start())
-            except BaseException as e:
-                failure.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="ncpdp-wire", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
+        try:
+            self._loop_thread.start(self._start)
+        except BaseException:
             self._shutdown_executors()
-            raise failure[0]
+            raise
         return self
 
     async def _start(self) -> None:
@@ -144,9 +117,10 @@ class WireListeners:
                 self.tap.connection,
                 listener_tls(s.tap.tls_cert, s.tap.tls_key),
             )
-            log_event("tap.listening", address=_fmt(self.tap_address), framing=s.tap.framing)
+            log_event("tap.listening", listen=_fmt(self.tap_address), framing=s.tap.framing)
         if s.inline.listen is not None:
             st = s.inline
+            listen = s.inline.listen
             framing = s.framing_profile(st.framing)
             plain = self._switch is not None
             paths = self._switch or [parse_listen(a) for a in st.switch]
@@ -176,13 +150,13 @@ class WireListeners:
             )
             self.inline_address = await self._serve(
                 "inline.listen",
-                st.listen,
+                listen,
                 self.relay.connection,
                 listener_tls(st.tls_cert, st.tls_key),
             )
             log_event(
                 "inline.listening",
-                address=_fmt(self.inline_address),
+                listen=_fmt(self.inline_address),
                 framing=st.framing,
                 switch=[f"{h}:{p}" for h, p in paths],
                 switch_tls=not plain and st.switch_tls,
@@ -208,13 +182,12 @@ class WireListeners:
                 self._writers.discard(writer)
 
         try:
-            server = await asyncio.start_server(
-                tracked,
-                host,
-                port,
-                limit=65_536,
-                **({"ssl": tls, "ssl_handshake_timeout": 30} if tls is not None else {}),
-            )
+            if tls is None:
+                server = await asyncio.start_server(tracked, host, port, limit=65_536)
+            else:
+                server = await asyncio.start_server(
+                    tracked, host, port, limit=65_536, ssl=tls, ssl_handshake_timeout=30
+                )
         except OSError as e:
             raise OSError(e.errno, f"{key} {listen}: {e.strerror or e}") from e
         self._servers.append(server)
@@ -231,18 +204,10 @@ class WireListeners:
 
     # ---- stop --------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop taking connections, give the requests in flight ``stop_grace_seconds``
-        to finish, close the rest (a dispensing system then sees what a switch outage
-        looks like) and the switch connections."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
-            self._shutdown_executors()
-            return
-        done = asyncio.run_coroutine_threadsafe(self._stop(), loop)
-        with contextlib.suppress(Exception):
-            done.result(timeout=self.stop_grace + 5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+        """Stop taking connections, give the requests in flight
+        ``inline.stop_grace_seconds`` to finish, close the rest (a dispensing system then
+        sees what a switch outage looks like) and the switch connections."""
+        self._loop_thread.stop(self._stop, timeout=self.stop_grace + 5)
         self._shutdown_executors()
         log_event("wire.stopped")
 
@@ -255,11 +220,11 @@ class WireListeners:
             await self.relay.finish(self.stop_grace)
         if self.tap is not None:
             await self.tap.finish(self.stop_grace)
-        for writer in list(self._writers):
-            writer.close()
+        await close_writers(self._writers)
         if self.pool is not None:
             await self.pool.close()
-        await asyncio.sleep(0)
+        for server in self._servers:
+            await server.wait_closed()
 
     def _shutdown_executors(self) -> None:
         self.answer_executor.shutdown(wait=True, cancel_futures=False)
@@ -267,16 +232,7 @@ class WireListeners:
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the listeners' loop and return its result (tests, health)."""
-        assert self._loop is not None
-
-        async def run() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+        return self._loop_thread.alive
 
 
 def _fmt(address: tuple[str, int]) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from ncpdp.framing import Frame, Framing, FramingError
 
 from ..logs import log_event
+from ..loop_thread import close_writers
 from ..metrics import Metrics
 from .matching import Message, answers, read
 
@@ -185,12 +186,12 @@ class SwitchPool:
             if self._closing:
                 raise SwitchFailed("closing")
             now = self.clock()
-            for conn in [c for c in self._idle if c.writer.is_closing()]:
-                self._close(conn)
-            conn = next((c for c in self._idle if c.path.paused_until <= now), None)
-            if conn is not None:
-                self._idle.remove(conn)
-                return conn
+            for stale in [c for c in self._idle if c.writer.is_closing()]:
+                self._close(stale)
+            idle = next((c for c in self._idle if c.path.paused_until <= now), None)
+            if idle is not None:
+                self._idle.remove(idle)
+                return idle
             path = self._path_to_open(now)
             if path is not None:
                 opened = await self._open(path)
@@ -275,7 +276,9 @@ class SwitchPool:
                         return
         except FramingError as e:
             reason = "framing"
-            log_event("inline.switch_framing", level=logging.WARNING, path=conn.path.name, error=str(e))
+            log_event(
+                "inline.switch_framing", level=logging.WARNING, path=conn.path.name, error=str(e)
+            )
         except (OSError, ssl.SSLError) as e:
             reason = "cut"
             log_event(
@@ -299,9 +302,7 @@ class SwitchPool:
                 (
                     f
                     for f in self._waiting
-                    if f.message is not None
-                    and not f.future.done()
-                    and answers(f.message, message)
+                    if f.message is not None and not f.future.done() and answers(f.message, message)
                 ),
                 None,
             )
@@ -395,6 +396,7 @@ class SwitchPool:
 
     async def close(self) -> None:
         self._closing = True
+        writers = [c.writer for p in self.paths for c in p.conns]
         for path in self.paths:
             for conn in list(path.conns):
                 self._broken(conn, "closing", pause=False)
@@ -402,7 +404,7 @@ class SwitchPool:
             if not flight.future.done():
                 flight.future.set_exception(SwitchFailed("closing"))
         self._waiting.clear()
-        await asyncio.sleep(0)
+        await close_writers(writers)
 
     @property
     def connections(self) -> int:
