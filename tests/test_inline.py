@@ -247,7 +247,7 @@ def test_an_answer_for_another_claim_is_never_delivered(
         first = c.exchange(b.request_bytes(rxs=(b.Rx(rx_number="000000000011"),)))
         switch.swap(1)  # the next request gets the previous answer (another claim's)
         c.send(b.request_bytes(rxs=(b.Rx(rx_number="000000000022"),)))
-        with pytest.raises(SwitchDown, match="closed|broken"):
+        with pytest.raises(SwitchDown, match=r"closed|broken"):
             c.receive()
     assert switch.sent[-1] == first.raw  # the switch did send the wrong answer
     with client_for(d) as c:  # the next claim goes through on a fresh connection
@@ -262,11 +262,11 @@ def test_a_switch_that_stalls_or_cuts_looks_like_an_outage_and_the_client_fails_
     with client_for(d) as c:
         switch.stall(1)
         c.send(b.request_bytes())
-        with pytest.raises(SwitchDown, match="closed|broken"):
+        with pytest.raises(SwitchDown, match=r"closed|broken"):
             c.receive()
     with client_for(d) as c:
         switch.cut(1)
-        with pytest.raises(SwitchDown, match="closed|broken"):
+        with pytest.raises(SwitchDown, match=r"closed|broken"):
             c.exchange(b.request_bytes(pcn="SECOND"))
     # a dispensing system with the switch as its backup host gets the payer's answer
     backup = ("127.0.0.1", switch.port)

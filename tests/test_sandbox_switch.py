@@ -70,7 +70,7 @@ def test_every_answer_echoes_the_rx_number_and_the_store() -> None:
 def test_cut_closes_the_connection_without_an_answer(switch: SandboxSwitch) -> None:
     switch.cut()
     with DispensingClient(("127.0.0.1", switch.port)) as c:
-        with pytest.raises(SwitchDown, match="closed|broken"):
+        with pytest.raises(SwitchDown, match=r"closed|broken"):
             c.exchange(b.request_bytes())
         assert _status(c.claim(b.request_bytes()).payload)[0] == "P"  # the next one works
 
