@@ -21,6 +21,7 @@ from pa_bridge.sandbox.switch import SandboxSwitch
 from tests import builders as b
 from tests.dispensing import DispensingClient, SwitchDown
 from tests.support import wait_until
+from tests.test_console import browser, page  # noqa: F401 - the console's Chromium fixtures
 
 #: the framing profiles, each with its [framing.<name>] table (None: the built-in)
 PROFILES: dict[str, tuple[Framing, dict[str, Any] | None]] = {
@@ -398,3 +399,30 @@ def test_a_stop_mid_claim_looks_like_a_switch_outage(
     t.join(20)
     assert result["by"] == [backup]  # failed over to the switch itself
     assert result["answer"].raw == switch.sent[-1]
+
+
+def test_the_console_shows_an_inline_claim_with_its_submit_pa_button(
+    make_daemon: Any, switch: SandboxSwitch, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    d = inline_daemon(make_daemon, switch)
+    with client_for(d) as c:
+        answer = c.exchange(b.request_bytes(pcn="REJ75"))
+    assert _fq(answer.payload) == REPLACEMENTS["75"]
+    url = d.intake_server.url
+    wait_until(
+        lambda: httpx.get(f"{url}/v1/console/worklist", timeout=10).json()["claims"],
+        what="the claim on the worklist",
+    )
+    page.goto(f"{url}/")
+    row = page.locator("#claims-body").locator("tr", has_text="1234567")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(REPLACEMENTS["75"])
+    button = row.get_by_role("button", name="Submit PA")
+    expect(button).to_be_visible()
+    with page.context.expect_page() as popup:
+        button.click()
+    pa_id = wait_until(lambda: d.store.query("SELECT id FROM pas"), what="the PA")[0]["id"]
+    assert pa_id in popup.value.url
+    expect(page.locator("#pas-body tr").first).to_contain_text(pa_id)

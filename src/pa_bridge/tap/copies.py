@@ -145,6 +145,11 @@ class TapListener:
                 transaction_code=old.message.transaction_code,
             )
 
+    @property
+    def waiting(self) -> int:
+        """Copied requests waiting for their response."""
+        return len(self._requests)
+
     def expire(self) -> None:
         """Drop requests whose response has not come (called now and then)."""
         self._expire(self.clock())

@@ -6,7 +6,8 @@ only turns bytes into the bodies those take.
 
 A request seen again within ``retransmit_seconds`` (the same bytes: a dispensing
 system that timed out and sent it again) is taken in once: the later exchange gets
-the first one's result (decision 0031).
+the first one's result (decision 0031). One that was not taken in (skipped, refused,
+an error) is tried again.
 
 Blocking (the use cases are): the relay calls :meth:`ExchangeTaker.take` on a worker
 thread.
@@ -130,7 +131,7 @@ class ExchangeTaker:
             raise
         finally:
             with self._lock:
-                if taken.result in ("refused", "error"):  # a retransmission tries again
+                if taken.result not in ("claim", "reversal"):  # nothing taken in: try again
                     self._seen.pop(key, None)
                 else:
                     mine.taken = taken
