@@ -402,7 +402,9 @@ def test_a_stop_mid_claim_looks_like_a_switch_outage(
 
 
 def test_the_console_shows_an_inline_claim_with_its_submit_pa_button(
-    make_daemon: Any, switch: SandboxSwitch, page: Any
+    make_daemon: Any,
+    switch: SandboxSwitch,
+    page: Any,  # noqa: F811 - the fixture imported above
 ) -> None:
     from playwright.sync_api import expect
 
