@@ -48,6 +48,8 @@ from .upstream import SwitchFailed, SwitchPool
 __all__ = ["InlineRelay"]
 
 _READ = 65_536
+#: an exchange to take in: (request, its payload, response, its payload)
+_Args = tuple[Message, bytes, Message, bytes]
 
 
 class _Client:
@@ -192,7 +194,7 @@ class InlineRelay:
             )
         group.flights += 1
         try:
-            answer = await self.pool.exchange(frame, request, self.switch_timeout)
+            answer, response = await self.pool.exchange(frame, request, self.switch_timeout)
         except SwitchFailed as e:
             group.flights -= 1
             log_event(
@@ -205,11 +207,14 @@ class InlineRelay:
             return
         group.flights -= 1
         switch_done = time.perf_counter()
-        data, result = await self._answer(request, frame, answer, client.peer)
+        data, result, later = await self._answer(request, frame, answer, response, client.peer)
         target = group.waiting.pop() if group.waiting else None
         group.waiting.clear()  # older asks were given up by their senders
         if target is None or not target.send(data):
             result = "dropped"
+        written = time.perf_counter()
+        if later is not None:  # taken in after the answer is on its way
+            self._in_background(later, client.peer)
         self.metrics.inline_answers.labels(result).inc()
         log_event(
             "inline.answered",
@@ -217,28 +222,32 @@ class InlineRelay:
             result=result,
             transaction_code=request.transaction_code if request else None,
             switch_ms=round((switch_done - received) * 1000, 1),
-            ours_ms=round((time.perf_counter() - switch_done) * 1000, 2),
+            ours_ms=round((written - switch_done) * 1000, 2),
         )
 
     async def _answer(
-        self, request: Message | None, frame: Frame, answer: Frame, peer: str
-    ) -> tuple[bytes, str]:
-        """The bytes for the dispensing system, and what they are (``passed``,
-        ``replaced`` or ``fallback``)."""
-        response = read(answer.payload)
+        self,
+        request: Message | None,
+        frame: Frame,
+        answer: Frame,
+        response: Message | None,
+        peer: str,
+    ) -> tuple[bytes, str, _Args | None]:
+        """The bytes for the dispensing system, what they are (``passed``,
+        ``replaced`` or ``fallback``), and the exchange to take in after they are
+        written (None: taken in already, or nothing to take in)."""
         if request is None or response is None:
-            return answer.raw, "passed"  # not ours to read: relayed as it came
+            return answer.raw, "passed", None  # not ours to read: relayed as it came
+        args = (request, frame.payload, response, answer.payload)
         try:
             decisions = decide(response.transmission.as_response())
         except ncpdp.NcpdpError:
-            return answer.raw, "passed"
+            return answer.raw, "passed", args
         first = [
             d for d in decisions if d.outcomes_first and d.index < len(request.transmission.groups)
         ]
-        args = (request, frame.payload, response, answer.payload)
         if not first or request.transaction_code not in ("B1", "B3"):
-            self._in_background(args, peer)
-            return answer.raw, "passed"
+            return answer.raw, "passed", args
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         work = loop.run_in_executor(self.answer_executor, self._take, args, peer)
@@ -246,13 +255,13 @@ class InlineRelay:
             taken = await asyncio.wait_for(asyncio.shield(work), self.budget_s)
         except TimeoutError:
             self._keep(work)  # it finishes and is stored; the answer cannot wait for it
-            return self._fallback(answer, "budget", peer, started)
+            return (*self._fallback(answer, "budget", peer, started), None)
         except Exception as e:  # the use case never raises; this is a bug of ours
-            return self._fallback(answer, type(e).__name__, peer, started)
+            return (*self._fallback(answer, type(e).__name__, peer, started), None)
         claim = taken.answer
         if claim is None:
-            return self._fallback(answer, taken.detail or taken.result, peer, started)
-        by_index = {t.index: t for t in claim.transactions or ()} if claim.transactions else None
+            return (*self._fallback(answer, taken.detail or taken.result, peer, started), None)
+        by_index = {t.index: t for t in claim.transactions} if claim.transactions else None
         messages: dict[int, str] = {}
         for d in first:
             t = by_index.get(d.index) if by_index is not None else (claim if d.index == 0 else None)
@@ -262,13 +271,16 @@ class InlineRelay:
                 messages[d.index] = t.message
         if not messages:
             reason = "outcomes_fallback" if claim.message_source == "fallback" else "unchanged"
-            return self._fallback(answer, reason, peer, started, unchanged=reason == "unchanged")
+            data, result = self._fallback(
+                answer, reason, peer, started, unchanged=reason == "unchanged"
+            )
+            return data, result, None
         try:
             new = replace_messages(response.transmission, messages)
             data = self.framing.reframe(answer, ncpdp.serialize(new))
         except (RewriteError, FramingError, ncpdp.NcpdpError) as e:
-            return self._fallback(answer, type(e).__name__, peer, started)
-        return data, "replaced"
+            return (*self._fallback(answer, type(e).__name__, peer, started), None)
+        return data, "replaced", None
 
     def _fallback(
         self, answer: Frame, reason: str, peer: str, started: float, *, unchanged: bool = False
@@ -283,13 +295,13 @@ class InlineRelay:
             )
         return answer.raw, "passed" if unchanged else "fallback"
 
-    def _take(self, args: tuple[Message, bytes, Message, bytes], peer: str) -> Taken:
+    def _take(self, args: _Args, peer: str) -> Taken:
         request, request_payload, response, response_payload = args
         return self.taker.take(
             request, request_payload, response, response_payload, mode="inline", peer=peer
         )
 
-    def _in_background(self, args: tuple[Message, bytes, Message, bytes], peer: str) -> None:
+    def _in_background(self, args: _Args, peer: str) -> None:
         loop = asyncio.get_running_loop()
         self._keep(loop.run_in_executor(self.background_executor, self._take, args, peer))
 

@@ -73,7 +73,12 @@ class _Flight:
 
     __slots__ = ("frame", "future", "message", "sent_on")
 
-    def __init__(self, frame: Frame, message: Message | None, future: asyncio.Future[Frame]):
+    def __init__(
+        self,
+        frame: Frame,
+        message: Message | None,
+        future: asyncio.Future[tuple[Frame, Message | None]],
+    ):
         self.frame = frame
         self.message = message
         self.future = future
@@ -139,39 +144,49 @@ class SwitchPool:
         self._closing = False
 
     # ---- sending ---------------------------------------------------------------------
-    async def exchange(self, frame: Frame, message: Message | None, timeout: float) -> Frame:
-        """The switch's answer to ``frame`` (its frame, as it came); raises
-        :class:`SwitchFailed`."""
+    async def exchange(
+        self, frame: Frame, message: Message | None, timeout: float
+    ) -> tuple[Frame, Message | None]:
+        """The switch's answer to ``frame`` (its frame, as it came, and the answer read
+        for matching); raises :class:`SwitchFailed`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         flight = _Flight(frame, message, loop.create_future())
         for _attempt in range(len(self.paths) + 1):
             conn = await self._acquire(deadline)
+            conn.flight = flight
+            flight.sent_on = conn
+            self._waiting.append(flight)
             try:
                 conn.writer.write(frame.raw)
                 await conn.writer.drain()
             except (OSError, ssl.SSLError):
-                # nothing came back and the connection is gone: the switch cannot have
-                # answered; it may not have read it either, so try another connection
+                # the connection was gone before the request went out whole: the switch
+                # cannot have answered it; try another connection
+                conn.flight = flight.sent_on = None
+                self._forget(flight)
                 self._broken(conn, "cut", pause=True)
                 continue
-            conn.flight = flight
-            flight.sent_on = conn
-            self._waiting.append(flight)
             break
         else:
             raise SwitchFailed("unreachable")
+        timer = loop.call_at(deadline, self._expired, flight)
         try:
-            return await asyncio.wait_for(
-                asyncio.shield(flight.future), max(0.0, deadline - loop.time())
-            )
-        except TimeoutError:
-            self._count("timeout")
-            self._forget(flight)
-            if flight.sent_on is not None and flight.sent_on.flight is flight:
-                # a late answer would put the connection out of step: close it
-                self._broken(flight.sent_on, "timeout", pause=True, fail=False)
-            raise SwitchFailed("timeout") from None
+            return await flight.future
+        finally:
+            timer.cancel()
+
+    def _expired(self, flight: _Flight) -> None:
+        """The switch has not answered by the deadline."""
+        if flight.future.done():
+            return
+        self._count("timeout")
+        self._forget(flight)
+        conn = flight.sent_on
+        if conn is not None and conn.flight is flight:
+            # a late answer would put the connection out of step: close it
+            self._broken(conn, "timeout", pause=True, fail=False)
+        flight.future.set_exception(SwitchFailed("timeout"))
 
     def _forget(self, flight: _Flight) -> None:
         with contextlib.suppress(ValueError):
@@ -328,7 +343,7 @@ class SwitchPool:
             self._broken(conn, "out_of_step", pause=False)
             return
         self._forget(target)
-        target.future.set_result(frame)
+        target.future.set_result((frame, message))
         conn.path.failures = 0
         self._release(conn)
 
