@@ -36,7 +36,9 @@ from ncpdp import ModelError
 from ncpdp.framing import Framing
 
 __all__ = [
+    "Addresses",
     "ConfigError",
+    "as_list",
     "Settings",
     "load_settings",
     "load_storage_settings",
@@ -268,10 +270,21 @@ class FramingSettings(_Section):
 
 
 def _addresses(v: Any) -> Any:
-    """One ``host:port`` or several: a string may list them separated by commas."""
+    """One address or several: a string may list them separated by commas (so that an
+    environment variable need not be JSON)."""
     if isinstance(v, str):
         return [a.strip() for a in v.split(",") if a.strip()]
     return v
+
+
+#: a list of addresses; a plain string in the file or the environment is one or more,
+#: comma-separated (the validator makes it a list)
+Addresses = str | list[str]
+
+
+def as_list(value: Addresses) -> list[str]:
+    """The addresses of an :data:`Addresses` field (always a list once validated)."""
+    return [value] if isinstance(value, str) else list(value)
 
 
 class TapSettings(_Section):
@@ -283,7 +296,7 @@ class TapSettings(_Section):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     #: addresses or networks that may connect (empty: loopback only)
-    allow: list[str] = Field(default_factory=list)
+    allow: Addresses = Field(default_factory=list)
     #: a copied request whose response has not come within this is dropped
     pair_timeout_seconds: float = Field(default=60.0, gt=0)
 
@@ -296,12 +309,12 @@ class InlineSettings(_Section):
 
     listen: str | None = None
     #: the real switch: ``host:port``, or several (a primary and its alternates)
-    switch: list[str] = Field(default_factory=list)
+    switch: Addresses = Field(default_factory=list)
     framing: str = "stx_etx"
     #: TLS on the listener, for dispensing systems that speak TLS to their switch
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    allow: list[str] = Field(default_factory=list)
+    allow: Addresses = Field(default_factory=list)
     #: TLS to the switch (false: plain TCP, e.g. inside a VPN)
     switch_tls: bool = True
     switch_ca_file: Path | None = None
@@ -632,7 +645,7 @@ def _check_wire(s: Settings, problems: list[str]) -> None:
             p = getattr(st, key)
             if p is not None and not Path(p).is_file():
                 problems.append(f"{section}.{key}: no such file {p}")
-        for entry in st.allow:
+        for entry in as_list(st.allow):
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
@@ -649,7 +662,7 @@ def _check_wire(s: Settings, problems: list[str]) -> None:
         problems.append(
             "inline.switch: required (the switch's host:port, as the dispensing system had it)"
         )
-    for entry in inline.switch:
+    for entry in as_list(inline.switch):
         try:
             parse_listen(entry)
         except ValueError as e:

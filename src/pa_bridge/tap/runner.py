@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import Settings, parse_listen
+from ..config import Settings, as_list, parse_listen
 from ..logs import log_event
 from ..loop_thread import LoopThread, close_writers
 from ..service import Services
@@ -109,7 +109,7 @@ class WireListeners:
                 metrics=metrics,
                 executor=self.background_executor,
                 pair_timeout=s.tap.pair_timeout_seconds,
-                allow=_networks(s.tap.allow),
+                allow=_networks(as_list(s.tap.allow)),
             )
             self.tap_address = await self._serve(
                 "tap.listen",
@@ -123,7 +123,7 @@ class WireListeners:
             listen = s.inline.listen
             framing = s.framing_profile(st.framing)
             plain = self._switch is not None
-            paths = self._switch or [parse_listen(a) for a in st.switch]
+            paths = self._switch or [parse_listen(a) for a in as_list(st.switch)]
             self.pool = SwitchPool(
                 paths,
                 framing,
@@ -146,7 +146,7 @@ class WireListeners:
                 budget_ms=s.outcomes.budget_ms,
                 switch_timeout=st.switch_timeout_seconds,
                 retransmit_seconds=st.retransmit_seconds,
-                allow=_networks(st.allow),
+                allow=_networks(as_list(st.allow)),
             )
             self.inline_address = await self._serve(
                 "inline.listen",
