@@ -252,7 +252,11 @@ switch_tls = false
         base = lat(relay, passthrough)
         ours = lat(bridge, passthrough)
         base75 = lat(relay, {"REJ75"})
-        ours75 = [ms - spent[rx.lstrip("0")] for pcn, rx, ms in bridge if pcn == "REJ75" and rx.lstrip("0") in spent]
+        ours75 = [
+            ms - spent[rx.lstrip("0")]
+            for pcn, rx, ms in bridge
+            if pcn == "REJ75" and rx.lstrip("0") in spent
+        ]
         print(f"  bare relay, paid + MR ({len(base)}):          {summary(base)} ms")
         print(f"  pa-bridge,  paid + MR ({len(ours)}):          {summary(ours)} ms")
         print(f"  bare relay, 75 ({len(base75)}):                {summary(base75)} ms")

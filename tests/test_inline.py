@@ -428,3 +428,30 @@ def test_the_console_shows_an_inline_claim_with_its_submit_pa_button(
     pa_id = wait_until(lambda: d.store.query("SELECT id FROM pas"), what="the PA")[0]["id"]
     assert pa_id in popup.value.url
     expect(page.locator("#pas-body tr").first).to_contain_text(pa_id)
+
+
+def test_connections_to_the_switch_are_kept_alive_and_shared(
+    make_daemon: Any, switch: SandboxSwitch
+) -> None:
+    d = inline_daemon(make_daemon, switch, connections=2)
+    results: list[bytes] = []
+
+    def workstation(n: int) -> None:
+        with client_for(d) as c:
+            for i in range(5):
+                rx = f"0000077{n:02d}{i:03d}"
+                answer = c.exchange(b.request_bytes(rxs=(b.Rx(rx_number=rx),)))
+                assert f"D2{rx}".encode() in answer.payload
+                results.append(answer.raw)
+
+    threads = [threading.Thread(target=workstation, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 20
+    # four workstations, twenty claims: at most two connections to the switch, kept
+    assert 1 <= switch.connections <= 2
+    with client_for(d) as c:
+        c.exchange(b.request_bytes(pcn="LATER"))
+    assert switch.connections <= 2

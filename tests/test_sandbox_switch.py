@@ -125,3 +125,36 @@ def test_faults_on_command_over_the_sandboxs_http_port() -> None:
         assert httpx.post(f"{sb.url}/sandbox/switch", json={"clear": True}).status_code == 200
         assert sw.faults.cut == 0
         assert httpx.post(f"{sb.url}/sandbox/switch", json={"cut": "x"}).status_code == 400
+
+
+def test_pa_bridge_sandbox_runs_the_switch_beside_it() -> None:
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pa_bridge", "sandbox", "--port", "0", "--switch-port", "0"]
+        + ["--switch-framing", "etx"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        address = url = None
+        for line in proc.stdout:
+            if m := re.search(r"listening on (http://\S+)", line):
+                url = m.group(1)
+            if m := re.search(r"switch:\s+(\S+):(\d+) \(etx", line):
+                address = (m.group(1), int(m.group(2)))
+                break
+        assert address is not None and url is not None
+        with DispensingClient(address, Framing(kind="etx")) as c:
+            httpx.post(f"{url}/sandbox/switch", json={"cut": 1}, timeout=10)
+            with pytest.raises(SwitchDown):
+                c.exchange(b.request_bytes())
+            assert _status(c.claim(b.request_bytes(pcn="REJ75")).payload)[:2] == ("R", ["75"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)

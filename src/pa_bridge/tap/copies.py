@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -25,22 +24,12 @@ from ncpdp.framing import Framing, FramingError
 from ..logs import log_event
 from ..metrics import Metrics
 from .exchanges import ExchangeTaker, Taken
-from .matching import Message, answers, read
+from .matching import Waiting, read
 from .peers import Networks, peer_allowed, peer_name
 
 __all__ = ["TapListener"]
 
 _READ = 65_536
-
-
-class _Copy:
-    __slots__ = ("at", "message", "payload", "peer")
-
-    def __init__(self, at: float, message: Message, payload: bytes, peer: str) -> None:
-        self.at = at
-        self.message = message
-        self.payload = payload
-        self.peer = peer
 
 
 class TapListener:
@@ -65,8 +54,8 @@ class TapListener:
         self.pair_timeout = pair_timeout
         self.allow = allow
         self.clock = clock
-        #: requests waiting for their response, oldest first
-        self._requests: deque[_Copy] = deque()
+        #: requests waiting for their response (with their bytes and sender)
+        self._requests: Waiting[tuple[bytes, str]] = Waiting()
         self._work: set[asyncio.Future[Taken]] = set()
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -106,10 +95,10 @@ class TapListener:
             log_event("tap.unreadable", level=logging.WARNING, peer=peer, bytes=len(payload))
             return
         if message.is_request:
-            self._requests.append(_Copy(now, message, payload, peer))
+            self._requests.add(now, message, (payload, peer))
             return
-        request = next((c for c in self._requests if answers(c.message, message)), None)
-        if request is None:
+        paired = self._requests.pair(message)
+        if paired is None:
             self._count("unmatched_response")
             log_event(
                 "tap.unmatched_response",
@@ -118,31 +107,25 @@ class TapListener:
                 transaction_code=message.transaction_code,
             )
             return
-        self._requests.remove(request)
+        request, (request_payload, request_peer) = paired
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(
             self.executor,
             lambda: self.taker.take(
-                request.message,
-                request.payload,
-                message,
-                payload,
-                mode="tap",
-                peer=request.peer,
+                request, request_payload, message, payload, mode="tap", peer=request_peer
             ),
         )
         self._work.add(work)
         work.add_done_callback(self._work.discard)
 
     def _expire(self, now: float) -> None:
-        while self._requests and now - self._requests[0].at > self.pair_timeout:
-            old = self._requests.popleft()
+        for request, (_, peer) in self._requests.expired(now, self.pair_timeout):
             self._count("unpaired_request")
             log_event(
                 "tap.unpaired_request",
                 level=logging.WARNING,
-                peer=old.peer,
-                transaction_code=old.message.transaction_code,
+                peer=peer,
+                transaction_code=request.transaction_code,
             )
 
     @property

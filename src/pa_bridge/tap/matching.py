@@ -9,11 +9,16 @@ agrees: a swapped answer (another store's, another prescription's) is told apart
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import ncpdp
 
-__all__ = ["Message", "answers", "header_key", "read"]
+__all__ = ["Message", "Waiting", "answers", "header_key", "read"]
+
+T = TypeVar("T")
 
 #: (version, transaction code, provider id qualifier, provider id, date of service)
 HeaderKey = tuple[str, str, str, str, str]
@@ -101,3 +106,31 @@ def answers(request: Message, response: Message) -> bool:
         if rx is not None and request.rx_numbers[i] != rx:
             return False
     return True
+
+
+class Waiting(Generic[T]):
+    """Requests waiting for their response, oldest first, each with what the caller
+    keeps beside it (``T``): :meth:`pair` gives a response the oldest request it
+    answers, and takes it out."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[float, Message, T]] = deque()
+
+    def add(self, at: float, request: Message, item: T) -> None:
+        self._items.append((at, request, item))
+
+    def pair(self, response: Message) -> tuple[Message, T] | None:
+        for entry in self._items:
+            if answers(entry[1], response):
+                self._items.remove(entry)
+                return entry[1], entry[2]
+        return None
+
+    def expired(self, now: float, older_than: float) -> Iterator[tuple[Message, T]]:
+        """Take out, and give, the requests waiting longer than ``older_than``."""
+        while self._items and now - self._items[0][0] > older_than:
+            _, request, item = self._items.popleft()
+            yield request, item
+
+    def __len__(self) -> int:
+        return len(self._items)
