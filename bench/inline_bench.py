@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -175,8 +175,10 @@ def main() -> None:
     try:
         procs.append(
             subprocess.Popen(
-                [py, "-m", "pa_bridge", "sandbox", "--port", str(sandbox_port)]
-                + ["--switch-port", str(switch_port)],
+                [
+                    *(py, "-m", "pa_bridge", "sandbox"),
+                    *("--port", str(sandbox_port), "--switch-port", str(switch_port)),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -209,13 +211,13 @@ switch = "127.0.0.1:{switch_port}"
 switch_tls = false
 """
         (work / "pa-bridge.toml").write_text(config)
-        log = open(work / "daemon.log", "wb")  # noqa: SIM115 - closed with the process
-        daemon = subprocess.Popen(
-            [py, "-m", "pa_bridge", "serve", "--config", str(work / "pa-bridge.toml")],
-            cwd=work,
-            stdout=log,
-            stderr=log,
-        )
+        with open(work / "daemon.log", "wb") as log:
+            daemon = subprocess.Popen(
+                [py, "-m", "pa_bridge", "serve", "--config", str(work / "pa-bridge.toml")],
+                cwd=work,
+                stdout=log,
+                stderr=log,
+            )
         procs.append(daemon)
         if not answers_200(f"http://127.0.0.1:{intake_port}/healthz"):
             raise RuntimeError((work / "daemon.log").read_text()[-2000:])
@@ -279,7 +281,7 @@ switch_tls = false
                     p.wait(20)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        os.system(f"rm -rf {work}")  # noqa: S605 - our own temporary directory
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
