@@ -134,8 +134,10 @@ def test_pa_bridge_sandbox_runs_the_switch_beside_it() -> None:
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pa_bridge", "sandbox", "--port", "0", "--switch-port", "0"]
-        + ["--switch-framing", "etx"],
+        [
+            *(sys.executable, "-m", "pa_bridge", "sandbox", "--port", "0"),
+            *("--switch-port", "0", "--switch-framing", "etx"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
