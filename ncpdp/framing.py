@@ -222,8 +222,9 @@ class Deframer:
             field = bytes(buf[pos + a : pos + b])
             digits = field.strip(b" ")
             if not digits.isdigit():
+                # the bytes themselves are not quoted: they may be a claim's
                 raise FramingError(
-                    f"length prefix {field!r} at bytes {a}-{b - 1} of the frame is not digits"
+                    f"the length prefix at bytes {a}-{b - 1} of a frame is not digits"
                 )
             n = int(digits)
             body = n - header if f.length_counts_itself else n

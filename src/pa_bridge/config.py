@@ -329,7 +329,8 @@ class InlineSettings(_Section):
     #: a switch address that failed rests this long at first, doubling to the maximum
     pause_seconds: float = Field(default=2.0, gt=0)
     pause_max_seconds: float = Field(default=60.0, gt=0)
-    #: an idle connection to the switch is closed after this long
+    #: an idle connection to the switch is closed after this long (keep it below the
+    #: switch's own idle time-out)
     idle_seconds: float = Field(default=120.0, gt=0)
     #: the same request bytes again within this long are a retransmission
     retransmit_seconds: float = Field(default=120.0, ge=0)

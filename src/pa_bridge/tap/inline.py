@@ -64,6 +64,10 @@ class _Client:
         #: its requests being answered
         self.asks: set[asyncio.Task[None]] = set()
 
+    @property
+    def open(self) -> bool:
+        return not self.closed and not self.writer.is_closing()
+
     def send(self, data: bytes) -> bool:
         if self.closed or self.writer.is_closing():
             return False
@@ -208,8 +212,9 @@ class InlineRelay:
         group.flights -= 1
         switch_done = time.perf_counter()
         data, result, later = await self._answer(request, frame, answer, response, client.peer)
-        target = group.waiting.pop() if group.waiting else None
-        group.waiting.clear()  # older asks were given up by their senders
+        # the newest asker still connected; older asks were given up by their senders
+        target = next((c for c in reversed(group.waiting) if c.open), None)
+        group.waiting.clear()
         if target is None or not target.send(data):
             result = "dropped"
         written = time.perf_counter()
