@@ -455,3 +455,16 @@ def test_connections_to_the_switch_are_kept_alive_and_shared(
     with client_for(d) as c:
         c.exchange(b.request_bytes(pcn="LATER"))
     assert switch.connections <= 2
+
+
+def test_a_switch_that_cannot_be_reached_closes_the_connection_at_once(make_daemon: Any) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: refused
+        d = inline_daemon(make_daemon, f"127.0.0.1:{s.getsockname()[1]}", switch_timeout_seconds=60)
+        with client_for(d, timeout=20) as c:
+            # an outage, told at once (not after the switch time-out of 60 s, nor after
+            # this client's own 20 s): it fails over without waiting
+            with pytest.raises(SwitchDown, match=r"closed|broken"):
+                c.exchange(b.request_bytes())
+        failures = d.bridge.metrics.inline_switch_failures
+        assert failures.labels("path_unreachable")._value.get() == 1

@@ -194,9 +194,11 @@ class SwitchPool:
 
     # ---- connections -----------------------------------------------------------------
     async def _acquire(self, deadline: float) -> _Conn:
-        """A free connection: an idle one on an unpaused path, else a new one, else
-        (every path paused) an idle one on a paused path, else wait for one."""
+        """A free connection: an idle one on an unpaused path, else a new one on an
+        unpaused path; when every path is paused, an idle one, else a new one on the
+        path whose pause ends first; else wait for one to be freed."""
         loop = asyncio.get_running_loop()
+        tried: set[str] = set()  # each path is dialled at most once for one request
         while True:
             if self._closing:
                 raise SwitchFailed("closing")
@@ -207,14 +209,17 @@ class SwitchPool:
             if idle is not None:
                 self._idle.remove(idle)
                 return idle
-            path = self._path_to_open(now)
+            if self._idle and not self._any_open(now):
+                return self._idle.popleft()  # every path rests: an idle connection first
+            path = self._path_to_open(now, tried)
             if path is not None:
+                tried.add(path.name)
                 opened = await self._open(path)
                 if opened is not None:
                     return opened
                 continue  # that path is paused now: try the next one
-            if self._idle and not self._any_open(now):
-                return self._idle.popleft()
+            if not any(p.conns or p.opening for p in self.paths):
+                raise SwitchFailed("unreachable")  # nothing to wait for: every path failed
             remaining = deadline - loop.time()
             if remaining <= 0:
                 self._count("busy")
@@ -232,11 +237,16 @@ class SwitchPool:
     def _any_open(self, now: float) -> bool:
         return any(p.paused_until <= now for p in self.paths)
 
-    def _path_to_open(self, now: float) -> Path | None:
-        """A path that may take one more connection: an unpaused one with room, the
-        one with fewest connections; when every path is paused, the one whose pause
-        ends first (tried anyway); None when all are at their limit."""
-        room = [p for p in self.paths if len(p.conns) + p.opening < self.per_path]
+    def _path_to_open(self, now: float, tried: set[str]) -> Path | None:
+        """A path that may take one more connection and was not dialled for this
+        request yet: an unpaused one with room, the one with fewest connections; when
+        every path is paused, the one whose pause ends first (tried anyway); None when
+        there is none."""
+        room = [
+            p
+            for p in self.paths
+            if len(p.conns) + p.opening < self.per_path and p.name not in tried
+        ]
         if not room:
             return None
         live = [p for p in room if p.paused_until <= now]
