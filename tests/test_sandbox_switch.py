@@ -127,6 +127,7 @@ def test_faults_on_command_over_the_sandboxs_http_port() -> None:
         assert httpx.post(f"{sb.url}/sandbox/switch", json={"cut": "x"}).status_code == 400
 
 
+@pytest.mark.slow
 def test_pa_bridge_sandbox_runs_the_switch_beside_it() -> None:
     import re
     import signal
