@@ -166,11 +166,19 @@ def test_several_transactions_and_stores_on_one_connection(
         # a claim with two transactions, both rejected 75: both messages replaced
         two = c.exchange(b.request_bytes(pcn="REJ75", rxs=(b.Rx(), b.Rx(rx_number="000001234599"))))
         assert _fq(two.payload, 0) == REPLACEMENTS["75"] == _fq(two.payload, 1)
+        # 70 and 76 call the outcomes interface first too; MR does not: the payer's bytes
+        for code in ("70", "76"):
+            replaced = c.exchange(b.request_bytes(pcn=f"REJ{code}", provider_id="1999999935"))
+            assert _fq(replaced.payload) == REPLACEMENTS[code]
+        assert (
+            c.exchange(b.request_bytes(pcn="REJMR", provider_id="1999999935")).raw
+            == (switch.sent[-1])
+        )
         # 5.1: the message in one 526-FQ
         v51 = c.exchange(b.request_bytes(version="51", pcn="REJ75", provider_id="1999999943"))
         st21 = ncpdp.parse(v51.payload).groups[0].segment("21")
         assert st21 is not None and st21.get_all("FQ") == (REPLACEMENTS["75"],)
-    wait_until(lambda: len(_exchanges(d)) == 8, what="every claim taken in")
+    wait_until(lambda: len(_exchanges(d)) == 11, what="every claim taken in")
 
 
 def test_fail_open_when_the_outcomes_interface_errs_or_stalls(
