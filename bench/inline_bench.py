@@ -7,9 +7,10 @@ TCP relay (asyncio, one upstream connection per client connection, bytes piped b
 ways, nothing parsed: the floor of any relay); and `pa-bridge serve` with `[inline]`
 in front of the same switch and `[service]` on the same sandbox (SQLite, fsync on,
 logs at INFO). A test dispensing system (tests/dispensing.py) runs `--clients`
-workstation connections in an open loop at `--rate` claims a second in all (latency
-from when each claim was due), in alternating rounds through the relay and through
-pa-bridge. The mix: 80% paid, 10% MR rejects (answered at once, taken in after), 10%
+workstations in an open loop (latency from when each claim was due), each with a
+connection to the relay and one to pa-bridge, sending a claim to each in turn, half an
+interval apart, `--rate` claims a second to each side: the shared machine's hiccups
+fall on both alike. The mix: 80% paid, 10% MR rejects (answered at once, taken in after), 10%
 75 rejects (answered after the outcomes call: its own time, read from the stored
 answer, is taken off before comparing).
 
@@ -17,7 +18,7 @@ Target: p99 of the added latency under 5 ms at a busy store's peak rate. A busy 
 sends about 1,000 claims a day, 15% in its peak hour: 150 an hour; the default rate,
 20 a second from 4 workstations, is some 500 times that.
 
-    .venv/bin/python bench/inline_bench.py [--rate 20] [--seconds 20] [--rounds 2] [--quick]
+    .venv/bin/python bench/inline_bench.py [--rate 20] [--seconds 20] [--rounds 3] [--quick]
 """
 
 from __future__ import annotations
@@ -94,29 +95,38 @@ class Counter:
 
 
 def run_round(
-    port: int, clients: int, rate: float, seconds: float, counter: Counter
-) -> list[tuple[str, str, float]]:
-    """(pcn, rx number, latency ms) of every claim of one open-loop round."""
+    ports: tuple[int, int], clients: int, rate: float, seconds: float, counter: Counter
+) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
+    """One open-loop round through both relays at once: each workstation sends the
+    same mix to the bare relay and to pa-bridge, a claim to each in turn, half an
+    interval apart, so that the machine's hiccups fall on both alike. Each side gets
+    ``rate`` claims a second. (pcn, rx number, latency ms) per claim, per side."""
     interval = clients / rate
     per_client = max(1, int(seconds * rate / clients))
-    out: list[list[tuple[str, str, float]]] = [[] for _ in range(clients)]
+    out: list[list[list[tuple[str, str, float]]]] = [[[], []] for _ in range(clients)]
     ready = threading.Barrier(clients + 1)
     start: list[float] = []
 
     def worker(k: int) -> None:
-        with DispensingClient(("127.0.0.1", port), timeout=30) as c:
-            c.exchange(b.request_bytes(rxs=(b.Rx(rx_number=f"{counter.next():012d}"),)))
+        sides = [DispensingClient(("127.0.0.1", p), timeout=30) for p in ports]
+        try:
+            for c in sides:
+                c.exchange(b.request_bytes(rxs=(b.Rx(rx_number=f"{counter.next():012d}"),)))
             ready.wait()
             for i in range(per_client):
                 pcn = MIX[(i + k) % len(MIX)]
-                rx = f"{counter.next():012d}"
-                request = b.request_bytes(pcn=pcn, rxs=(b.Rx(rx_number=rx),))
-                due = start[0] + (i + k / clients) * interval
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                c.exchange(request)
-                out[k].append((pcn, rx, (time.perf_counter() - due) * 1000))
+                for side, c in enumerate(sides):
+                    rx = f"{counter.next():012d}"
+                    request = b.request_bytes(pcn=pcn, rxs=(b.Rx(rx_number=rx),))
+                    due = start[0] + (i + k / clients + side / 2) * interval
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                    c.exchange(request)
+                    out[k][side].append((pcn, rx, (time.perf_counter() - due) * 1000))
+        finally:
+            for c in sides:
+                c.close()
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
     for t in threads:
@@ -125,7 +135,9 @@ def run_round(
     ready.wait()
     for t in threads:
         t.join()
-    return [x for part in out for x in part]
+    relay = [x for part in out for x in part[0]]
+    bridge = [x for part in out for x in part[1]]
+    return relay, bridge
 
 
 def outcomes_ms(db: Path) -> dict[str, float]:
@@ -159,7 +171,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0, help="claims a second, all clients")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0, help="per round")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds per side, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds (each printed)")
     ap.add_argument("--quick", action="store_true", help="one round of 8 s each")
     ap.add_argument("--relay", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -228,14 +240,14 @@ switch_tls = false
 
         print(f"inline_bench: {machine_facts()}")
         print(
-            f"  {args.clients} workstation connections, {args.rate:g} claims/s in all, open loop,"
-            f" {args.seconds:g} s rounds x {args.rounds} per side, alternating;"
+            f"  {args.clients} workstations, {args.rate:g} claims/s to each side, open loop,"
+            f" {args.rounds} rounds of {args.seconds:g} s, a claim to each side in turn;"
             " mix 80% paid, 10% MR, 10% 75"
         )
         counter = Counter()
-        # warm-up on both sides (connections, the outcomes client, the database)
-        run_round(relay_port, args.clients, args.rate, 2.0, counter)
-        run_round(inline_port, args.clients, args.rate, 2.0, counter)
+        ports = (relay_port, inline_port)
+        # warm-up (connections, the outcomes client, the database)
+        run_round(ports, args.clients, args.rate, 2.0, counter)
         relay: list[tuple[str, str, float]] = []
         bridge: list[tuple[str, str, float]] = []
         cpu_before = tree_cpu_s(daemon.pid)
@@ -243,8 +255,7 @@ switch_tls = false
         per_round: list[float] = []
         passthrough = {"SYNPCN", "REJMR"}
         for n in range(args.rounds):
-            r = run_round(relay_port, args.clients, args.rate, args.seconds, counter)
-            got = run_round(inline_port, args.clients, args.rate, args.seconds, counter)
+            r, got = run_round(ports, args.clients, args.rate, args.seconds, counter)
             relay += r
             bridge += got
             bridge_claims += len(got)
