@@ -39,7 +39,7 @@ from ..loop_thread import close_writers
 from ..metrics import Metrics
 from .matching import Message, answers, read
 
-__all__ = ["Path", "SwitchFailed", "SwitchPool"]
+__all__ = ["SwitchFailed", "SwitchPath", "SwitchPool"]
 
 _READ = 65_536
 
@@ -54,7 +54,7 @@ class SwitchFailed(Exception):
 
 
 @dataclass
-class Path:
+class SwitchPath:
     host: str
     port: int
     failures: int = 0
@@ -90,7 +90,7 @@ class _Conn:
 
     def __init__(
         self,
-        path: Path,
+        path: SwitchPath,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         framing: Framing,
@@ -125,7 +125,7 @@ class SwitchPool:
     ) -> None:
         if not paths:
             raise ValueError("no switch address")
-        self.paths = [Path(h, p) for h, p in paths]
+        self.paths = [SwitchPath(h, p) for h, p in paths]
         self.framing = framing
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname
@@ -237,7 +237,7 @@ class SwitchPool:
     def _any_open(self, now: float) -> bool:
         return any(p.paused_until <= now for p in self.paths)
 
-    def _path_to_open(self, now: float, tried: set[str]) -> Path | None:
+    def _path_to_open(self, now: float, tried: set[str]) -> SwitchPath | None:
         """A path that may take one more connection and was not dialled for this
         request yet: an unpaused one with room, the one with fewest connections; when
         every path is paused, the one whose pause ends first (tried anyway); None when
@@ -256,7 +256,7 @@ class SwitchPool:
             return None  # the unpaused paths are full: wait for one of theirs
         return min(room, key=lambda p: p.paused_until)
 
-    async def _open(self, path: Path) -> _Conn | None:
+    async def _open(self, path: SwitchPath) -> _Conn | None:
         path.opening += 1
         try:
             reader, writer = await asyncio.wait_for(
@@ -394,7 +394,7 @@ class SwitchPool:
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
 
-    def _pause(self, path: Path, reason: str, error: str | None) -> None:
+    def _pause(self, path: SwitchPath, reason: str, error: str | None) -> None:
         path.failures += 1
         pause = min(self.pause_max_seconds, self.pause_seconds * 2 ** (path.failures - 1))
         path.paused_until = self.clock() + pause
