@@ -102,15 +102,13 @@ class ExchangeTaker:
                     break
                 self._seen.popitem(last=False)
             seen = self._seen.get(key)
+            mine: _Seen | None = None
             if seen is None:
-                mine: _Seen | None = _Seen(now)
-                self._seen[key] = mine  # type: ignore[assignment]
+                mine = self._seen[key] = _Seen(now)
             else:
-                mine = None
                 seen.at = now
                 self._seen.move_to_end(key)
-        if mine is None:
-            assert seen is not None
+        if seen is not None:
             seen.done.wait(self.wait_seconds)
             earlier = seen.taken
             if earlier is not None:
@@ -124,6 +122,7 @@ class ExchangeTaker:
                 )
                 return Taken(earlier.result, earlier.answer, earlier.detail, retransmit=True)
             return self._take_now(request, request_payload, response, response_payload, mode, peer)
+        assert mine is not None
         try:
             taken = self._take_now(request, request_payload, response, response_payload, mode, peer)
         except BaseException:
