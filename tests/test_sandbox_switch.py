@@ -161,3 +161,21 @@ def test_pa_bridge_sandbox_runs_the_switch_beside_it() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
+
+
+def test_the_outcomes_interface_can_be_as_far_away_as_a_real_one() -> None:
+    import time
+
+    from pa_bridge.client import PaServiceClient, outcome_variables
+
+    with SandboxServer(SandboxConfig(outcomes_delay_seconds=0.3)) as sb:
+        client = PaServiceClient(**sb.client_kwargs())
+        try:
+            variables = outcome_variables(
+                b.request(), b.response([b.REJECT_75]), api_key=sb.config.api_key
+            )
+            started = time.monotonic()
+            result = client.outcomes(variables, budget_ms=1500, fallback_message="payer's")
+            assert result.source == "outcomes" and time.monotonic() - started >= 0.3
+        finally:
+            client.close()

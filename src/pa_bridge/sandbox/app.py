@@ -310,6 +310,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             return _errors(500, (500010, "Outcomes drill: server error", "bin 999997"))
         if bin_ == OUTCOMES_STALL_BIN and state.stop_event.wait(config.stall_seconds):
             return _errors(503, (503001, "The sandbox is stopping", "stopped during stall"))
+        if config.outcomes_delay_seconds and state.stop_event.wait(config.outcomes_delay_seconds):
+            return _errors(503, (503001, "The sandbox is stopping", "stopped during a delay"))
         codes = [c.strip() for c in form.get("rejection_code", "").split(",") if c.strip()]
         replacement = next((REPLACEMENTS[c] for c in codes if c in REPLACEMENTS), None)
         if replacement is not None:

@@ -32,6 +32,13 @@ from .config import SandboxConfig
 @click.option("--step-seconds", type=float, default=1.0, show_default=True)
 @click.option("--db", "db_path", default=None, help="SQLite file (default: in memory).")
 @click.option(
+    "--outcomes-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds every outcomes answer waits (a real service is tens to hundreds of ms away).",
+)
+@click.option(
     "--switch-port",
     type=int,
     default=None,
@@ -61,6 +68,7 @@ def sandbox(
     callback_ca: str | None,
     step_seconds: float,
     db_path: str | None,
+    outcomes_delay: float,
     switch_port: int | None,
     switch_framing: str,
     switch_delay: float,
@@ -79,6 +87,7 @@ def sandbox(
         callback_password=callback_password,
         callback_verify=callback_ca or True,
         db_path=db_path,
+        outcomes_delay_seconds=outcomes_delay,
     )
     stop = threading.Event()
 

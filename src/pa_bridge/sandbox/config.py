@@ -40,7 +40,8 @@ class SandboxConfig:
     is True, False or a CA bundle path for HTTPS targets. ``db_path``: None keeps PAs in
     memory, else a SQLite file. Callbacks that do not get a 200 are retried after
     ``retry_base_seconds * 2**(attempt-1)``, at most ``retry_max_seconds``. The fault
-    drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table.
+    drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table;
+    ``outcomes_delay_seconds`` delays every outcomes answer.
     ``pharmacies``: more stores' credentials accepted besides the published ones."""
 
     username: str = SANDBOX_USERNAME
@@ -57,6 +58,8 @@ class SandboxConfig:
     retry_max_seconds: float = 60.0
     stall_seconds: float = 5.0
     trickle_seconds: float = 3.0
+    #: every outcomes answer waits this long (a real service is tens to hundreds of ms away)
+    outcomes_delay_seconds: float = 0.0
     pharmacies: tuple[SandboxPharmacy, ...] = ()
 
     def __repr__(self) -> str:
