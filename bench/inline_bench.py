@@ -285,7 +285,7 @@ switch_tls = false
 
         base = lat(relay, passthrough)
         ours = lat(bridge, passthrough)
-        base75 = lat(relay, {"REJ75"})
+        base75 = [ms for _, _, ms in relay]  # the relay treats every claim alike
         ours75 = [
             ms - spent[rx.lstrip("0")]
             for pcn, rx, ms in bridge
@@ -293,7 +293,7 @@ switch_tls = false
         ]
         print(f"  bare relay, paid + MR ({len(base)}):          {summary(base)} ms")
         print(f"  pa-bridge,  paid + MR ({len(ours)}):          {summary(ours)} ms")
-        print(f"  bare relay, 75 ({len(base75)}):                {summary(base75)} ms")
+        print(f"  bare relay, every claim ({len(base75)}):       {summary(base75)} ms")
         print(f"  pa-bridge,  75 less its outcomes call ({len(ours75)}): {summary(ours75)} ms")
         added = pct(ours, 99) - pct(base, 99)
         added75 = pct(ours75, 99) - pct(base75, 99)
