@@ -33,9 +33,14 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from ncpdp import ModelError
+from ncpdp.framing import Framing
+
 __all__ = [
     "RELOADABLE",
+    "Addresses",
     "ConfigError",
+    "as_list",
     "Settings",
     "changed_keys",
     "load_settings",
@@ -283,6 +288,99 @@ class QueueSettings(_Section):
     batch_size: int = Field(default=20, ge=1)
 
 
+#: the framing profiles every configuration has (a ``[framing.<name>]`` table of the
+#: same name changes one)
+BUILTIN_FRAMINGS = ("stx_etx", "etx", "length_prefix")
+
+
+class FramingSettings(_Section):
+    """``[framing.<name>]``: a trading partner's framing profile (``ncpdp.framing``).
+    ``kind`` defaults to the name for the built-in names."""
+
+    kind: Literal["stx_etx", "etx", "length_prefix"] | None = None
+    #: length_prefix: where the ASCII length sits in the transport header, its digits
+    length_offset: int = Field(default=0, ge=0, le=64)
+    length_width: int = Field(default=4, ge=1, le=9)
+    #: length_prefix: the transport header's bytes (default offset + width)
+    length_header: int | None = Field(default=None, ge=1, le=128)
+    #: length_prefix: whether the length counts the transport header too
+    length_counts_itself: bool = False
+    max_frame_bytes: int = Field(default=65_536, ge=64, le=16_777_216)
+
+
+def _addresses(v: Any) -> Any:
+    """One address or several: a string may list them separated by commas (so that an
+    environment variable need not be JSON)."""
+    if isinstance(v, str):
+        return [a.strip() for a in v.split(",") if a.strip()]
+    return v
+
+
+#: a list of addresses; a plain string in the file or the environment is one or more,
+#: comma-separated (the validator makes it a list)
+Addresses = str | list[str]
+
+
+def as_list(value: Addresses) -> list[str]:
+    """The addresses of an :data:`Addresses` field (always a list once validated)."""
+    return [value] if isinstance(value, str) else list(value)
+
+
+class TapSettings(_Section):
+    """``[tap]``: copies of the claim traffic arrive here (off while ``listen`` is
+    unset)."""
+
+    listen: str | None = None
+    framing: str = "stx_etx"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: addresses or networks that may connect (empty: loopback only)
+    allow: Addresses = Field(default_factory=list)
+    #: a copied request whose response has not come within this is dropped
+    pair_timeout_seconds: float = Field(default=60.0, gt=0)
+
+    _v_allow = field_validator("allow", mode="before")(_addresses)
+
+
+class InlineSettings(_Section):
+    """``[inline]``: pa-bridge listens where the switch was (off while ``listen`` is
+    unset)."""
+
+    listen: str | None = None
+    #: the real switch: ``host:port``, or several (a primary and its alternates)
+    switch: Addresses = Field(default_factory=list)
+    framing: str = "stx_etx"
+    #: TLS on the listener, for dispensing systems that speak TLS to their switch
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow: Addresses = Field(default_factory=list)
+    #: TLS to the switch (false: plain TCP, e.g. inside a VPN)
+    switch_tls: bool = True
+    switch_ca_file: Path | None = None
+    switch_cert_file: Path | None = None
+    switch_key_file: Path | None = None
+    switch_server_name: str | None = None
+    #: connections kept open to each switch address at most
+    connections: int = Field(default=4, ge=1, le=64)
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    #: a request the switch has not answered by then fails like a switch outage
+    switch_timeout_seconds: float = Field(default=30.0, gt=0)
+    #: a switch address that failed rests this long at first, doubling to the maximum
+    pause_seconds: float = Field(default=2.0, gt=0)
+    pause_max_seconds: float = Field(default=60.0, gt=0)
+    #: an idle connection to the switch is closed after this long (keep it below the
+    #: switch's own idle time-out)
+    idle_seconds: float = Field(default=120.0, gt=0)
+    #: the same request bytes again within this long are a retransmission
+    retransmit_seconds: float = Field(default=120.0, ge=0)
+    #: on stop, requests in flight get this long to be answered; then their
+    #: connections are closed (a dispensing system sees a switch outage)
+    stop_grace_seconds: float = Field(default=10.0, ge=0, le=60)
+
+    _v_allow = field_validator("allow", mode="before")(_addresses)
+    _v_switch = field_validator("switch", mode="before")(_addresses)
+
+
 class SandboxSettings(_Section):
     enabled: bool | None = None
     step_seconds: float = Field(default=1.0, ge=0)
@@ -290,8 +388,10 @@ class SandboxSettings(_Section):
     listen: str = "127.0.0.1:8480"
     #: keep the sandbox's PAs in sandbox.sqlite3 beside the database (else in memory)
     persist: bool = True
+    #: the sandbox's switch, started when [inline] names no switch
+    switch_listen: str = "127.0.0.1:8481"
 
-    _v_listen = field_validator("listen")(_listen_ok)
+    _v_listen = field_validator("listen", "switch_listen")(_listen_ok)
 
 
 class EncryptionSettings(_Section):
@@ -393,6 +493,10 @@ class Settings(BaseSettings):
     oidc: OidcSettings = Field(default_factory=OidcSettings)
     #: a chain's stores; empty for a single store (its credentials are in [service])
     pharmacies: list[PharmacySettings] = Field(default_factory=list)
+    #: the NCPDP tap and inline modes (issue 30) and their framing profiles
+    tap: TapSettings = Field(default_factory=TapSettings)
+    inline: InlineSettings = Field(default_factory=InlineSettings)
+    framing: dict[str, FramingSettings] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -448,6 +552,32 @@ class Settings(BaseSettings):
         if not self.service.api_url:
             return "no service.api_url (the requests resource's address)"
         return None
+
+    def framing_profile(self, name: str) -> Framing:
+        """The framing profile ``name``: a ``[framing.<name>]`` table, or a built-in
+        one; ``ValueError`` naming the problem otherwise."""
+        table = self.framing.get(name)
+        if table is None:
+            if name not in BUILTIN_FRAMINGS:
+                raise ValueError(
+                    f"unknown framing profile {name!r} (built in: {', '.join(BUILTIN_FRAMINGS)};"
+                    " or a [framing.<name>] table)"
+                )
+            return Framing(kind=name)
+        kind = table.kind or (name if name in BUILTIN_FRAMINGS else None)
+        if kind is None:
+            raise ValueError(f"framing.{name}.kind: required (stx_etx, etx or length_prefix)")
+        try:
+            return Framing(
+                kind=kind,
+                length_offset=table.length_offset,
+                length_width=table.length_width,
+                length_header=table.length_header,
+                length_counts_itself=table.length_counts_itself,
+                max_frame_bytes=table.max_frame_bytes,
+            )
+        except ModelError as e:
+            raise ValueError(f"framing.{name}: {e}") from None
 
     def intake_tokens(self) -> list[str]:
         """The tokens for every pharmacy (``[intake] tokens``)."""
@@ -746,10 +876,68 @@ def _check_storage(st: StorageSettings, problems: list[str], unreadable: Collect
         )
 
 
+def _check_wire(s: Settings, problems: list[str]) -> None:
+    """[tap] and [inline] when they listen, and every [framing.<name>] table."""
+    for name in s.framing:
+        try:
+            s.framing_profile(name)
+        except ValueError as e:
+            problems.append(str(e))
+    for section, st in (("tap", s.tap), ("inline", s.inline)):
+        if st.listen is None:
+            continue
+        try:
+            host, _ = parse_listen(st.listen)
+        except ValueError as e:
+            problems.append(f"{section}.listen: {e}")
+            continue
+        try:
+            s.framing_profile(st.framing)
+        except ValueError as e:
+            problems.append(f"{section}.framing: {e}")
+        if (st.tls_cert is None) != (st.tls_key is None):
+            problems.append(f"{section}.tls_cert / {section}.tls_key: give both or neither")
+        for key in ("tls_cert", "tls_key"):
+            p = getattr(st, key)
+            if p is not None and not Path(p).is_file():
+                problems.append(f"{section}.{key}: no such file {p}")
+        for entry in as_list(st.allow):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                problems.append(f"{section}.allow: {entry!r} is not an address or network")
+        if not st.allow and not is_loopback(host):
+            problems.append(
+                f"{section}.allow: required when {section}.listen is not a loopback address"
+                f" ({st.listen}): the addresses of the dispensing systems (claims carry PHI)"
+            )
+    inline = s.inline
+    if inline.listen is None:
+        return
+    if not inline.switch and not s.sandbox_enabled:
+        problems.append(
+            "inline.switch: required (the switch's host:port, as the dispensing system had it)"
+        )
+    for entry in as_list(inline.switch):
+        try:
+            parse_listen(entry)
+        except ValueError as e:
+            problems.append(f"inline.switch: {e}")
+    if (inline.switch_cert_file is None) != (inline.switch_key_file is None):
+        problems.append("inline.switch_cert_file / inline.switch_key_file: give both or neither")
+    for key in ("switch_ca_file", "switch_cert_file", "switch_key_file"):
+        p = getattr(inline, key)
+        if p is not None and not Path(p).is_file():
+            problems.append(f"inline.{key}: no such file {p}")
+    if s.tap.listen is not None and s.tap.listen == inline.listen:
+        problems.append("tap.listen / inline.listen: the same address for both")
+
+
 def _check(s: Settings, problems: list[str], unreadable: Collection[str] = ()) -> None:
     """The rules across keys. A secret whose file could not be read is named once
     (``unreadable``): the rules its absence breaks are not reported on top of it."""
     _check_storage(s.storage, problems, unreadable)
+    _check_wire(s, problems)
     _check_pharmacies(s, problems, unreadable)
     if not s.sandbox_enabled:
         # a chain's credentials are each store's own ([[pharmacies]])

@@ -149,6 +149,28 @@ class Metrics:
         self.pa_submits = Counter(
             "pa_bridge_pa_submits", "Submit-PA clicks, by result", ["result"], registry=r
         )
+        # the NCPDP tap and inline modes (issue 30, decision 0039)
+        self.inline_answers = Counter(
+            "pa_bridge_inline_answers",
+            "Answers relayed to the dispensing system in inline mode, by what was sent"
+            " (passed: the payer's bytes; replaced: the outcomes message; fallback: the"
+            " payer's bytes after an error or time-out of ours; dropped: an answer of the"
+            " switch no waiting request was given)",
+            ["result"],
+            registry=r,
+        )
+        self.inline_switch_failures = Counter(
+            "pa_bridge_inline_switch_failures",
+            "Requests the switch did not answer, and connections to it that failed, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.tap_exchanges = Counter(
+            "pa_bridge_tap_exchanges",
+            "Claim exchanges seen on the wire (tap and inline), by what was done with them",
+            ["mode", "result"],
+            registry=r,
+        )
 
     def watch_store(self, store: Store, clock: Callable[[], float]) -> None:
         self.registry.register(_StoreCollector(store, clock))

@@ -188,6 +188,9 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.reconciler: Reconciler | None = None
         self.expiry: ExpiryWatch | None = None
+        #: [tap] and [inline] (issue 30), and the sandbox's switch behind [inline]
+        self.wire: Any = None
+        self.switch: Any = None
         self._stopped = threading.Event()
         self._stopping = False
         self.service_health = ServiceHealth(clock)
@@ -282,6 +285,7 @@ class Daemon:
         except OSError as e:
             reason = e.strerror or str(e)
             raise OSError(e.errno, f"intake.listen {s.intake.listen}: {reason}") from e
+        self._start_wire()
         self._notify("READY=1\nSTATUS=serving")
         self._start_watchdog()
         log_event(
@@ -333,6 +337,27 @@ class Daemon:
                 " `pa-bridge sandbox`, may hold it: set sandbox.listen to a free port)",
             ) from e
         log_event("daemon.sandbox_started", url=self.sandbox.url)
+
+    def _start_wire(self) -> None:
+        """``[tap]`` and ``[inline]`` when they listen; behind ``[inline]`` without a
+        ``switch``, the sandbox's switch (the sandbox is on: the config says so)."""
+        s = self.settings
+        if s.tap.listen is None and s.inline.listen is None:
+            return
+        from .tap import WireListeners
+
+        switch = None
+        if s.inline.listen is not None and not s.inline.switch:
+            from .sandbox.switch import SandboxSwitch
+
+            host, port = parse_listen(s.sandbox.switch_listen)
+            self.switch = SandboxSwitch(s.framing_profile(s.inline.framing), host, port).start()
+            if self.sandbox is not None:
+                self.sandbox.state.switch = self.switch
+            switch = [(host, self.switch.port)]
+            log_event("daemon.sandbox_switch_started", listen=self.switch.address)
+        assert self.bridge is not None
+        self.wire = WireListeners(s, self.bridge, switch=switch).start()
 
     def _make_client(self) -> PaServiceClient:
         return make_client(self.settings, self.sandbox.url if self.sandbox is not None else None)
@@ -435,6 +460,8 @@ class Daemon:
             "daemon_id": f"{socket.gethostname()}:{os.getpid()}",
             "database_engine": self.store.dialect if self.store is not None else None,
         }
+        if self.wire is not None:  # [tap] / [inline]: their event loop runs
+            out["wire"] = self.wire.alive
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()
         if self._cert_not_after is not None:
@@ -643,6 +670,10 @@ class Daemon:
         self._stopping = True
         self._notify("STOPPING=1")
         log_event("daemon.stopping")
+        if self.wire is not None:  # first: its requests in flight use what follows
+            self.wire.stop()
+        if self.switch is not None:
+            self.switch.stop()
         for srv in (self.intake_server, self.callback_server):
             if srv is not None:
                 srv.stop()

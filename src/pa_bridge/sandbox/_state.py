@@ -75,6 +75,8 @@ class SandboxState:
         self.dashboard_tokens: set[str] = set()
         #: the sandbox's own address (set when it starts, or by its first request)
         self.portal = ""
+        #: the sandbox's switch (switch.SandboxSwitch) when one runs beside it
+        self.switch: Any = None
         self._db_lock = threading.RLock()
         self._db = sqlite3.connect(config.db_path or ":memory:", check_same_thread=False)
         with self._db_lock, self._db:

@@ -329,6 +329,8 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             return _errors(500, (500010, "Outcomes drill: server error", "bin 999997"))
         if bin_ == OUTCOMES_STALL_BIN and state.stop_event.wait(config.stall_seconds):
             return _errors(503, (503001, "The sandbox is stopping", "stopped during stall"))
+        if config.outcomes_delay_seconds and state.stop_event.wait(config.outcomes_delay_seconds):
+            return _errors(503, (503001, "The sandbox is stopping", "stopped during a delay"))
         codes = [c.strip() for c in form.get("rejection_code", "").split(",") if c.strip()]
         replacement = next((REPLACEMENTS[c] for c in codes if c in REPLACEMENTS), None)
         if replacement is not None:
@@ -572,6 +574,33 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             json.dumps({"callback_url": url, "basic_auth": state.callback.username is not None}),
             mimetype="application/json",
         )
+
+    @app.post("/sandbox/switch")
+    def switch_faults() -> Response:
+        """Arm the sandbox switch's faults: ``stall`` (with ``stall_seconds``, absent:
+        never answered), ``cut``, ``swap`` (counts of requests), ``clear``."""
+        switch = state.switch
+        if switch is None:
+            return _errors(404, (404020, "No sandbox switch runs here", "switch"))
+        data: dict[str, Any] = (
+            request.get_json(silent=True) if request.is_json else request.form.to_dict()
+        ) or {}
+        try:
+            counts = {k: int(data.get(k) or 0) for k in ("stall", "cut", "swap")}
+            seconds = data.get("stall_seconds")
+            stall_seconds = float(seconds) if seconds not in (None, "") else None
+        except (TypeError, ValueError):
+            return _errors(400, (400020, "stall, cut and swap are counts", "switch"))
+        if data.get("clear"):
+            switch.clear()
+        if counts["stall"]:
+            switch.stall(counts["stall"], stall_seconds)
+        if counts["cut"]:
+            switch.cut(counts["cut"])
+        if counts["swap"]:
+            switch.swap(counts["swap"])
+        log.info("sandbox switch faults armed: %s", counts)
+        return Response(json.dumps({"armed": counts}), mimetype="application/json")
 
     return app
 

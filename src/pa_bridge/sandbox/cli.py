@@ -42,6 +42,34 @@ DEFAULT_PORT = 8490
 )
 @click.option("--step-seconds", type=float, default=1.0, show_default=True)
 @click.option("--db", "db_path", default=None, help="SQLite file (default: in memory).")
+@click.option(
+    "--outcomes-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds every outcomes answer waits (a real service is tens to hundreds of ms away).",
+)
+@click.option(
+    "--switch-port",
+    type=int,
+    default=None,
+    help="Also run the sandbox's switch (claims over TCP, for inline mode) on this port"
+    " (0 picks a free one).",
+)
+@click.option(
+    "--switch-framing",
+    type=click.Choice(["stx_etx", "etx", "length_prefix"]),
+    default="stx_etx",
+    show_default=True,
+    help="The switch's framing profile (length_prefix: 4 ASCII digits, not counting themselves).",
+)
+@click.option(
+    "--switch-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds the switch waits before each answer (a real one takes about 2).",
+)
 def sandbox(
     host: str,
     port: int,
@@ -51,9 +79,16 @@ def sandbox(
     callback_ca: str | None,
     step_seconds: float,
     db_path: str | None,
+    outcomes_delay: float,
+    switch_port: int | None,
+    switch_framing: str,
+    switch_delay: float,
 ) -> None:
-    """Run the simulated PA service alone."""
+    """Run the simulated PA service alone (and its switch, with --switch-port)."""
+    from ncpdp.framing import Framing
+
     from . import SandboxServer
+    from .switch import SandboxSwitch
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = SandboxConfig(
@@ -63,6 +98,7 @@ def sandbox(
         callback_password=callback_password,
         callback_verify=callback_ca or True,
         db_path=db_path,
+        outcomes_delay_seconds=outcomes_delay,
     )
     stop = threading.Event()
 
@@ -82,6 +118,12 @@ def sandbox(
         )
         sys.exit(1)
     previous = signal.signal(signal.SIGTERM, on_signal)
+    switch = None
+    if switch_port is not None:
+        switch = SandboxSwitch(
+            Framing(kind=switch_framing), host, switch_port, delay_seconds=switch_delay
+        ).start()
+        server.state.switch = switch
     try:
         click.echo(f"pa-bridge sandbox listening on {server.url}")
         click.echo(f"  claim interface:    {server.claim_url}  (json, empty)")
@@ -92,6 +134,11 @@ def sandbox(
         click.echo(f"  password: {config.password}")
         click.echo(f"  api_key:  {config.api_key}")
         click.echo(f"  api_id:   {config.api_id}")
+        if switch is not None:
+            click.echo(
+                f"  switch:   {switch.address} ({switch_framing}; faults: POST"
+                f" {server.url}/sandbox/switch)"
+            )
         click.echo("Ctrl-C or SIGTERM stops it.", nl=True)
         try:
             while not stop.wait(0.5):
@@ -99,6 +146,8 @@ def sandbox(
         except KeyboardInterrupt:
             pass
     finally:
+        if switch is not None:
+            switch.stop()
         server.stop()
         signal.signal(signal.SIGTERM, previous)
         click.echo("pa-bridge sandbox stopped")

@@ -44,6 +44,7 @@ class SandboxConfig:
     memory, else a SQLite file. Callbacks that do not get a 200 are retried after
     ``retry_base_seconds * 2**(attempt-1)``, at most ``retry_max_seconds``. The fault
     drills' timings (``stall_seconds``, ``trickle_seconds``) follow the test payer table.
+    ``outcomes_delay_seconds`` delays every outcomes answer.
     ``pharmacies``: more stores' credentials accepted besides the published ones.
     ``api_id``: the one the requests resource takes; ``search_wrapped``: each element
     of ``POST /requests/search``'s answer as ``{"request": {...}}`` instead of bare
@@ -63,6 +64,8 @@ class SandboxConfig:
     retry_max_seconds: float = 60.0
     stall_seconds: float = 5.0
     trickle_seconds: float = 3.0
+    #: every outcomes answer waits this long (a real service is tens to hundreds of ms away)
+    outcomes_delay_seconds: float = 0.0
     pharmacies: tuple[SandboxPharmacy, ...] = ()
     api_id: str = SANDBOX_API_ID
     search_wrapped: bool = False
