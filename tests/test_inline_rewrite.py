@@ -31,7 +31,8 @@ def test_d0_message_becomes_40_character_lines_with_count_qualifiers_and_continu
     assert st21.get_all("UH") == ("01", "02", "03")
     lines = st21.get_all("FQ")
     assert all(len(line) <= 40 for line in lines)
-    assert " ".join(lines) == MESSAGE
+    # continued lines join as they are (131-UG "+": nothing between them, issue 25)
+    assert "".join(lines) == MESSAGE
     assert st21.get_all("UG") == ("+", "+")
     # the new fields sit where the payer's were: after the reject codes, before 7F/8F
     ids = [f.id for f in st21]
@@ -103,12 +104,13 @@ def test_refused_when_there_is_nothing_to_write_into() -> None:
 def test_a_long_word_is_cut_and_long_messages_stop_at_nine_lines() -> None:
     url = "https://pa.example.invalid/" + "x" * 60
     assert message_lines(f"Open {url} now", 40, 9) == [
-        "Open",
+        "Open ",
         url[:40],
         url[40:80],
         url[80:] + " now",
     ]
     assert len(message_lines("word " * 200, 40, 9)) == 9
+    assert "".join(message_lines(f"Open {url} now", 40, 9)) == f"Open {url} now"
     new = replace_messages(b.response([b.REJECT_75]), {0: f"Open {url} now"})
     assert ncpdp.parse(ncpdp.serialize(new)).groups[0].segment("21") is not None
 

@@ -46,23 +46,28 @@ def _clean(text: str) -> str:
 
 def message_lines(text: str, width: int, most: int) -> list[str]:
     """``text`` in lines of at most ``width`` characters, cut at spaces (a longer word
-    is cut), at most ``most`` lines."""
+    is cut), at most ``most`` lines. Continued lines are joined as they are (131-UG
+    ``+``: nothing added between them, issue 25), so the space at a cut stays: at the
+    end of its line, or at the start of the next when the line is full. Joined, the
+    lines are ``text`` again."""
     lines: list[str] = []
     line = ""
-    for word in text.split(" "):
-        while len(word) > width:
-            if line:
+    for n, word in enumerate(text.split(" ")):
+        if n:  # the space before this word goes with the line, or begins the next
+            if len(line) < width:
+                line += " "
+            else:
+                lines.append(line)
+                line = " "
+        while len(line) + len(word) > width:
+            if line.strip():  # cut at the space: the word starts the next line
                 lines.append(line)
                 line = ""
-            lines.append(word[:width])
-            word = word[width:]
-        if not line:
-            line = word
-        elif len(line) + 1 + len(word) <= width:
-            line += " " + word
-        else:
-            lines.append(line)
-            line = word
+                continue
+            room = width - len(line)
+            lines.append(line + word[:room])
+            line, word = "", word[room:]
+        line += word
     if line:
         lines.append(line)
     return lines[:most]
