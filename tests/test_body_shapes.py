@@ -24,7 +24,7 @@ _PA = [
     "urls", "url",
     "links", "link_pending",
     "open_url", "workflow_status", "plan_outcome", "status", "deleted", "fax_failed",
-    "events", "matched", "created_at", "updated_at", "cursor",
+    "events", "matched", "created_at", "updated_at", "cursor", "provisional_id",
 ]  # fmt: skip
 
 
