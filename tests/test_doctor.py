@@ -177,8 +177,7 @@ def test_database_checks_read_but_never_migrate(tmp_path: Path, doctor: Doctor) 
     assert r.exit_code == 0, r.stdout
     assert (
         "warn  database schema: 6 migration(s) pending: m002_callbacks, m003_pa_links,"
-        " m004_console, m005_integrator_api, m006_pharmacies, m007_pa_news_and_aliases"
-        in r.stdout
+        " m004_console, m005_integrator_api, m006_pharmacies, m007_pa_news_and_aliases" in r.stdout
     )
     assert f"chmod 600 {db_path}" in r.stdout
     assert db_path.read_bytes() == before  # not migrated

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -434,7 +433,6 @@ class PaLife(RuleBasedStateMachine):
 SANDBOX: list[Any] = []
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_pas_life(sandbox: Any) -> None:
     SANDBOX[:] = [sandbox]
     run = settings(
@@ -443,6 +441,6 @@ def test_a_pas_life(sandbox: Any) -> None:
         deadline=None,
         derandomize=True,
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        suppress_health_check=[HealthCheck.too_slow],
     )
     run_state_machine_as_test(PaLife, settings=run)

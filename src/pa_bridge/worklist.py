@@ -268,6 +268,7 @@ def claims_today(
     t_now = bridge.clock() if now is None else now
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
+    cutoff = now_iso(t_now - hours * 3600)
     bridge.store.flush()  # the answers' records may be deferred (decision 0025)
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
@@ -275,11 +276,11 @@ def claims_today(
         return []
     pas: dict[tuple[str | None, int], dict[str, Any]] = {}
     for p in pa_rows.for_claims(reader, [r["id"] for r in rows]):
-        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours)
+        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours, cutoff)
     keys = {r["id"]: claim_keys(r["id"], r["request_raw"]) for r in rows}
     wanted = sorted({k for ks in keys.values() for k in ks})
     by_key = {
-        k: _pa_summary(p, t_now, hours)
+        k: _pa_summary(p, t_now, hours, cutoff)
         for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
     }
     default_label = bridge.settings.intake.default_button_label
@@ -348,7 +349,8 @@ def pas_today(
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
     rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS, pharmacies)
-    return [_with_line(bridge, r, _pa_summary(r, t_now, hours)) for r in rows]
+    cutoff = now_iso(t_now - hours * 3600)
+    return [_with_line(bridge, r, _pa_summary(r, t_now, hours, cutoff)) for r in rows]
 
 
 #: At most this many worklist items in one answer (the counts still count them all).
