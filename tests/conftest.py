@@ -18,6 +18,14 @@ from .support import Cli
 ENGINES = ["sqlite", "postgresql"]
 
 
+@pytest.fixture(autouse=True)
+def _state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What systemd's StateDirectory= gives the daemon: where a PostgreSQL daemon
+    keeps its audit anchors by default. Each test has its own, so no test writes
+    into the checkout (a daemon, or a process started by a test, inherits it)."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+
+
 @pytest.fixture(scope="session")
 def pg() -> Iterator[pg_server.PgServer]:
     """A PostgreSQL server for the whole session (skips when it is not installed)."""

@@ -113,23 +113,54 @@ class PgServer:
     def stop(self) -> None:
         self._run(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"], check=False)
 
+    def start(self) -> None:
+        """Start the server on its data directory (again, after :meth:`stop`)."""
+        self._run(
+            ["pg_ctl", "-D", str(self.data), "-o", self.options, "-l",
+             str(self.data.parent / "log"), "-w", "-t", "60", "start"]
+        )  # fmt: skip
+        wait_until(lambda: self.admin().close() or True, timeout=30, what="PostgreSQL logins")
+
+    def promote(self) -> None:
+        """A standby becomes a primary (``pg_ctl promote``, waiting until it is)."""
+        self._run(["pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote"])
+
     def _run(self, args: list[str], *, check: bool = True) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
-        subprocess.run(cmd, check=check, user=self.user, capture_output=True, timeout=60)
+        env = {**os.environ, "PGPASSWORD": PASSWORD}  # pg_basebackup's login
+        subprocess.run(cmd, check=check, user=self.user, capture_output=True, timeout=60, env=env)
+
+    options: str = ""
 
 
-@contextlib.contextmanager
-def running_server(*, durable: bool = False) -> Iterator[PgServer]:
-    """``durable``: fsync and synchronous commits on (the benchmark)."""
-    bindir = bin_dir()
-    assert bindir is not None
+def _private_root(user: str | None) -> Path:
     root = Path(tempfile.mkdtemp(prefix="pa-bridge-pg-"))
-    user = None
-    if os.geteuid() == 0:
-        user = "nobody"
+    if user is not None:
         pw = pwd.getpwnam(user)
         os.chown(root, pw.pw_uid, pw.pw_gid)
     os.chmod(root, 0o700)
+    return root
+
+
+def _options(port: int, root: Path, *, durable: bool, extra: str = "") -> str:
+    opts = (
+        f"-c listen_addresses=127.0.0.1 -c port={port}"
+        f" -c unix_socket_directories='{root}' -c unix_socket_permissions=0700"
+        " -c max_connections=300 -c shared_buffers=32MB -c deadlock_timeout=200ms"
+    )
+    if not durable:
+        opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    return f"{opts} {extra}".strip()
+
+
+@contextlib.contextmanager
+def running_server(*, durable: bool = False, options: str = "") -> Iterator[PgServer]:
+    """``durable``: fsync and synchronous commits on (the benchmark); ``options``:
+    more ``-c name=value`` settings (after the others, so they win)."""
+    bindir = bin_dir()
+    assert bindir is not None
+    user = "nobody" if os.geteuid() == 0 else None
+    root = _private_root(user)
     data = root / "data"
     pwfile = root / "pw"
     pwfile.write_text(PASSWORD + "\n")
@@ -137,25 +168,38 @@ def running_server(*, durable: bool = False) -> Iterator[PgServer]:
         pw = pwd.getpwnam(user)
         os.chown(pwfile, pw.pw_uid, pw.pw_gid)
     server = PgServer(_free_port(), data, bindir, user)
+    server.options = _options(server.port, root, durable=durable, extra=options)
     try:
         server._run(
             ["initdb", "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}",
              "--auth=scram-sha-256", "--locale=C.UTF-8", "--encoding=UTF8", "--no-sync"]
         )  # fmt: skip
-        opts = (
-            f"-c listen_addresses=127.0.0.1 -c port={server.port}"
-            f" -c unix_socket_directories='{root}' -c unix_socket_permissions=0700"
-            " -c max_connections=300 -c shared_buffers=32MB -c deadlock_timeout=200ms"
-        )
-        if not durable:
-            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_standby(primary: PgServer, *, options: str = "") -> Iterator[PgServer]:
+    """A streaming standby of ``primary`` (``pg_basebackup -R``: a base copy, then the
+    primary's WAL as it is written), on its own port, named ``standby`` for the
+    primary's ``synchronous_standby_names``; stopped at the end."""
+    user = primary.user
+    root = _private_root(user)
+    data = root / "data"
+    server = PgServer(_free_port(), data, primary.bindir, user)
+    server.options = _options(
+        server.port, root, durable=False, extra=f"-c cluster_name=standby {options}"
+    )
+    try:
+        conninfo = f"host=127.0.0.1 port={primary.port} user={SUPERUSER} application_name=standby"
         server._run(
-            ["pg_ctl", "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "-t", "60",
-             "start"]
+            ["pg_basebackup", "-D", str(data), "-d", conninfo, "-R", "-X", "stream",
+             "--checkpoint=fast", "--no-sync"]
         )  # fmt: skip
-        wait_until(
-            lambda: server.admin().close() or True, timeout=30, what="PostgreSQL to take logins"
-        )
+        server.start()
         yield server
     finally:
         server.stop()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from pa_bridge.audit_trail import anchor_path, purge, write_anchor
 from pa_bridge.config import load_settings
@@ -204,3 +205,20 @@ def test_requests_and_commands_are_recorded_without_phi(
     for phi in (b.PATIENT_FIRST, b.PATIENT_LAST, b.PATIENT_DOB, b.CARDHOLDER_ID):
         assert phi not in text
     assert audit.verify(d.store.reader()).problem is None
+
+
+def test_a_postgresql_daemons_anchors_go_to_its_state_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No database directory on PostgreSQL: the unit's StateDirectory= (systemd's
+    $STATE_DIRECTORY, the first of several), else the working directory; never the
+    database's path, and anchor_file wins."""
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text('[storage]\nurl = "postgresql://pa@127.0.0.1:1/pa"\n')
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/pa-bridge:/var/lib/other")
+    assert anchor_path(load_settings(str(cfg))) == Path("/var/lib/pa-bridge/audit-anchors.jsonl")
+    monkeypatch.delenv("STATE_DIRECTORY")
+    assert anchor_path(load_settings(str(cfg))) == Path("audit-anchors.jsonl")
+    cfg.write_text(cfg.read_text() + f'[audit]\nanchor_file = "{tmp_path / "a.jsonl"}"\n')
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/pa-bridge")
+    assert anchor_path(load_settings(str(cfg))) == tmp_path / "a.jsonl"

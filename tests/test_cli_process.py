@@ -49,7 +49,10 @@ def test_module_entry_point_exit_statuses_and_no_files(tmp_path: Path) -> None:
 
     version = module("--version")
     assert version.returncode == 0 and version.stdout.startswith("pa-bridge, version ")
-    ok = module("doctor")  # the embedded default: all ok
+    # the embedded default: all ok (its ports picked at start, so that a pa-bridge on
+    # this machine holding 8470, 8471 and 8480 does not fail it)
+    ports = {f"PA_BRIDGE_{k}__LISTEN": "127.0.0.1:0" for k in ("INTAKE", "CALLBACKS", "SANDBOX")}
+    ok = pa_bridge_process("doctor", cwd=tmp_path, env=_env() | ports)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines()[-1].endswith("0 FAIL, 0 warn")
     missing = module("queue", "list")  # no database yet: an error, not an empty queue
@@ -61,3 +64,23 @@ def test_module_entry_point_exit_statuses_and_no_files(tmp_path: Path) -> None:
     assert "storage.retention_days" in config_error.stderr
     assert "Traceback" not in ok.stderr + missing.stderr + config_error.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # nothing created
+
+
+def test_reconcile_without_a_database_says_where_it_looked_and_creates_none(
+    tmp_path: Path,
+) -> None:
+    """Run where no daemon ever ran (store IT's home directory, a wrong storage.path):
+    it was a traceback (no ./var), or a new empty database and "0 of 0 PAs read",
+    exit 0 (./var there)."""
+
+    def module(*args: str) -> subprocess.CompletedProcess[str]:
+        return pa_bridge_process(*args, cwd=tmp_path, env=_env())
+
+    for _ in range(2):
+        r = module("reconcile")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        where = tmp_path / "var" / "pa-bridge.sqlite3"
+        assert f"no database at {where}" in r.stderr and "no --config" in r.stderr
+        (tmp_path / "var").mkdir(exist_ok=True)  # the second time: ./var is there
+    assert list((tmp_path / "var").iterdir()) == []  # nothing created

@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import logging
-import select
 import socket
 import ssl
 import time
@@ -69,7 +68,7 @@ from .builders import (
     request_bytes,
     response,
 )
-from .fakes import FakeHttpServer, Reply, json_reply, wait_until
+from .fakes import FakeHttpServer, Reply, json_reply
 from .support import free_port
 
 SECRETS = (SANDBOX_PASSWORD, SANDBOX_API_KEY)
@@ -573,43 +572,6 @@ def test_outcomes_trickle_drill_returns_the_fallback_in_budget(client: PaService
     assert result.elapsed_ms < 1500 + 1000  # proves it returned, not a timing claim
 
 
-@pytest.mark.parametrize(("bin_", "fault"), [("999998", "stall"), ("999996", "trickle")])
-def test_outcomes_on_a_kept_alive_connection_go_out_on_the_callers_thread(
-    sandbox: SandboxServer, bin_: str, fault: str
-) -> None:
-    """Once a connection is kept alive, the request goes out at once on the caller's
-    thread (no worker) and its answer is read there, within the same deadline: a
-    stall or a trickle still ends in the fallback by the deadline."""
-    with PaServiceClient(**sandbox.client_kwargs()) as c:
-        assert c.outcomes(rejected_vars(), fallback_message="o").source == "outcomes"
-        call = c.start_outcomes(rejected_vars(), fallback_message="o")
-        assert call.inline is not None and call.future is None
-        assert call.result().source == "outcomes"
-        call = c.start_outcomes(rejected_vars(bin=bin_), budget_ms=400, fallback_message="orig")
-        assert call.inline is not None, fault
-        result = call.result()
-        assert result.source == "fallback" and result.message == "orig"
-        assert result.error is not None and result.error.startswith("deadline"), result.error
-        assert result.elapsed_ms < 400 + 1000  # it returned: not a timing claim
-        # the stalled connection was closed, not kept: the next call is answered
-        assert c.outcomes(rejected_vars(), fallback_message="o").source == "outcomes"
-
-
-def test_outcomes_answer_that_came_is_used_by_a_late_caller(sandbox: SandboxServer) -> None:
-    """A caller back after its deadline (its own commit was slow) still takes an
-    answer that arrived in time, as it would from a worker that had finished."""
-    with PaServiceClient(**sandbox.client_kwargs()) as c:
-        c.outcomes(rejected_vars(), fallback_message="o")  # a kept-alive connection
-        call = c.start_outcomes(rejected_vars(), budget_ms=1000, fallback_message="o")
-        assert call.inline is not None
-        sock = call.inline[1][0].sock
-        assert sock is not None
-        wait_until(lambda: select.select([sock], [], [], 0)[0], what="the answer")
-        wait_until(lambda: time.monotonic() > call.deadline + 0.05, what="the deadline")
-        result = call.result()
-        assert result.source == "outcomes" and result.button_label == "Submit PA"
-
-
 def test_outcomes_bad_api_key_falls_back(sandbox: SandboxServer) -> None:
     with PaServiceClient(**sandbox.client_kwargs() | {"api_key": "wrong"}) as c:
         v = c.outcome_variables(request(), response([REJECT_75]))
@@ -796,7 +758,10 @@ def _stdlib(sock: socket.socket) -> tuple[object, ...]:
 
 
 def _ours(sock: socket.socket) -> tuple[object, ...]:
-    pool = OutcomesHttp("http://127.0.0.1:9/outcomes", ssl_context=None, headers={})
+    # the reader's own reading of keep-alive (the client never keeps one: decision 0036)
+    pool = OutcomesHttp(
+        "http://127.0.0.1:9/outcomes", ssl_context=None, headers={}, keep_alive=True
+    )
     conn = OutcomesConnection()
     conn.sock = sock.dup()
     status, ctype, body = pool.receive(conn, time.monotonic() + 5, limit=1 << 20)
@@ -850,7 +815,7 @@ def test_the_request_goes_out_as_http_client_sent_it() -> None:
             stdlib.request("POST", path, body=b"a=1&b=2", headers=headers)
 
         def ours(sock: socket.socket, url: str = url) -> None:
-            pool = OutcomesHttp(url, ssl_context=None, headers=headers)
+            pool = OutcomesHttp(url, ssl_context=None, headers=headers, keep_alive=True)
             conn = OutcomesConnection()
             conn.sock = sock.dup()  # plain: the bytes TLS would carry
             pool.send(conn, b"a=1&b=2", time.monotonic() + 5)
@@ -859,16 +824,21 @@ def test_the_request_goes_out_as_http_client_sent_it() -> None:
         assert _bytes_sent(ours) == _bytes_sent(theirs), url
 
 
-def test_outcomes_keep_one_connection_alive(client: PaServiceClient) -> None:
+def test_outcomes_use_a_connection_of_their_own_per_call(client: PaServiceClient) -> None:
+    """One request per connection (issue 32, decision 0036): an answer on a kept-alive
+    connection cannot be told from one the server sent unasked, so none is kept."""
     pool = client._outcomes_fast
     assert pool is not None
-    kept = set()
     for _ in range(3):
-        result = client.outcomes(rejected_vars(), fallback_message="o")
+        call = client.start_outcomes(rejected_vars(), fallback_message="o")
+        assert call.inline is None  # no kept-alive connection to send it on at once
+        result = call.result()
         assert result.source == "outcomes", result.error
-        assert len(pool._idle) == 1
-        kept.add(id(pool._idle[0]))
-    assert len(kept) == 1
+        assert pool._idle == []
+    with FakeHttpServer(Reply(body=JSON_OK, keep_alive=True)) as fake, fake_client(fake.url) as c:
+        for _ in range(3):
+            assert c.outcomes(rejected_vars(), fallback_message="o").source == "outcomes"
+        assert [r.headers.get("connection") for r in fake.requests] == ["close"] * 3
 
 
 def test_outcomes_drop_a_connection_the_server_closed() -> None:
@@ -879,28 +849,6 @@ def test_outcomes_drop_a_connection_the_server_closed() -> None:
             for t in fake._threads:  # the fake has closed its end of every connection
                 t.join(5)
         assert len(fake.requests) == 3 and len(fake._threads) == 3
-
-
-@pytest.mark.parametrize("mode", ["keep_then_drop", "keep_then_reset"])
-def test_a_kept_alive_connection_closed_as_the_request_goes_out_is_replaced(mode: str) -> None:
-    """The server times the kept-alive connection out just as the next request goes
-    out (it closes without a byte of answer): the request goes once more on a fresh
-    connection, inside the budget, and the pharmacist gets the service's message."""
-    with (
-        FakeHttpServer(Reply(body=JSON_OK, keep_alive=True, mode=mode)) as fake,
-        fake_client(fake.url) as c,
-    ):
-        results = [
-            c.outcomes(rejected_vars(), budget_ms=800, fallback_message="o") for _ in range(6)
-        ]
-        # and the same through start_outcomes, whose request goes out on the caller's thread
-        for _ in range(3):
-            call = c.start_outcomes(rejected_vars(), budget_ms=800, fallback_message="o")
-            results.append(call.result())
-        wait_until(lambda: len(fake.dropped) >= 8, what="the dropped requests")
-    assert [r.source for r in results] == ["outcomes"] * 9, [r.error for r in results]
-    assert len(fake.requests) == 9  # each call answered once, on a fresh connection
-    assert len(fake.dropped) >= 8  # each reused connection was dropped under a request
 
 
 def test_a_fresh_connection_closed_without_an_answer_is_not_tried_again() -> None:

@@ -101,7 +101,11 @@ def test_empty_or_short_callback_password_is_refused(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError) as ei:
             load_settings(callbacks=cb)
-        assert any(p.startswith("callbacks.password:") for p in ei.value.problems)
+        # an empty file is named as such, a short password as too short
+        assert any(
+            p.startswith(("callbacks.password:", f"callbacks.password_file: {empty} is empty"))
+            for p in ei.value.problems
+        )
     ok = load_settings(callbacks={"username": "svc", "password": "a-long-callback-pw"})
     assert ok.secret(ok.callbacks.password) == "a-long-callback-pw"
 
@@ -158,6 +162,13 @@ def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
     assert s.storage.database_url() == (
         "postgresql://pa_bridge:s3cret%2Fwith%3Aodd%40chars@/pa?host=/run/postgresql"
     )
+    # a primary and its standby: libpq tries each host, and takes the one that writes
+    # (issue 32: the daemon finds the promoted standby by itself)
+    two = "postgresql://pa_bridge@db1:5432,[fd00::2]:5433/pa?target_session_attrs=read-write"
+    s = load_settings(storage={"url": two, "password_file": str(pw)})
+    assert s.storage.database_url() == two.replace(
+        "pa_bridge@", "pa_bridge:s3cret%2Fwith%3Aodd%40chars@"
+    )
 
 
 @pytest.mark.parametrize(
@@ -165,6 +176,7 @@ def test_storage_url_takes_its_password_from_a_file(tmp_path: Path) -> None:
     [
         ({"url": "mysql://u@h/db"}, "storage.url: must be postgresql://"),
         ({"url": "postgresql://u@h"}, "storage.url: names no database"),
+        ({"url": "postgresql://u@h1:5432,h2:x/db"}, "storage.url: not a URL"),
         ({"url": "postgresql://u:p@h/db", "password": "x" * 20}, "storage.password_file:"),
         ({"password": "x" * 20}, "storage.password_file: only with storage.url"),
     ],

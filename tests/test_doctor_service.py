@@ -242,7 +242,8 @@ def test_doctor_counts_items_held_for_the_configuration(tmp_path: Path, cli: Cli
     assert queue == [
         "warn  queue: 2 item(s) held for pa-bridge's configuration (credentials, an address, a"
         " store not in [[pharmacies]]) -> `pa-bridge queue list --status held` says why; fix"
-        " it, then `systemctl reload pa-bridge` sends them",
+        " it, then `systemctl reload pa-bridge` sends them (`systemctl restart pa-bridge`"
+        " after changing a LoadCredential= file)",
         "warn  queue: 1 item(s) held after a restore, for review -> `pa-bridge queue list"
         " --status held`, then `pa-bridge queue retry ID` or `pa-bridge queue drop ID`",
     ]

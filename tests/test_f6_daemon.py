@@ -71,6 +71,31 @@ def test_an_f6_reversal_is_delivered(api: httpx.Client) -> None:
     assert r.status_code in (200, 202), r.text
 
 
+def test_an_f6_transmission_with_two_claims_is_refused_even_when_its_counts_agree(
+    api: httpx.Client,
+) -> None:
+    """F6 carries one transaction. A second AM07 with 109-A9 = 2 (and a response that
+    answers two) is not two claims: it is refused, naming F6's rule, and nothing is
+    stored; the reversal of such a transmission too."""
+    two = (b.Rx(rx_number="000002500001"), b.Rx(rx_number="000002500002"))
+    request = _f6_request(rxs=two)
+    assert request[22:23] == b"2"  # 109-A9 says two
+    response = b.response_bytes([b.REJECT_75, b.REJECT_75], version="F6")
+    before = api.get("/v1/pa").json()["cursor"]
+    r = api.post("/v1/claims", json=_claim(request, response))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "malformed_claim" and error["detail"]["field_id"] == "A9"
+    assert "F6" in error["message"] and "one transaction" in error["message"]
+    assert api.get("/v1/pa").json()["cursor"] == before
+    d = api.daemon  # type: ignore[attr-defined]
+    assert d.store.query("SELECT count(*) AS n FROM exchanges") == [{"n": 0}]
+    b2 = api.post(
+        "/v1/reversals", json={"request": _f6_request(code="B2", rxs=two).decode("latin-1")}
+    )
+    assert b2.status_code == 400 and "one transaction" in b2.json()["error"]["message"]
+
+
 def test_a_75_sent_without_its_group_is_not_turned_into_an_accept(api: httpx.Client) -> None:
     """Real claims: a payer's 75 with no group separator, header saying accepted."""
     body = api.post("/v1/claims", json=_claim(b.request_bytes(), LITERAL_D0_NO_GROUP_75)).json()

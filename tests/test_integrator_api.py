@@ -431,3 +431,33 @@ def test_idempotency_keys_are_purged_with_the_claims_content(store: Any) -> None
     assert report.idempotency_keys == 1
     assert idempotency.get(store.reader(), "claims", "old-key-1") is None
     assert idempotency.get(store.reader(), "claims", "new-key-1") == ("f" * 64, "c2")
+
+
+def test_a_cursor_handed_out_after_a_forward_clock_jump_is_taken_back(
+    make_app: Any, daemon_storage: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: the clock ran a day ahead while a PA changed (then was set right): the
+    feed handed out that change's cursor, a day in the future, and must take it back
+    (it refused every cursor more than 60 s ahead of its clock)."""
+    from pa_bridge.store import now_iso, pas
+
+    app = make_app(storage=daemon_storage)
+    state: pas.CallbackState = {
+        "workflow_status": "New", "plan_outcome": None, "status_time": None,
+        "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
+        "urls_json": "[]", "details_json": None,
+    }  # fmt: skip
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 86_400)  # the clock a day ahead
+    app.store.write(
+        lambda db: pas.insert_from_callback(
+            db, "JUMP01", state, now=now_iso(), seq=app.store.next_seq(db)
+        )
+    )
+    monkeypatch.setattr(time, "time", real)  # set right again
+    cursor = app.get("/v1/pa").json()["cursor"]
+    assert int(cursor) > real() * 1_000_000 + 3_600_000_000  # the day ahead
+    again = app.get("/v1/pa", params={"since": cursor})
+    assert again.status_code == 200, again.json()
+    assert again.json() == {"pas": [], "cursor": cursor}
+    assert app.get("/v1/pa", params={"since": str(int(cursor) + 1)}).status_code == 400

@@ -243,7 +243,9 @@ def test_refused_credentials_show_on_healthz_and_metrics(
 def _doctor(tmp_path: Path, cli: Cli, service: dict[str, Any]) -> Result:
     cfg = tmp_path / "doctor.toml"
     body = "".join(f'{k} = "{v}"\n' for k, v in service.items())
-    cfg.write_text(f'[storage]\npath = "{tmp_path / "db.sqlite3"}"\n[service]\n{body}')
+    # ports picked at start: the listen checks are test_doctor_service.py's
+    listen = '[intake]\nlisten = "127.0.0.1:0"\n[callbacks]\nlisten = "127.0.0.1:0"\n'
+    cfg.write_text(f'[storage]\npath = "{tmp_path / "db.sqlite3"}"\n{listen}[service]\n{body}')
     return cli("doctor", "--config", str(cfg))
 
 

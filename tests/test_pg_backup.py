@@ -299,6 +299,9 @@ def test_the_password_goes_to_the_tools_in_the_environment_only() -> None:
     bare, env = pg_tools._login("postgresql://u@db/pa?password=s%26cret&options=-csearch_path%3Dx")
     assert bare == "postgresql://u@db/pa?options=-csearch_path%3Dx"
     assert env["PGPASSWORD"] == "s&cret"
+    bare, env = pg_tools._login("postgresql://u:s%40cret@db1:5432,db2:5433/pa")  # two hosts
+    assert bare == "postgresql://u@db1:5432,db2:5433/pa"
+    assert env["PGPASSWORD"] == "s@cret"
 
 
 def test_a_deployment_in_a_schema_of_its_own_is_backed_up_and_restored_there(

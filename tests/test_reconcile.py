@@ -10,6 +10,7 @@ fleet's test); webhooks go to a fake receiver on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +32,13 @@ from pa_bridge.store import PgStore, Store, pa_history
 from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
 from tests.real_shapes import callback_body
-from tests.support import wait_until
+from tests.support import pa_bridge_process, wait_until
 
 SECRET = "whsec-reconcile-0123456789"
+
+
+def _no_pa_bridge_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PA_BRIDGE_")}
 
 
 @pytest.fixture
@@ -388,6 +393,52 @@ def test_an_incomplete_pass_is_not_the_last_complete_one(
         ph.close()
 
 
+def test_a_reversal_whose_delete_callback_came_is_not_a_lost_callback(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    """The service no longer returns a PA it deleted, whose DELETE its callback
+    brought: that is the deletion pa-bridge knows, not news, so a pass after an
+    ordinary reversal finds nothing and /healthz does not say callbacks are lost."""
+    d = make_daemon(
+        service=service_settings(service),
+        sandbox={"enabled": False},
+        reconcile={"calls_per_minute": 0},
+    )
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        kept, reversed_ = ph.submit("000000350001"), ph.submit("000000350002")
+        ph.reverse("000000350002")
+        wait_until(lambda: ph.pa(reversed_)["deleted"] is True, what="the DELETE callback")
+        wait_until(
+            lambda: ph.pa(kept)["workflow_status"] == "PA Response", what="the kept PA's callbacks"
+        )
+        report = d.reconciler.run_pass()
+        assert report.complete and (report.changes, report.gone) == (0, 0), report
+        got = ph.pa(reversed_)
+        assert got["deleted"] is True and got["gone"] is False
+        assert "reconcile" not in [h["source"] for h in got["history"]]
+        health = ph.api.get("/healthz").json()
+        assert "callbacks_lost" not in health["degraded"]
+        assert health["reconcile"]["last_changes"] == 0
+        # asked for by id, it is what pa-bridge already has, not a change
+        assert d.reconciler.read_one(reversed_).outcome == "unchanged"
+        assert 'pa_bridge_reconcile_changes_total{kind="gone"} 1' not in ph.api.get("/metrics").text
+    finally:
+        ph.close()
+
+
+def test_the_changes_counter_is_there_at_zero_before_any_pass(
+    make_daemon: Any, service: SandboxServer
+) -> None:
+    """A rate over the counter (the alert "callbacks are being lost") sees the first
+    change only if the series existed before it, at 0."""
+    d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
+    text = httpx.get(f"{d.intake_server.url}/metrics").text
+    for kind in ("changed", "gone", "back", "completed"):
+        assert f'pa_bridge_reconcile_changes_total{{kind="{kind}"}} 0.0' in text, kind
+
+
 def test_tokens_come_from_the_links_the_pa_has() -> None:
     row = {
         "urls_json": json.dumps(["https://portal.test/request/view/AB12CD?token_id=tok-a"]),
@@ -450,6 +501,35 @@ def test_the_command_reads_one_pa_or_all_of_them_without_a_daemon(
         ]
     finally:
         store.close()
+
+
+def test_the_commands_own_log_lines_are_json_lines(
+    make_daemon: Any, service: SandboxServer, tmp_path: Any
+) -> None:
+    """As a process (a timer, a shell): a pass that finds a change logs at WARNING.
+    With no logging set up, Python printed the bare event name, ``reconcile.finished``,
+    on stderr; the lines are the daemon's JSON lines, redacted like them."""
+    d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
+    ph = Pharmacy(d, service)
+    try:
+        ph.take_callbacks()
+        control(service, drop_callbacks=True)
+        pa_id = ph.submit("000000450001")
+        wait_until(lambda: _settled(service, [pa_id]), what="the service's PA settled")
+    finally:
+        ph.close()
+    d.stop()
+    config = _config(tmp_path, service, d.settings.storage.path)
+    r = pa_bridge_process("reconcile", "--config", config, cwd=tmp_path, env=_no_pa_bridge_env())
+    assert r.returncode == 0, r.stderr
+    assert "1 change(s) found" in r.stdout
+    lines = [json.loads(x) for x in r.stderr.splitlines() if x.strip()]
+    (finished,) = [x for x in lines if x["event"] == "reconcile.finished"]
+    assert finished["level"] == "warning" and finished["changed"] == 1
+    # every count is a number (a name with "token" in it was blanked as a secret)
+    counts = {k: v for k, v in finished.items() if k not in ("ts", "level", "event", "complete")}
+    assert all(isinstance(v, int) for v in counts.values()), counts
+    assert finished["no_access_link"] == 0
 
 
 def test_the_command_asks_the_daemon_serving_the_database(

@@ -51,6 +51,26 @@ def test_an_unreadable_secret_is_reported_once_not_with_what_it_causes(tmp_path:
     assert line.startswith("intake.tokens_file: cannot read")
 
 
+def test_an_empty_secret_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:
+    """`printf %s "$PW" > file` with $PW unset writes an empty file. Before, an empty
+    [service] password file started the daemon (every call then sent an empty
+    password) while `doctor` said FAIL; a store's was "lacks password"."""
+    empty = tmp_path / "service-password"
+    empty.write_text("\n")
+    service = {
+        "claim_url": "https://claims.pa.invalid/cmmimport/",
+        "outcomes_url": "https://pa.invalid/outcomes",
+        "username": "u",
+        "password_file": str(empty),
+        "api_key": "k",
+    }
+    (line,) = _problems(service=service)
+    assert line == f"service.password_file: {empty} is empty"
+    store = {"provider_id": "1234567", "username": "s", "password": "p", "api_key_file": str(empty)}
+    (line,) = _problems(pharmacies=[store])
+    assert line == f"pharmacies (provider id 1234567): api_key_file: {empty} is empty"
+
+
 def test_a_relative_secret_file_says_where_it_was_looked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,6 +199,35 @@ def test_a_database_file_it_cannot_write_stops_it_naming_the_file(
 
 
 # ---- ports -------------------------------------------------------------------------------
+@pytest.mark.parametrize("what", ["directory", "text file"])
+def test_a_storage_path_that_is_no_database_stops_it_naming_the_path(
+    tmp_path: Path, what: str
+) -> None:
+    """storage.path naming a directory, or a file that is not SQLite's (the config
+    file, a file of another program): before, a traceback (sqlite3.OperationalError:
+    unable to open database file / sqlite3.DatabaseError: file is not a database),
+    exit 1, and a log line saying only "DatabaseError"."""
+    db = tmp_path / "pa-bridge.sqlite3"
+    if what == "directory":
+        db.mkdir()
+    else:
+        db.write_text("[storage]\npath = 'the config, given as the database'\n")
+    before = db.read_text() if what != "directory" else None
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(_listen_anywhere(db))
+    r = _serve([], cfg, tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: cannot start: storage.path: {db} is ")
+    assert "storage.path" in line and ("directory" in line or "not an SQLite database" in line)
+    logged = [json.loads(x) for x in r.stderr.splitlines() if x.startswith("{")]
+    (failed,) = [e for e in logged if e["event"] == "daemon.start_failed"]
+    assert failed["key"] == "storage.path" and str(db) in failed["error"]
+    if before is not None:
+        assert db.read_text() == before  # untouched
+
+
 def test_a_busy_sandbox_port_names_its_key(make_daemon: Any) -> None:
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))

@@ -183,6 +183,52 @@ def test_checkpoints_run_in_the_background_and_the_wal_stays_bounded(tmp_path: P
         conn.close()
 
 
+def test_the_wal_stays_bounded_under_sustained_writes_with_readers(tmp_path: Path) -> None:
+    """Issue 32: writes that never pause, with readers in the WAL all the time, left
+    no moment for the writer to start the WAL again; it grew without bound (370 MB in
+    21 s) and kept its size. With a 1 MiB limit, 48 MB written by four writers while
+    four readers read: the WAL stays within a few times the limit (it reached 13 MB of
+    24 MB written before), and every row is there."""
+    import threading
+
+    blob = "x" * 60_000
+    per_writer = 200
+    with Store(tmp_path / "db.sqlite3", checkpoint_seconds=0.05) as store:
+        store.wal_limit_bytes = 1 << 20
+        wal = Path(f"{store.path}-wal")
+        stop = threading.Event()
+        biggest = [0]
+
+        def write() -> None:
+            for _ in range(per_writer):
+                store.write(
+                    lambda db: db.execute(
+                        "INSERT INTO audit (at, action, detail) VALUES (?, 'load', ?)",
+                        ["2026-11-23T00:00:00.000Z", blob],
+                    )
+                )
+
+        def read() -> None:
+            while not stop.is_set():
+                with store.snapshot() as db:
+                    db.execute("SELECT count(*) FROM audit").fetchone()
+                biggest[0] = max(biggest[0], wal.stat().st_size)
+
+        writers = [threading.Thread(target=write) for _ in range(4)]
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for t in writers + readers:
+            t.start()
+        for t in writers:
+            t.join(120)
+        stop.set()
+        for t in readers:
+            t.join(10)
+        assert biggest[0] < 10 * store.wal_limit_bytes, f"the WAL reached {biggest[0]} bytes"
+        assert store.wal_truncations >= 1
+        n = store.query("SELECT count(*) AS n FROM audit WHERE action = 'load'")[0]["n"]
+        assert n == 4 * per_writer
+
+
 def test_a_write_reported_as_not_stored_is_never_committed_later(tmp_path: Path) -> None:
     """A caller that gives up waiting is told "not stored"; its job must then never be
     committed by the batch that was waiting on a lock (issue 19: a 503 "send it again"

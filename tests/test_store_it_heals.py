@@ -173,6 +173,13 @@ def test_queue_list_names_the_pa_of_a_webhook_and_why_an_item_waits(
 
 
 def test_queue_retry_of_an_unknown_item_says_where_it_looked(cli: Cli, tmp_path: Path) -> None:
+    # run where no daemon ever ran, without --config (the issue's `queue retry 38`): the
+    # full path looked at, and that no --config means the embedded default
+    r = cli("queue", "retry", "38")
+    assert r.exit_code == 1
+    line = r.stderr.strip()
+    assert line.startswith(f"error: no database at {tmp_path / 'var' / 'pa-bridge.sqlite3'} (")
+    assert "no --config" in line and "--config /etc/pa-bridge/pa-bridge.toml" in line
     with Store(tmp_path / "var" / "pa-bridge.sqlite3"):
         pass
     r = cli("queue", "retry", "38")
@@ -287,6 +294,44 @@ def test_reload_refuses_a_change_that_needs_a_restart_and_keeps_running_as_befor
     assert TOKEN_NEW not in stream.getvalue()
     actions = [e.action for e in audit.entries_since(d.store.reader(), "2000-01-01")]
     assert actions.count("config.reload_refused") == 2
+
+
+def test_a_reload_says_systemd_credentials_are_read_at_start_only(
+    daemon_on_file: Any, service: SandboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the unit as shipped, secrets come by LoadCredential=: systemd copies them
+    into $CREDENTIALS_DIRECTORY when the service starts, and (before systemd 260) not
+    again at `systemctl reload`. Store IT who fixed /etc/pa-bridge/credentials/... and
+    reloaded saw `changed: []` and the items held again; the line now says to restart."""
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "service-password").write_text(WRONG)  # systemd's copy, made at start
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    cfg = tmp_path / "pa-bridge.toml"
+
+    def write(level: str) -> None:
+        _write_config(cfg, service, "", level=level)
+        cfg.write_text(
+            cfg.read_text().replace('password = ""', 'password_file = "service-password"')
+        )
+
+    write("INFO")
+    d = daemon_on_file(cfg)
+    write("DEBUG")  # store IT changed the config, and (they think) the password
+    assert d.reload() is True
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    (done,) = [e for e in events if e["event"] == "config.reloaded"]
+    assert done["changed"] == ["logging.level"] and done["level"] == "warning"
+    assert "$CREDENTIALS_DIRECTORY" in done["note"]
+    assert "systemctl restart pa-bridge" in done["note"]
+    # a credential that did change (a directory systemd does not manage): no note
+    (creds / "service-password").write_text(SANDBOX_PASSWORD)
+    assert d.reload() is True
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    done = [e for e in events if e["event"] == "config.reloaded"][-1]
+    assert done["changed"] == ["service.password"] and "note" not in done
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ import pytest
 
 from pa_bridge.config import ConfigError, load_settings
 from pa_bridge.web.openapi import document
+from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
 from tests.support import NO_SERVICE, wait_until
 
@@ -174,3 +175,34 @@ def test_an_item_queued_by_an_older_version_is_delivered_with_the_pa_as_it_is(
         ]
         assert len(old) == 1 and old[0]["delivery_id"] == f"WH16DD@{seq}"
         assert old[0]["pa"]["workflow_status"] == "PA Request"
+
+
+def test_a_hung_webhook_receiver_never_delays_outcome_reports(make_daemon: Any) -> None:
+    """Issue 32: six webhooks to a receiver that never answers (each POST waits for the
+    sender's 10 s timeout) are queued before a paid claim; the claim's outcome report
+    is delivered while they hang (a thread per kind of work, not one for all)."""
+    hung = FakeHttpServer(Reply(mode="stall"))
+    with hung:
+        d = make_daemon(callbacks={"forward_url": hung.url + "/hook"})
+        url = f"{d.callback_server.url}/callbacks/pharmacy"
+        for n in range(6):
+            assert httpx.post(url, content=_callback(f"WHHUNG{n}", "New")).status_code == 200
+        wait_until(lambda: hung.requests, what="a webhook POST hanging at the receiver")
+        with httpx.Client(base_url=d.intake_server.url, timeout=10) as api:
+            claim = {
+                "request": b.request_bytes().decode("latin-1"),
+                "response": b.response_bytes([b.PAID]).decode("latin-1"),
+            }
+            assert api.post("/v1/claims", json=claim).status_code == 200
+
+        def report_delivered() -> bool:
+            d.store.flush()  # the delivery's record may be deferred (decision 0025)
+            rows = d.store.query("SELECT status FROM outbox WHERE kind = 'outcome_report'")
+            return [r["status"] for r in rows] == ["delivered"]
+
+        t0 = time.monotonic()
+        wait_until(report_delivered, timeout=8, what="the outcome report, webhooks hanging")
+        print(f"\nhung-webhook drill: report delivered in {time.monotonic() - t0:.2f} s")
+        webhooks = d.store.query("SELECT status FROM outbox WHERE kind = 'webhook'")
+        assert len(webhooks) >= 6 and all(w["status"] == "pending" for w in webhooks)
+        d.stop()  # before the receiver goes: the hung POSTs end with the daemon

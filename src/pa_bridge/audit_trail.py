@@ -66,7 +66,10 @@ def anchor_path(settings: Settings) -> Path:
     if settings.audit.anchor_file is not None:
         return settings.audit.anchor_file
     if settings.storage.database_url() is not None:
-        return Path("audit-anchors.jsonl")
+        # no database directory: the unit's StateDirectory= (systemd sets
+        # $STATE_DIRECTORY, the first of a colon-separated list), else the working one
+        state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+        return Path(state or ".") / "audit-anchors.jsonl"
     return settings.storage.path.parent / "audit-anchors.jsonl"
 
 

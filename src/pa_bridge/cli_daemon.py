@@ -73,7 +73,8 @@ def serve(config_path: str | None) -> None:
     except KeyProblem as e:
         cannot_start(f"encryption key: {e}", 1)
     except OSError as e:
-        cannot_start(e.strerror or str(e), 1)
+        where = f"{e.filename}: " if e.filename else ""  # which file, never a bare errno
+        cannot_start(f"{where}{e.strerror or e}", 1)
     except Exception as e:  # unforeseen: the traceback follows, the journal has why
         log_event("daemon.start_failed", level=logging.ERROR, error=type(e).__name__)
         daemon.stop()
@@ -95,7 +96,7 @@ def _storage_settings(config_path: str | None) -> StorageSettings:
 
 
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
-    from .store import StoreError, files
+    from .store import StoreError, StoreMissing, files
 
     st = _storage_settings(config_path)
     url = st.database_url()
@@ -103,6 +104,11 @@ def _open_queue(config_path: str | None, *, write: bool) -> Any:
         if url is not None:  # PostgreSQL (storage.url)
             return files.open_url(url, write=write)
         return files.open_database(st.path, write=write)
+    except StoreMissing:  # where it looked, and where that came from
+        click.echo(
+            f"error: no database at {_queue_where(config_path)}; has the daemon run?", err=True
+        )
+        sys.exit(1)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)

@@ -10,6 +10,7 @@ keeps passes one at a time) it runs the pass itself.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -52,12 +53,19 @@ _OUTCOMES = {
 def reconcile(config_path: str | None, pa_id: str | None, wait_s: float, as_json: bool) -> None:
     """Read PAs back from the service now and apply what the callbacks missed (every
     open PA, or --pa ID). Exit 0 when every PA asked for was read, 1 when not."""
+    from .logs import configure_logging
+
     settings = _settings(config_path)
     off = settings.reconcile_off()
     if off is not None:
         click.echo(f"reconciliation is off: {off}", err=True)
         sys.exit(1)
-    report = _run(settings, pa_id, wait_s)
+    # the pass's own lines (a change found, a call that failed) as the daemon writes
+    # them: JSON on stderr, redacted; the summary goes to stdout. (A host that set up
+    # logging already, such as a test runner, keeps its own.)
+    if not logging.getLogger().handlers:
+        configure_logging("WARNING")
+    report = _run(settings, pa_id, wait_s, config_path)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -66,13 +74,26 @@ def reconcile(config_path: str | None, pa_id: str | None, wait_s: float, as_json
     sys.exit(0 if ok else 1)
 
 
-def _run(settings: Settings, pa_id: str | None, wait_s: float) -> dict[str, Any]:
+def _run(
+    settings: Settings, pa_id: str | None, wait_s: float, config_path: str | None
+) -> dict[str, Any]:
+    from pathlib import Path
+
     from .restore import DatabaseInUse, database_in_use, lock_database_dir
 
     url = settings.storage.database_url()
     if url is not None:
         return _here(settings, pa_id, wait_s)
     path = settings.storage.path
+    if not Path(path).is_file():  # never create one: a pass over nothing proves nothing
+        hint = (
+            "no --config: the embedded default; give the daemon's, e.g."
+            " --config /etc/pa-bridge/pa-bridge.toml"
+            if config_path is None
+            else f"storage.path in {config_path}; has the daemon run?"
+        )
+        click.echo(f"error: no database at {Path(path).absolute()} ({hint})", err=True)
+        sys.exit(1)
     if database_in_use(path):
         return _ask_daemon(settings, pa_id, wait_s)
     try:

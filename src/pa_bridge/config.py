@@ -44,6 +44,7 @@ __all__ = [
     "parse_listen",
     "is_loopback",
     "secret_file_path",
+    "secrets_from_credentials_directory",
 ]
 
 DEFAULT_INTAKE_LISTEN = "127.0.0.1:8470"
@@ -206,11 +207,7 @@ class StorageSettings(_Section):
         if self.password is None:
             return url
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        if parts.port:
-            host = f"{host}:{parts.port}"
+        host = parts.netloc.rpartition("@")[2]  # one host[:port] or several, as given
         user = quote(unquote(parts.username or ""), safe="")
         secret = quote(self.password.get_secret_value(), safe="")
         return urlunsplit((parts.scheme, f"{user}:{secret}@{host}", parts.path, parts.query, ""))
@@ -504,6 +501,22 @@ def changed_keys(old: Settings, new: Settings) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
+def secrets_from_credentials_directory(s: Settings) -> bool:
+    """Whether a secret a reload applies is read from systemd's ``$CREDENTIALS_DIRECTORY``
+    (a relative ``_file``): systemd copies ``LoadCredential=`` files there when the
+    service starts and (before systemd 260) not again at a reload."""
+    if not os.environ.get("CREDENTIALS_DIRECTORY"):
+        return False
+    files: list[Path | None] = [
+        s.service.password_file,
+        s.service.api_key_file,
+        s.intake.tokens_file,
+        *(getattr(p, f"{k}_file") for p in s.pharmacies for k in ("password", "api_key")),
+        *(t.token_file for t in s.intake.scoped_tokens),
+    ]
+    return any(f is not None and not Path(f).is_absolute() for f in files)
+
+
 def secret_file_path(path: Path) -> tuple[Path, str]:
     """Where a secret's ``_file`` is read from, and how to say so: a relative path is
     read from systemd's ``$CREDENTIALS_DIRECTORY`` (``LoadCredential=``), or without
@@ -526,14 +539,19 @@ class _Unreadable(Exception):
     and why."""
 
 
-def _read_secret_file(path: Path) -> str:
+def _read_secret_file(path: Path, *, may_be_empty: bool = False) -> str:
+    """The secret in ``path``, stripped. An empty file is a mistake (``printf %s "$PW"``
+    with ``$PW`` unset) named here, once, unless ``may_be_empty`` (a tokens file)."""
     p, where = secret_file_path(path)
     try:
-        return p.read_text(encoding="utf-8").strip()
+        value = p.read_text(encoding="utf-8").strip()
     except OSError as e:
         raise _Unreadable(f"cannot read {where}: {e.strerror or type(e).__name__}") from None
     except UnicodeDecodeError:
         raise _Unreadable(f"cannot read {where}: not UTF-8 text") from None
+    if not value and not may_be_empty:
+        raise _Unreadable(f"{where} is empty")
+    return value
 
 
 def _env_var(name: str) -> str | None:
@@ -620,7 +638,7 @@ def _resolve_secret_files(
         _entry_secret(st, "token", f"intake.scoped_tokens #{i}", problems)
     if s.intake.tokens_file is not None:
         try:
-            lines = _read_secret_file(s.intake.tokens_file).splitlines()
+            lines = _read_secret_file(s.intake.tokens_file, may_be_empty=True).splitlines()
             s.intake.tokens.extend(SecretStr(x.strip()) for x in lines if x.strip())
         except _Unreadable as e:
             problems.append(f"intake.tokens_file: {e}")
@@ -708,7 +726,8 @@ def _check_storage(st: StorageSettings, problems: list[str], unreadable: Collect
         return
     try:
         parts = urlsplit(st.url.get_secret_value().strip())
-        parts.port  # noqa: B018 - raises on a port that is not a number
+        for host in parts.netloc.rpartition("@")[2].split(","):  # libpq: host1:p1,host2:p2
+            urlsplit(f"//{host}").port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
         problems.append("storage.url: not a URL (postgresql://user@host:5432/dbname)")
         return

@@ -44,7 +44,7 @@ from .config import (
     parse_listen,
     secret_file_path,
 )
-from .restore import BACKUP_MARK
+from .restore import BACKUP_MARK, interrupted_restore
 from .store import DatabaseError, PgError, files, migrations
 
 __all__ = ["Check", "run_checks", "format_check", "WARN_DAYS"]
@@ -316,10 +316,13 @@ def check_database(s: Settings) -> list[Check]:
                 "create it for the service user, or fix storage.path",
             )
         )
+    half_done = interrupted_restore(path)
+    if half_done is not None:  # serve refuses to start until it is finished
+        out.append(fail("database restore", half_done.what, half_done.how))
     if not path.exists():
-        out.append(
-            ok("database", f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)")
-        )
+        if half_done is None:
+            said = f"{path} does not exist yet; `pa-bridge serve` creates it (mode 0600)"
+            out.append(ok("database", said))
         return out
     if not path.is_file():
         out.append(fail("database", f"{path} is not a file", "fix storage.path"))
@@ -419,7 +422,8 @@ def _held_checks(held: dict[str, int]) -> list[Check]:
                 f"{waiting} item(s) held for pa-bridge's configuration (credentials, an"
                 " address, a store not in [[pharmacies]])",
                 "`pa-bridge queue list --status held` says why; fix it, then"
-                " `systemctl reload pa-bridge` sends them",
+                " `systemctl reload pa-bridge` sends them (`systemctl restart pa-bridge`"
+                " after changing a LoadCredential= file)",
             )
         )
     if held.get("restore"):

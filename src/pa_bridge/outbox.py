@@ -1,9 +1,12 @@
 """The durable outbound queue: outcome reports, reversals, webhooks.
 
 Items are rows in the ``outbox`` table, inserted by the same write job (so the same
-transaction) that accepts the work. A delivery thread of its own runs
-:meth:`Outbox.drain_once` every ``poll_seconds`` and as soon as :meth:`wake` is called
-(an Event: no scheduler hop); what must survive a restart is the table.
+transaction) that accepts the work. Each kind of item has a delivery thread of its own
+(outcome reports and reversals to the PA service, webhooks to the dispensing system),
+so a slow destination never delays another kind of work (issue 32); each runs
+:meth:`Outbox.drain_once` for its kind every ``poll_seconds`` and as soon as
+:meth:`wake` is called (an Event: no scheduler hop); what must survive a restart is
+the table.
 
 On SQLite (one daemon per file) the record of a delivered outcome report rides in the
 next commit (``Store.defer``, decision 0025); until it is committed this daemon knows
@@ -142,9 +145,9 @@ class Outbox:
         #: one daemon per SQLite file: nobody else can deliver an item whose record waits
         self._defer_records = store.dialect == "sqlite"
         self._lock = threading.Lock()
-        self._wakeup = threading.Event()
+        #: one delivery thread per kind, and what wakes it
+        self._lanes: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self.observer: Observer | None = None
         #: whether this daemon can deliver the items of a store (a provider id): told
         #: by the composition root; items held for a store it serves are taken back
@@ -157,50 +160,60 @@ class Outbox:
 
     # ---- the delivery thread -------------------------------------------------
     def start(self) -> None:
-        """Start the delivery thread: it drains now, whenever woken, and every
-        ``poll_seconds`` (items whose backoff ended, items other daemons queued)."""
-        if self._thread is not None:
+        """Start the delivery threads, one per kind: each drains its kind now, whenever
+        woken, and every ``poll_seconds`` (items whose backoff ended, items other
+        daemons queued)."""
+        if self._lanes:
             return
         self._stopping.clear()
-        self._wakeup.set()
-        self._thread = threading.Thread(target=self._run, name="pa-bridge-outbox", daemon=True)
-        self._thread.start()
+        for kind in Kind:
+            wakeup = threading.Event()
+            wakeup.set()
+            thread = threading.Thread(
+                target=self._run, args=(kind, wakeup), name=f"pa-bridge-outbox-{kind}", daemon=True
+            )
+            self._lanes[kind] = (thread, wakeup)
+            thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Let a delivery in progress finish, then stop the thread."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
+        """Let the deliveries in progress finish, then stop the threads."""
+        lanes, self._lanes = self._lanes, {}
         self._stopping.set()
-        self._wakeup.set()
-        thread.join(timeout)
+        for _thread, wakeup in lanes.values():
+            wakeup.set()
+        deadline = time.monotonic() + timeout
+        for thread, _wakeup in lanes.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return bool(self._lanes) and all(t.is_alive() for t, _ in self._lanes.values())
 
     def wake(self) -> None:
         """Drain now instead of at the next interval. Cheap and coalescing: a drain in
         progress runs once more when it is done."""
-        self._wakeup.set()
+        for _thread, wakeup in self._lanes.values():
+            wakeup.set()
 
-    def _run(self) -> None:
+    def _run(self, kind: str, wakeup: threading.Event) -> None:
         while True:
-            self._wakeup.wait(self.settings.poll_seconds)
+            wakeup.wait(self.settings.poll_seconds)
             if self._stopping.is_set():
                 return
-            self._wakeup.clear()
-            self._drain_job()
+            wakeup.clear()
+            self._drain_job(kind)
 
-    def _drain_job(self) -> None:
+    def _drain_job(self, kind: str) -> None:
         try:
-            while self.drain_once() >= self.settings.batch_size and not self._stopping.is_set():
+            while self.drain_once(kind) >= self.settings.batch_size and not self._stopping.is_set():
                 pass
         except Exception:  # keep the thread alive; the items stay queued
-            log_event("outbox.drain_error", level=logging.ERROR)
+            log_event("outbox.drain_error", level=logging.ERROR, kind=kind)
 
     # ---- delivering ----------------------------------------------------------
-    def drain_once(self) -> int:
+    def drain_once(self, kind: str | None = None) -> int:
+        """Deliver the items due now, of ``kind`` (None: of every kind), oldest first;
+        how many there were."""
         self._record_pending()
         self._take_back_stores()
         now = self.clock()
@@ -208,7 +221,7 @@ class Outbox:
         # put it, which means the wall clock was set back since it was scheduled (a
         # day back would otherwise stall the queue for a day). Issue 19.
         horizon = now + self.settings.backoff_max_seconds + 60.0
-        due = items.due(self.store.reader(), now, horizon, self.settings.batch_size)
+        due = items.due(self.store.reader(), now, horizon, self.settings.batch_size, kind)
         with self._lock:  # delivered, their records not committed yet: not due
             due = [i for i in due if i not in self._settling]
         for item_id in due:

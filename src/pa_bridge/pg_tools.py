@@ -93,11 +93,7 @@ def _login(url: str) -> tuple[str, dict[str, str]]:
         return url, env
     env["PGPASSWORD"] = unquote(parts.password) if parts.password is not None else in_query[-1]
     rest = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # one host[:port] or several, as given
     user = parts.username or ""
     bare = urlunsplit((parts.scheme, f"{user}@{host}" if user else host, parts.path, rest, ""))
     return bare, env

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import time
@@ -38,10 +39,12 @@ from .store.pg_backup import backup_running
 __all__ = [
     "BACKUP_MARK",
     "DatabaseInUse",
+    "HalfDoneRestore",
     "RestoreError",
     "RestoreResult",
     "adopt_restored",
     "database_in_use",
+    "interrupted_restore",
     "lock_database_dir",
     "restore_database",
 ]
@@ -153,6 +156,68 @@ def _check_backup(backup: Path) -> tuple[str | None, int]:
     return facts.mark, facts.undelivered
 
 
+def _journal_path(db: Path) -> Path:
+    return Path(f"{db}.restoring")
+
+
+@dataclass(frozen=True)
+class HalfDoneRestore:
+    """A restore of a SQLite file that was interrupted: what happened, and how to finish."""
+
+    what: str
+    how: str
+
+    def __str__(self) -> str:
+        return f"{self.what}. {self.how}"
+
+
+def interrupted_restore(db: str | os.PathLike[str]) -> HalfDoneRestore | None:
+    """A restore of the SQLite file ``db`` that was interrupted (its journal
+    ``<db>.restoring`` is there), or None. ``serve`` refuses to start and ``doctor``
+    FAILs with it: serving then would make a new, empty database."""
+    db_p = Path(db)
+    try:
+        journal = json.loads(_journal_path(db_p).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        journal = {}
+    backup = journal.get("backup") or "the same backup file"
+    aside = journal.get("aside")
+    where = f" (the database it replaces is moved aside to {aside})" if aside else ""
+    return HalfDoneRestore(
+        f"a restore of {backup} into {db_p} was interrupted{where}",
+        f"finish it before starting the daemon: `pa-bridge restore --config <config> {backup}`"
+        " (the same file again)",
+    )
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_durably(backup: Path, tmp: Path, mark: str | None) -> str:
+    """``backup`` to ``tmp`` (0600, marked as a backup), on disk before it returns; the
+    mark."""
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    shutil.copyfile(backup, tmp)
+    os.chmod(tmp, 0o600)
+    if mark is None:  # a copy made otherwise: treat it the same way
+        mark = now_iso(backup.stat().st_mtime)
+        files.mark_file(tmp, BACKUP_MARK, mark)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return mark
+
+
 def restore_database(
     backup: str | os.PathLike[str],
     dest: str | os.PathLike[str],
@@ -162,10 +227,20 @@ def restore_database(
 ) -> RestoreResult:
     """Put ``backup`` in place as the database at ``dest``, the daemon stopped.
 
-    The current database, with its -wal and -shm, is moved aside to
-    ``<dest>.before-restore-<time>`` (nothing is deleted). The copy is checked, copied
-    to ``<dest>.partial`` (0600), marked as a backup if it is not, and renamed into
-    place; the daemon that serves it next holds its queued work."""
+    Resumable, so that no interruption leaves the directory without a database that
+    the daemon would then replace by a new, empty one (issue 32):
+
+    1. the copy is checked and written to ``<dest>.partial`` (0600, marked as a backup
+       if it is not), on disk;
+    2. a journal, ``<dest>.restoring``, names the backup and where the current database
+       goes; from here ``serve`` and ``doctor`` refuse to go on, saying how to finish;
+    3. the current database, with its -wal and -shm, is moved aside to
+       ``<dest>.before-restore-<time>`` (nothing is deleted);
+    4. the copy is renamed into place, and the journal removed.
+
+    Run again with the same backup after an interruption, it finishes the steps left
+    (with the same name aside); with another backup it refuses. The daemon that serves
+    the copy next holds its queued work."""
     backup_p, dest_p = Path(backup), Path(dest)
     say = progress or (lambda _msg: None)
     with contextlib.suppress(OSError):
@@ -173,41 +248,97 @@ def restore_database(
             raise RestoreError("the backup file is the database itself")
     if not dest_p.parent.is_dir():
         raise RestoreError(f"no directory {dest_p.parent} (check storage.path)")
-    lock_fd = lock_database_dir(dest_p) if dest_p.parent.is_dir() else None
+    lock_fd = lock_database_dir(dest_p)
+    journal_p = _journal_path(dest_p)
+    tmp = dest_p.with_name(dest_p.name + ".partial")
+    old_umask = os.umask(0o077)
     try:
         mark, queued = _check_backup(backup_p)
         say(f"{backup_p}: integrity ok, {queued} undelivered queue item(s) to hold")
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
-        aside: Path | None = None
-        if dest_p.exists():
-            aside = dest_p.with_name(f"{dest_p.name}.before-restore-{stamp}")
-            for suffix in ("", "-wal", "-shm"):
-                src = Path(f"{dest_p}{suffix}")
-                if src.exists():
-                    os.replace(src, Path(f"{aside}{suffix}"))
-            say(f"moved the current database aside to {aside}")
+        journal = _read_journal(journal_p)
+        if journal is not None:
+            if Path(journal["backup"]) != backup_p.resolve():
+                raise RestoreError(str(interrupted_restore(dest_p)))
+            say(f"finishing the interrupted restore of {backup_p}")
+            mark = journal["mark"]
         else:
-            for suffix in ("-wal", "-shm"):  # strays of a database that is gone
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(Path(f"{dest_p}{suffix}"))
-        tmp = dest_p.with_name(dest_p.name + ".partial")
-        old_umask = os.umask(0o077)
-        try:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            shutil.copyfile(backup_p, tmp)
-            os.chmod(tmp, 0o600)
-            if mark is None:  # a copy made otherwise: treat it the same way
-                mark = now_iso(backup_p.stat().st_mtime)
-                files.mark_file(tmp, BACKUP_MARK, mark)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
+            mark = _copy_durably(backup_p, tmp, mark)
+            journal = {
+                "backup": str(backup_p.resolve()),
+                "mark": mark,
+                "aside": str(dest_p.with_name(f"{dest_p.name}.before-restore-{stamp}"))
+                if dest_p.exists()
+                else None,
+            }
+            _write_journal(journal_p, journal)
+        aside = Path(journal["aside"]) if journal["aside"] else None
+        if not tmp.exists() and not dest_p.exists():  # the copy went missing: again
+            _copy_durably(backup_p, tmp, journal["mark"])
+        if tmp.exists():  # not in place yet: what is at dest is the database replaced
+            _move_aside(dest_p, aside, say)
             os.replace(tmp, dest_p)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise RestoreError(f"cannot write {dest_p}: {e.strerror}") from None
-        finally:
-            os.umask(old_umask)
+            _fsync_dir(dest_p.parent)
+        journal_p.unlink()
+        _fsync_dir(dest_p.parent)
         return RestoreResult(dest_p, aside, mark, queued)
+    except OSError as e:
+        raise RestoreError(
+            f"cannot write {dest_p}: {e.strerror or e}"
+            + (f" ({interrupted_restore(dest_p)})" if journal_p.exists() else "")
+        ) from None
     finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
+        os.umask(old_umask)
+        os.close(lock_fd)
+
+
+def _read_journal(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise RestoreError(f"cannot read {path}: {e}; move it away and restore again") from None
+    if not isinstance(data, dict) or not {"backup", "mark", "aside"} <= data.keys():
+        raise RestoreError(f"{path} is not a restore journal; move it away and restore again")
+    return data
+
+
+def _write_journal(path: Path, journal: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(journal, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _move_aside(dest: Path, aside: Path | None, say: Callable[[str], None]) -> None:
+    """The database at ``dest`` with its -wal and -shm to ``aside`` (each part once:
+    a part already there was moved by the run that was interrupted)."""
+    moved = False
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{dest}{suffix}")
+        if not src.exists():
+            continue
+        if aside is None and suffix:  # there was no database: strays of one gone
+            src.unlink()
+            continue
+        if aside is None:
+            raise RestoreError(
+                f"{dest} was made after the restore began (there was no database then):"
+                " move it away and restore again"
+            )
+        target = Path(f"{aside}{suffix}")
+        if target.exists():
+            raise RestoreError(
+                f"both {src} and {target} exist: a daemon may have served {dest} after the"
+                " restore was interrupted. Keep both, move the one you do not want away,"
+                " and restore again"
+            )
+        os.replace(src, target)
+        moved = True
+    if moved:
+        _fsync_dir(dest.parent)
+        say(f"moved the current database aside to {aside}")

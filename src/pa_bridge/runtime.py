@@ -23,19 +23,32 @@ from .audit_trail import schedule_anchors
 from .callbacks.ingest import CallbackReceiver, CallbackService
 from .callbacks.supervisor import CallbackFront
 from .client import PaServiceClient
-from .config import RELOADABLE, ConfigError, Settings, changed_keys, load_settings, parse_listen
+from .config import (
+    RELOADABLE,
+    ConfigError,
+    Settings,
+    changed_keys,
+    load_settings,
+    parse_listen,
+    secrets_from_credentials_directory,
+)
 from .encryption import open_store
 from .logs import log_event
 from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
-from .restore import adopt_restored, lock_database_dir
+from .restore import RestoreError, adopt_restored, interrupted_restore, lock_database_dir
 from .service import Services
 from .service.expiry import ExpiryWatch
 from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private, redact_url
-from .wsgi import Listening, WsgiServer
+from .store.files import starts_with
+from .wsgi import Listening, WsgiServer, certificate_not_after
+
+#: a callback certificate this close to its end makes /healthz degraded (doctor warns
+#: at the same time)
+CERT_WARN_DAYS = 30
 
 __all__ = [
     "Daemon",
@@ -90,6 +103,10 @@ def _user() -> str:
         return str(os.geteuid())
 
 
+#: the first bytes of every SQLite 3 database file
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def check_database_path(path: Path) -> None:
     """Before anything opens it: the SQLite file's directory is writable by this user
     (SQLite writes ``-wal`` and ``-shm`` beside it), and the file, if there, readable
@@ -113,7 +130,25 @@ def check_database_path(path: Path) -> None:
         return
     if not d.is_dir():
         raise StartupError("storage.path", f"{d} is not a directory: fix storage.path")
-    if not os.access(d, os.W_OK | os.X_OK):
+    if path.is_dir():
+        raise StartupError(
+            "storage.path",
+            f"{path} is a directory, not the database file: name the file in it"
+            f' (e.g. storage.path = "{path / "pa-bridge.sqlite3"}")',
+        )
+    # read before SQLite opens it: no lock of this process is lost by the read
+    if path.is_file() and path.stat().st_size > 0 and not starts_with(path, _SQLITE_MAGIC):
+        raise StartupError(
+            "storage.path",
+            f"{path} is not an SQLite database (it does not start as one): storage.path"
+            " names another file (the config? a file of another program?); point it at"
+            " pa-bridge's database, or at a path where it may create one",
+        )
+    needed = (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}.lock"))
+    if not os.access(d, os.W_OK | os.X_OK) and not all(p.exists() for p in needed):
+        # SQLite creates its -wal and -shm beside the file, the daemon its lock: with
+        # all of them there already (a directory made read-only while it served, issue
+        # 32), it can start; otherwise it cannot, and says so before SQLite does
         raise StartupError(
             "storage.path",
             f"the directory {d} is not writable by user {user} (the database's -wal and"
@@ -158,6 +193,8 @@ class Daemon:
         self.service_health = ServiceHealth(clock)
         self._lock_fd: int | None = None
         self._db_problem: str | None = None
+        #: when the callback listener's certificate expires (None: no TLS)
+        self._cert_not_after: float | None = None
 
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
@@ -168,6 +205,9 @@ class Daemon:
             self.store = open_store(s)  # with its encryption key (decision 0033)
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
+            half_done = interrupted_restore(s.storage.path)
+            if half_done is not None:  # serving now would make a new, empty database
+                raise RestoreError(str(half_done))
             check_database_path(Path(s.storage.path))
             self._lock_database()
             self.store = open_store(s)
@@ -186,6 +226,7 @@ class Daemon:
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_service, self.callback_receiver = service, receiver
         self.callback_server = CallbackFront(s, receiver.handle).start()
+        self._check_certificate()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
@@ -396,6 +437,13 @@ class Daemon:
         }
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()
+        if self._cert_not_after is not None:
+            out["callbacks_certificate_expires_at"] = datetime.fromtimestamp(
+                self._cert_not_after, UTC
+            ).isoformat()
+            state = self._certificate_state()
+            if state is not None:
+                degraded.append(f"callbacks_{state}")
         if problem is None and self.bridge is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
             out["queue"] = {
@@ -415,6 +463,31 @@ class Daemon:
             degraded += reasons
         out["degraded"] = degraded
         return out
+
+    def _check_certificate(self) -> None:
+        """Note when the callback listener's certificate expires, and say so at start
+        when it has expired or soon will: the service refuses an expired one, so no
+        callback would arrive (issue 32). ``/healthz`` says it while it lasts."""
+        cert = self.settings.callbacks.tls_cert
+        self._cert_not_after = None if cert is None else certificate_not_after(cert)
+        state = self._certificate_state()
+        if state is not None:
+            log_event(
+                f"callbacks.{state}",
+                level=logging.ERROR if state.endswith("expired") else logging.WARNING,
+                certificate=str(cert),
+                expires_at=datetime.fromtimestamp(self._cert_not_after or 0, UTC).isoformat(),
+            )
+
+    def _certificate_state(self) -> str | None:
+        """``certificate_expired``, ``certificate_expiring`` (within CERT_WARN_DAYS) or
+        None."""
+        if self._cert_not_after is None:
+            return None
+        left = self._cert_not_after - self.clock()
+        if left <= 0:
+            return "certificate_expired"
+        return "certificate_expiring" if left < CERT_WARN_DAYS * 86400 else None
 
     def probe_service(self) -> None:
         """Reach for the service once and tell :attr:`service_health` what happened."""
@@ -505,7 +578,20 @@ class Daemon:
             return False
         self._apply(new)
         released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
-        log_event("config.reloaded", changed=changed, released=released)
+        secrets = ("pharmacies", "service.password", "service.api_key", "intake.tokens")
+        if secrets_from_credentials_directory(new) and not any(k in changed for k in secrets):
+            # store IT fixed a credential file and reloaded: systemd did not copy it again
+            log_event(
+                "config.reloaded",
+                level=logging.WARNING,
+                changed=changed,
+                released=released,
+                note="no secret changed: the files in $CREDENTIALS_DIRECTORY are systemd's"
+                " copies made when the service started (LoadCredential=); a changed"
+                " credential file takes effect at `systemctl restart pa-bridge`",
+            )
+        else:
+            log_event("config.reloaded", changed=changed, released=released)
         logging.getLogger().setLevel(new.logging.level)  # after its own line
         return True
 

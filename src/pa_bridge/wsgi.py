@@ -380,6 +380,18 @@ def server_tls_context(certfile: str | Path, keyfile: str | Path) -> ssl.SSLCont
     return context
 
 
+def certificate_not_after(certfile: str | Path) -> float | None:
+    """When the first certificate of a PEM chain expires (epoch seconds); None when it
+    cannot be read (the listener's start says why)."""
+    from cryptography import x509
+
+    try:
+        leaf = x509.load_pem_x509_certificates(Path(certfile).read_bytes())[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return leaf.not_valid_after_utc.timestamp()
+
+
 class _GuardedHttp(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools) with what it lacks against slow clients:
     a request's line and headers must be in within ``header_timeout_s`` of the

@@ -148,8 +148,11 @@ class OutcomesTransport:
         user_agent: str,
     ) -> None:
         self._url = httpx.URL(url)
+        # no connection kept alive on either path (decision 0036)
         self._httpx = httpx.Client(
-            timeout=1.5, limits=httpx.Limits(max_connections=max_connections), **common
+            timeout=1.5,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
+            **common,
         )
         self.fast: OutcomesHttp | None = None
         if direct_route(url):

@@ -12,6 +12,13 @@ interim 1xx, a body that ends when the connection does, and keep-alive by versio
 ``Connection``, each by llhttp's rules. Decision 0029. The claim and dashboard
 interfaces, rare and not latency bound, stay on httpx.
 
+One request per connection (issue 32, decision 0036): HTTP/1.1 gives an answer
+nothing that ties it to its request, and a service that sent an answer unasked on a
+kept-alive connection had it shown to the next claim (15 of 30 claims in a drill). So
+every request says ``Connection: close`` and its connection is closed after the
+answer. The pool, the inline send and the retry on a stale connection below are kept
+for ``keep_alive=True`` (the reader's tests) until issue 31 replaces this module.
+
 This module only moves bytes: the caller (``PaServiceClient.outcomes``) owns the
 deadline, the answer's meaning and the fallback. Each blocking step gets the time
 left as its socket timeout, and :meth:`OutcomesHttp.abort` lets a caller that gave up
@@ -76,7 +83,14 @@ class OutcomesConnection:
 class OutcomesHttp:
     """POST a body to one URL over a small LIFO pool of kept-alive connections."""
 
-    def __init__(self, url: str, *, ssl_context: ssl.SSLContext | None, headers: dict[str, str]):
+    def __init__(
+        self,
+        url: str,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        headers: dict[str, str],
+        keep_alive: bool = False,
+    ):
         parts = urlsplit(url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
@@ -85,6 +99,10 @@ class OutcomesHttp:
         if self._https and self._ctx is None:
             self._ctx = ssl.create_default_context()
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        #: one request per connection unless told otherwise (see the module's docstring)
+        self._keep_alive = keep_alive
+        if not keep_alive:
+            headers = {**headers, "Connection": "close"}
         self._head = _request_head(target, self._host, self._port, self._https, headers)
         self._idle: list[OutcomesConnection] = []
         self._lock = threading.Lock()
@@ -206,7 +224,7 @@ class OutcomesHttp:
             ok = answer.keep_alive
             return answer.status, answer.content_type, b"".join(answer.body)
         finally:
-            if ok and time.monotonic() < deadline:
+            if ok and self._keep_alive and time.monotonic() < deadline:
                 self._give(conn)
             else:
                 conn.close()

@@ -134,7 +134,7 @@ FallbackReason = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"enum": [*FALLBACK_REASONS, "http_status"]},
+                {"enum": [*FALLBACK_REASONS, "http_status", "not_recorded"]},
                 {"type": "string", "pattern": "^http_[1-5][0-9][0-9]$"},
             ]
         }
@@ -258,7 +258,8 @@ class _Transaction(BaseModel):
         " (timeout: no answer within the budget; http_<status>, e.g. http_500: another"
         " status than 200, also in fallback_http_status; refused: connection refused;"
         " unreachable: no connection; tls; unreadable: a 200 that is not an outcomes"
-        " answer; error)",
+        " answer; error; not_recorded: a replayed Idempotency-Key whose first answer was"
+        " not recorded, rebuilt from the stored claim)",
     )
     fallback_http_status: int | None = Field(
         default=None, description="with an http_<status> fallback_reason: the status"

@@ -3,23 +3,40 @@ the outcomes interface for the transactions that need it, answer within the budg
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
-from ..client import OutcomesCall, PaServiceClient, fallback_reason, outcome_variables
+from ..client import (
+    OutcomeResult,
+    OutcomesCall,
+    PaServiceClient,
+    fallback_reason,
+    outcome_variables,
+)
 from ..config import Settings
 from ..logs import log_event
 from ..metrics import Metrics
-from ..store import Database, Kind, Store, StoreUnavailable, audit, exchanges, now_iso
+from ..store import (
+    Database,
+    Kind,
+    Store,
+    StoreUnavailable,
+    audit,
+    exchanges,
+    now_iso,
+    parse_iso,
+)
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
 from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer
-from .decisions import claim_key, count_problem, decide, prescriber_fax
+from .decisions import TxDecision, claim_key, count_problem, decide, prescriber_fax
 from .errors import BridgeError
 from .exchange_rules import missing_for_decision
 from .pharmacies import Pharmacies, Scope, check_scope
@@ -56,6 +73,8 @@ class ClaimIntake:
         self.wake_queue = wake_queue
         self.report_ready = report_ready
         self.clock = clock
+        #: claims with an Idempotency-Key being answered now: their answer, once ready
+        self._answering: dict[str, Future[ClaimAnswer]] = {}
 
     def intake(
         self,
@@ -160,54 +179,43 @@ class ClaimIntake:
                 budget_ms=max(1, int(remaining_ms)),
                 fallback_message=d.payer_message,
             )
+        # a replay of this key while this request is being answered waits for its
+        # answer here (until the answer's record is committed, or lost)
+        answering: Future[ClaimAnswer] | None = None
+        if idempotency_key is not None:
+            answering = self._answering[claim_id] = Future()
         try:
             self.store.write(store_exchange, timeout=10.0)
             stored_error: StoreUnavailable | None = None
         except StoreUnavailable as e:
             stored_error = e
         except idempotency.KeyTaken as e:  # the same key, at the same moment
+            self._answering.pop(claim_id, None)
             return self._replayed(e.object_id)
         except idempotency.IdempotencyConflict:
+            self._answering.pop(claim_id, None)
             raise idempotency.key_reused() from None
 
         answers = []
         for d in decisions:
-            message, label = d.payer_message, ""
-            source: MessageSource = "payer"
-            outcomes_ms: float | None = None
-            reason: dict[str, Any] = {}
-            if d.pa_eligible:
-                label = self.settings.intake.default_button_label
             call = calls.get(d.index)
-            if call is not None:
-                res = call.result()  # never raises: the answer or the fallback
-                self.metrics.outcomes_calls.labels(
-                    "ok" if res.source == "outcomes" else "fallback"
-                ).inc()
-                outcomes_ms = round(res.elapsed_ms, 1)
-                self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
-                if res.source == "outcomes":
-                    message = res.message or d.payer_message
-                    label = res.button_label or label
-                    source = "outcomes"
-                else:
-                    source = "fallback"
-                    reason = fallback_reason(res.error)
-            answers.append(
-                TransactionAnswer(
-                    index=d.index,
-                    transaction_status=d.transaction_status,
-                    reject_codes=d.reject_codes,
-                    pa_eligible=d.pa_eligible,
-                    message=message,
-                    button_label=label,
-                    message_source=source,
-                    outcomes_elapsed_ms=outcomes_ms,
-                    **reason,
+            if call is None:
+                answers.append(self._transaction_answer(d))
+                continue
+            res = call.result()  # never raises: the answer or the fallback
+            self.metrics.outcomes_calls.labels(
+                "ok" if res.source == "outcomes" else "fallback"
+            ).inc()
+            self.metrics.outcomes_latency.observe(res.elapsed_ms / 1000.0)
+            if res.source == "outcomes":
+                answers.append(self._transaction_answer(d, res.message, res.button_label, res))
+            else:
+                answers.append(
+                    self._transaction_answer(d, res=res, reason=fallback_reason(res.error))
                 )
-            )
 
         if stored_error is not None:
+            self._answering.pop(claim_id, None)  # nothing was stored: no replay to serve
             raise BridgeError(
                 503,
                 "storage_unavailable",
@@ -218,13 +226,7 @@ class ClaimIntake:
             for d in queued:
                 self.report_ready(claim_id, d.index, functools.partial(variables_for, d.index))
 
-        answer = ClaimAnswer(
-            claim_id=claim_id,
-            **answers[0].model_dump(exclude={"index"}),  # the first transaction's answer
-            transactions=answers if len(answers) > 1 else None,
-            tolerated=[*req.tolerated, *resp.tolerated] or None,
-            elapsed_ms=round((time.monotonic() - started) * 1000, 1),
-        )
+        answer = _claim_answer(claim_id, answers, [*req.tolerated, *resp.tolerated], started)
         decision: str = answer.message_source
         if decision == "payer":
             decision = "submit_pa" if answer.pa_eligible else "async"
@@ -237,7 +239,15 @@ class ClaimIntake:
             exchanges.record_answer(db, claim_id, saved, answer.message_source)
 
         # rides in the next commit (decision 0025): the exchange is durable already
-        self.store.defer(record_answer)
+        if answering is None:
+            self.store.defer(record_answer)
+        else:
+            answering.set_result(answer)
+
+            def recorded(_ok: bool) -> None:  # or lost: a replay then rebuilds it
+                self._answering.pop(claim_id, None)
+
+            self.store.defer(record_answer, recorded)
         log_event(
             "claim.accepted",
             claim_id=claim_id,
@@ -260,21 +270,105 @@ class ClaimIntake:
             raise idempotency.key_reused() from None
 
     def _replayed(self, claim_id: str) -> idempotency.ReplayedClaimAnswer:
-        """The answer given for ``claim_id``, again. It is recorded just after it is
-        sent; a replay that arrives while the first request is still being answered
-        waits for it (up to the outcomes budget and a margin)."""
-        deadline = time.monotonic() + self.settings.outcomes.budget_ms / 1000.0 + 2.0
+        """The answer given for ``claim_id``, again (issue 32):
+
+        - while the first request is being answered in this daemon, its answer when it
+          is ready (a wait on that request, never a poll);
+        - else the answer recorded with the claim;
+        - else, when no answer was recorded (the daemon stopped, or the database failed,
+          between the claim's commit and its answer's), the answer rebuilt from the
+          stored claim, and recorded. On PostgreSQL another daemon may still be
+          answering it: the replay looks again until that one's budget has passed
+          since the claim's commit, and only then rebuilds."""
+        budget_s = self.settings.outcomes.budget_ms / 1000.0
+        answering = self._answering.get(claim_id)
+        if answering is not None:
+            with contextlib.suppress(Exception):  # failed or late: what is stored
+                answer = answering.result(timeout=budget_s + _ANSWER_MARGIN_S)
+                return idempotency.ReplayedClaimAnswer.model_validate(answer.model_dump())
         while True:
             self.store.flush()
-            saved = exchanges.answer_json(self.store.reader(), claim_id)
-            if saved is not None:
-                return idempotency.ReplayedClaimAnswer.model_validate(json.loads(saved))
-            if time.monotonic() > deadline:
-                raise BridgeError(
-                    409,
-                    "idempotency_in_progress",
-                    "a request with this Idempotency-Key is still being answered; send it"
-                    " again in a moment",
-                    {"claim_id": claim_id},
-                )
-            time.sleep(0.01)
+            row = exchanges.get(self.store.reader(), claim_id)
+            if row is None:  # purged with its key's claim, or never there
+                raise BridgeError(404, "unknown_claim", "no claim with that id",
+                                  {"claim_id": claim_id})  # fmt: skip
+            if row["answer_json"] is not None:
+                saved = json.loads(row["answer_json"])
+                return idempotency.ReplayedClaimAnswer.model_validate(saved)
+            since = self.clock() - parse_iso(row["received_at"])
+            if self.store.dialect != "postgresql" or since > budget_s + _ANSWER_MARGIN_S:
+                return self._rebuilt(row)
+            time.sleep(0.01)  # another daemon of the fleet may be answering it now
+
+    def _rebuilt(self, row: exchanges.ExchangeRow) -> idempotency.ReplayedClaimAnswer:
+        """The answer for a stored claim whose answer was not recorded: the payer's
+        answer for each transaction, as a claim whose outcomes call fails gets it (the
+        outcomes service's reply, if there was one, is not known), with
+        ``fallback_reason`` ``not_recorded``. Recorded, so that a later replay gets the
+        same."""
+        started = time.monotonic()
+        body = ClaimExchange.model_validate(
+            {
+                "request": bytes(row["request_raw"] or b"").decode("latin-1"),
+                "response": bytes(row["response_raw"] or b"").decode("latin-1"),
+                "metadata": json.loads(row["metadata_json"] or "{}"),
+            }
+        )
+        req, resp = body.request, body.response
+        answers = [
+            self._transaction_answer(d, reason={"fallback_reason": "not_recorded"})
+            if d.outcomes_first and d.index < len(req.groups)
+            else self._transaction_answer(d)
+            for d in decide(resp.as_response())
+        ]
+        answer = _claim_answer(row["id"], answers, [*req.tolerated, *resp.tolerated], started)
+        saved = answer.json_text()
+        claim_id = row["id"]
+        self.store.defer(
+            lambda db: exchanges.record_answer(db, claim_id, saved, answer.message_source)
+        )
+        log_event("claim.answer_rebuilt", claim_id=claim_id)
+        return idempotency.ReplayedClaimAnswer.model_validate(answer.model_dump())
+
+    def _transaction_answer(
+        self,
+        d: TxDecision,
+        message: str | None = None,
+        label: str | None = None,
+        res: OutcomeResult | None = None,
+        reason: dict[str, Any] | None = None,
+    ) -> TransactionAnswer:
+        """One transaction's answer: the payer's message (and the default button label
+        when it is eligible for PA), replaced by the outcomes service's ``message`` and
+        ``label`` when it gave them; a fallback when ``reason`` says why."""
+        default = self.settings.intake.default_button_label if d.pa_eligible else ""
+        source: MessageSource = "payer"
+        if res is not None or reason:
+            source = "fallback" if reason else "outcomes"
+        return TransactionAnswer(
+            index=d.index,
+            transaction_status=d.transaction_status,
+            reject_codes=d.reject_codes,
+            pa_eligible=d.pa_eligible,
+            message=message or d.payer_message,
+            button_label=label or default,
+            message_source=source,
+            outcomes_elapsed_ms=None if res is None else round(res.elapsed_ms, 1),
+            **(reason or {}),
+        )
+
+
+#: how long after its budget a claim's answer may still be on its way to its record
+_ANSWER_MARGIN_S = 2.0
+
+
+def _claim_answer(
+    claim_id: str, answers: list[TransactionAnswer], tolerated: list[str], started: float
+) -> ClaimAnswer:
+    return ClaimAnswer(
+        claim_id=claim_id,
+        **answers[0].model_dump(exclude={"index"}),  # the first transaction's answer
+        transactions=answers if len(answers) > 1 else None,
+        tolerated=tolerated or None,
+        elapsed_ms=round((time.monotonic() - started) * 1000, 1),
+    )

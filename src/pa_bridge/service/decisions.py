@@ -86,12 +86,19 @@ def _rejected_in_header(resp: ncpdp.Transmission) -> bool:
 
 
 def request_count_problem(req: ncpdp.Transmission) -> str | None:
-    """Why the request's 109-A9 cannot be trusted (it must be 1-4 and match its
-    transactions), or None."""
+    """Why the request's 109-A9 cannot be trusted (it must be 1 to the version's most,
+    4, or 1 in F6, and match its transactions), or None."""
     count = str(getattr(req.header, "transaction_count", "") or "").strip()
     n_req = len(req.groups)
-    if not count.isdigit() or not 1 <= int(count) <= 4 or int(count) != n_req:
-        return f"transaction count 109-A9 must be 1-4 and match its {n_req} transaction(s)"
+    spec = ncpdp.VERSIONS.get(req.version)
+    most = spec.max_transactions if spec is not None else 4
+    if most == 1 and n_req > 1:  # F6: a second claim segment is not a second claim
+        return (
+            f"transaction count: an {req.version} transmission carries one transaction;"
+            f" this one has {n_req} (109-A9 must be 1)"
+        )
+    if not count.isdigit() or not 1 <= int(count) <= most or int(count) != n_req:
+        return f"transaction count 109-A9 must be 1-{most} and match its {n_req} transaction(s)"
     return None
 
 

@@ -151,11 +151,12 @@ class Deliveries:
         # the row's provider_id is the B2's 201-B1, stored when the B2 was taken in
         # (new_exchange): no parse of the bytes to find it again
         creds = self._credentials(row["provider_id"])
+        keys = payload.get("claim_keys") or []
+        self._no_newer_pa(keys, row["received_at"])
         try:
             self.client.submit_claim(raw, None, credentials=creds)
         except ServiceError as e:
             raise service_failure(e) from None
-        keys = payload.get("claim_keys") or []
         now = now_iso(self.clock())
 
         def job(db: Database) -> None:
@@ -173,6 +174,24 @@ class Deliveries:
                 level=logging.WARNING,
                 reversal_id=payload.get("exchange_id"),
                 error=type(e).__name__,
+            )
+
+    def _no_newer_pa(self, keys: list[str], taken_in_at: str) -> None:
+        """A B2 is never sent once a PA of its claim was made after it was taken in
+        (issue 32). The service deletes a claim's PA by the claim: sent now, it would
+        delete that newer PA. And such a PA means the one the B2 was for is gone
+        already (the service makes no second PA for a claim whose PA is live): the B2
+        was sent before (a crash lost its record) or is moot. It fails for good,
+        naming the PA, for store IT to drop."""
+        reader = self.store.reader()
+        newer = [pa_id for key in keys for pa_id in pas.made_after(reader, key, taken_in_at)]
+        if newer:
+            raise DeliveryFailed(
+                f"not sent: PA {', '.join(newer)} of the same claim was made after this"
+                " reversal was taken in, and the service would delete it; the PA this B2"
+                " was for is gone already. Check, then `pa-bridge queue drop ID`",
+                retryable=False,
+                reason="newer_pa",
             )
 
     def webhook(self, payload: dict[str, Any]) -> None:

@@ -404,9 +404,10 @@ class PaService:
             after = int(since) if since not in (None, "") else 0
         except ValueError:
             raise bad from None
-        # cursors are times in microseconds (decision 0009): one below zero, past 63
-        # bits or from the future was never handed out
-        if after < 0 or after >= 1 << 63 or after > int(time.time() * 1_000_000) + 60_000_000:
+        # cursors are times in microseconds (decision 0009): one below zero or past 63
+        # bits was never handed out. One ahead of the clock may have been, after the
+        # clock ran ahead and was set back (issue 32): the feed's head decides.
+        if after < 0 or after >= 1 << 63:
             raise bad
         upto, newest = pas.feed_head(self.store.reader())
         if after > newest:  # a restore's floor counts: cursors from before it still work

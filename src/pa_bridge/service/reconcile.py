@@ -188,6 +188,8 @@ class Reconciler:
             ["kind"],
             registry=registry,
         )
+        for kind in ("changed", "gone", "back", "completed"):  # at 0: a rate sees the first
+            self.changes_found.labels(kind)
         self.calls = Counter(
             "pa_bridge_reconcile_calls",
             "Calls to the requests resource, by result",
@@ -389,7 +391,12 @@ class Reconciler:
                 self.changes_found.labels("completed").inc()
             elif result.outcome == "unchanged":
                 report.unchanged += 1
-        missing = [pa_id for pa_id in ours if pa_id not in returned and not ours[pa_id]["gone_at"]]
+        # a PA deleted already (its DELETE came) is not returned, and that is no news
+        missing = [
+            pa_id
+            for pa_id, row in ours.items()
+            if pa_id not in returned and not row["gone_at"] and not row["deleted"]
+        ]
         back = [pa_id for pa_id in returned if pa_id in ours and ours[pa_id]["gone_at"]]
         if missing or back:
             gone, came_back = self.store.write(lambda db: self._mark(db, missing, back))
@@ -463,7 +470,9 @@ class Reconciler:
             completed=report.completed,
             gone=report.gone,
             back=report.back,
-            no_token=report.no_token,
+            # PAs without a link carrying a token_id ("no_token" in the report: a log
+            # field named with "token" would be blanked as a secret)
+            no_access_link=report.no_token,
             no_api_id=report.no_api_id,
             calls=report.calls,
             failed_calls=report.failed_calls,

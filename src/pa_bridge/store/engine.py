@@ -197,9 +197,10 @@ class Store:
         self.keys = keys
         self.defer_seconds = defer_seconds
         old_umask = os.umask(0o077)  # -wal and -shm files are created 0600 too
+        self._wconn: Any = None  # PgStore's is psycopg's
         try:
             create_private(self.path)
-            self._wconn: Any = _connect(self.path)  # PgStore's is psycopg's
+            self._wconn = _connect(self.path)
             mode = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (got {mode})")
@@ -210,6 +211,15 @@ class Store:
             self._wconn.execute("PRAGMA wal_autocheckpoint = 0")
             self._wdb: Database = self._keyed(SqliteDatabase(self._wconn))
             MIGRATIONS.apply(SqliteDatabase(self._wconn))
+        except (sqlite3.Error, OSError) as e:  # a start names the file, no traceback
+            if self._wconn is not None:
+                self._wconn.close()
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            raise StoreError(
+                f"cannot open the database at {self.path}: {why} (the service user must be"
+                " able to write the file and its directory, where SQLite keeps the -wal and"
+                " -shm files: `pa-bridge doctor` checks both)"
+            ) from None
         finally:
             os.umask(old_umask)
         _tighten_modes(self.path)
@@ -217,6 +227,7 @@ class Store:
         self._identity = (st.st_dev, st.st_ino)
         self._start_writer(max_batch)
         self.checkpoints = 0
+        self.wal_truncations = 0
         self._checkpoint_seconds = checkpoint_seconds
         self._checkpointer: threading.Thread | None = threading.Thread(
             target=self._checkpoint_loop, name="pa-bridge-checkpoint", daemon=True
@@ -540,14 +551,31 @@ class Store:
         self.last_error = (str(err), time.monotonic())
         return err
 
+    #: the WAL's size past which a checkpoint makes the writer wait for it and starts the
+    #: WAL again from nothing (see _checkpoint_loop)
+    wal_limit_bytes: int = 16 * 1024 * 1024
+    #: how long that checkpoint waits for readers still in the old WAL (the writer
+    #: waits meanwhile); past it, it tries again at the next round
+    _TRUNCATE_WAIT_MS = 200
+
     def _checkpoint_loop(self) -> None:
         """Copy committed pages from the WAL into the database file every
         ``checkpoint_seconds`` when something was committed meanwhile. PASSIVE: it never
-        blocks the writer or readers, and the writer reuses the WAL from its start once
-        a checkpoint has caught up, so the WAL stays bounded. Durability does not
-        depend on it: a commit is on disk once its WAL frames are (FULL)."""
+        blocks the writer or readers. Durability does not depend on it: a commit is on
+        disk once its WAL frames are (FULL).
+
+        The writer reuses the WAL from its start only when it begins a transaction just
+        as a checkpoint has caught up and no reader is in the WAL; under sustained
+        writes with readers that never happens, and the WAL grew without bound (370 MB
+        in 21 s, kept until restart: issue 32). So when the WAL is past
+        ``wal_limit_bytes`` after a round, the next checkpoint holds the write path
+        (writes wait, as for VACUUM), waits up to ``_TRUNCATE_WAIT_MS`` for readers to
+        leave the WAL, and truncates it (TRUNCATE): the WAL stays within about the
+        limit plus one round of writes, and shrinks back after a burst."""
         try:
             conn = _connect(self.path)
+            conn.execute(f"PRAGMA busy_timeout = {self._TRUNCATE_WAIT_MS}")
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         except sqlite3.Error:  # the writer reports what is wrong with the file
             return
         try:
@@ -557,10 +585,26 @@ class Store:
                     continue
                 done_at = self.commits
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _busy, frames, _copied = conn.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)"
+                    ).fetchone()
                     self.checkpoints += 1
+                    if frames * page_size > self.wal_limit_bytes:
+                        self._truncate_wal(conn)
         finally:
             conn.close()
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """A TRUNCATE checkpoint while no write runs (see :meth:`_checkpoint_loop`)."""
+        if not self._wlock.acquire(timeout=1.0):  # busy writers: the next round
+            return
+        try:
+            if not self._closed:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self.wal_truncations += 1
+        finally:
+            self._wlock.release()
+            self._wake.set()  # jobs submitted meanwhile
 
     def next_seq(self, db: Database) -> int:
         """The next change_seq of the PA feed; call only inside a write job.

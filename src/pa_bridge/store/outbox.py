@@ -295,16 +295,17 @@ def held_counts(db: Database) -> dict[str, int]:
     return out
 
 
-def due(db: Database, now: float, horizon: float, limit: int) -> list[int]:
-    """Pending items whose time has come, or lies beyond ``horizon`` (the clock was set
-    back), in the order they fall due."""
+def due(db: Database, now: float, horizon: float, limit: int, kind: str | None = None) -> list[int]:
+    """Pending items (of ``kind``, or of every kind) whose time has come, or lies beyond
+    ``horizon`` (the clock was set back), in the order they fall due."""
+    of_kind = "" if kind is None else " AND kind = ?"
     return [
         int(r[0])
         for r in db.conn.execute(
-            "SELECT id FROM outbox WHERE status = 'pending'"
-            " AND (next_attempt_at <= ? OR next_attempt_at > ?)"
+            "SELECT id FROM outbox WHERE status = 'pending'"  # noqa: S608 - no values in it
+            f" AND (next_attempt_at <= ? OR next_attempt_at > ?){of_kind}"
             " ORDER BY next_attempt_at, id LIMIT ?",
-            [now, horizon, limit],
+            [now, horizon, *([] if kind is None else [kind]), limit],
         )
     ]
 

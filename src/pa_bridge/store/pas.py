@@ -28,6 +28,7 @@ __all__ = [
     "for_claim",
     "for_claims",
     "for_reversal",
+    "made_after",
     "get",
     "ids_for_claim_key",
     "insert_from_callback",
@@ -162,6 +163,19 @@ def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
             [key, 0 if live_only else 1],
         ),
     )
+
+
+def made_after(db: Database, key: str, since: str) -> list[str]:
+    """The ids of PAs a submit tied to a claim with ``key`` after ``since`` (a time as
+    :func:`~pa_bridge.store.now_iso` writes it)."""
+    return [
+        str(r[0])
+        for r in db.conn.execute(
+            "SELECT id FROM pas WHERE claim_key = ? AND claim_id IS NOT NULL AND created_at > ?"
+            " ORDER BY created_at",
+            [key, since],
+        )
+    ]
 
 
 class FeedHead(NamedTuple):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import select
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -31,7 +32,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import meta
 from . import pg_migrations as schema
@@ -136,13 +137,9 @@ class PgDatabase(_Handle[_PgConn]):
         self.keys = None
 
 
-def _connect_kwargs(
-    url: str, *, readonly: bool = False, timeout_s: float = 10, settings: str = ""
-) -> dict[str, Any]:
+def _connect_kwargs(url: str, *, timeout_s: float = 10, settings: str = "") -> dict[str, Any]:
     given = psycopg.conninfo.conninfo_to_dict(url)
     options = f"{given.get('options') or ''} {settings}".strip()
-    if readonly:
-        options += " -c default_transaction_read_only=on"
     return {
         "autocommit": True,
         "cursor_factory": _Cursor,
@@ -164,8 +161,18 @@ def connect(
     """An autocommit connection; ``settings`` (``-c name=value ...``) after the URL's
     own ``options`` (a search_path, say), which are kept, as is its
     ``application_name`` (else ``pa-bridge``)."""
-    kwargs = _connect_kwargs(url, readonly=readonly, timeout_s=timeout_s, settings=settings)
-    return psycopg.connect(url, **kwargs)
+    kwargs = _connect_kwargs(url, timeout_s=timeout_s, settings=settings)
+    conn = psycopg.connect(url, **kwargs)
+    if readonly:
+        _read_only(conn)
+    return conn
+
+
+def _read_only(conn: psycopg.Connection[Any]) -> None:
+    """Make a reader's session read-only once it is connected, not in its startup
+    ``options``: libpq's ``target_session_attrs=read-write`` (a URL naming a primary and
+    its standby) would take such a session for a standby's and refuse every host."""
+    conn.execute("SET default_transaction_read_only = on")
 
 
 class _Rows:
@@ -202,7 +209,7 @@ class _PooledConn:
         held: psycopg.Connection[Any] | None = getattr(self._store._local, "held", None)
         if held is not None:
             return _execute(held, sql, parameters)
-        with self._store._pool.connection() as raw:
+        with self._store._borrow() as raw:
             return _Rows(_execute(raw, sql, parameters))
 
 
@@ -221,9 +228,7 @@ def redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # one host[:port] or several, as given
     user = parts.username or ""
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
 
@@ -233,6 +238,10 @@ def redact_url(url: str) -> str:
 #: 58 system error, 25006 read-only transaction, 55P03 a lock another session holds
 #: past the lock timeout (SQLite's "database is locked")
 _FAILING = ("08", "53", "57", "58", "25006", "55P03")
+_READ_ONLY = "25006"
+#: a read waiting for a pooled connection looks this often whether the database can
+#: be reached at all (see PgStore._borrow)
+_POOL_SLICE_S = 0.5
 #: a batch that hit one of these lost to another daemon's transaction: run it again
 _RETRY = ("40001", "40P01")
 _IN_ERROR = psycopg.pq.TransactionStatus.INERROR
@@ -277,6 +286,10 @@ class PgStore(Store):
         self._written_seq: int | None = None
         #: the fast attempt sent COMMIT in its pipeline and it succeeded
         self._committed = False
+        #: the writer's server refused a write as read-only: connect again
+        self._read_only_server = False
+        #: why the writer could not connect again (None: it is connected)
+        self._cannot_connect: str | None = None
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
@@ -289,6 +302,8 @@ class PgStore(Store):
                 f"cannot open the database at {self.location}: {why(e)}{_hint(e)}"
             ) from None
         self._wdb = self._keyed(PgDatabase(self._wconn))
+        #: the server the writer is on (a failover moves it)
+        self._writer_at = _server(self._wconn)
         self._checkpointer = None
         self.checkpoints = 0
         #: every connection but the writer: readers borrow one per statement, a lock
@@ -297,18 +312,25 @@ class PgStore(Store):
             url,
             kwargs=_connect_kwargs(
                 url,
-                readonly=True,
                 timeout_s=self._connect_timeout,
                 # a second click waits for the first one's service call (claim_lock)
                 settings=f"-c lock_timeout={int(claim_wait_ms)}",
             ),
+            configure=self._pool_made,
+            check=_check_alive,
+            reconnect_failed=self._pool_gave_up,
             min_size=1,
             max_size=max_connections - 1,
             timeout=pool_timeout_s,
             num_workers=1,
             name="pa-bridge-readers",
-            open=True,
+            open=False,
         )
+        #: the pool's failed attempts to connect when it last made a connection (more
+        #: now: it cannot connect, and reads fail at once, see _borrow)
+        self._pool_failed_before = 0
+        self._pool_timeout = pool_timeout_s
+        self._pool.open()
         self._start_writer(max_batch)
         self._reader: PgReader = self._keyed(PgReader(self))
 
@@ -322,16 +344,31 @@ class PgStore(Store):
 
     # ---- the writer's hooks ------------------------------------------------------------
     def _ensure_writer(self) -> None:
-        if not self._wconn.closed and not self._wconn.broken:
+        """Connect the writer again when its connection was lost, or when the server
+        it is on refused a write as read-only (a standby, or a primary being switched
+        over): with a URL naming a primary and its standby, libpq then finds the one
+        that writes now. The readers' pool is emptied when the writer lands on another
+        server (reads follow it there) or lost its connection (the pool's are lost too),
+        not when it finds the same read-only server again (issue 32)."""
+        if not _lost(self._wconn) and not self._read_only_server:
             return
+        self._read_only_server = False
+        lost = self._wconn.broken or self._wconn.closed
         with contextlib.suppress(psycopg.Error):
             self._wconn.close()
         try:
             self._wconn = self._connect()
         except psycopg.Error as e:
-            self.last_error = (f"cannot connect: {why(e)}", time.monotonic())
-            return  # BEGIN fails on the closed connection: the batch is refused
+            # each batch is refused with this (see _attempt) until a connect works
+            self._cannot_connect = f"cannot connect: {why(e)}"
+            self.last_error = (self._cannot_connect, time.monotonic())
+            return
+        self._cannot_connect = None
         self._wdb = self._keyed(PgDatabase(self._wconn))
+        was, self._writer_at = self._writer_at, _server(self._wconn)
+        if lost or self._writer_at != was:
+            self._pool.drain()
+            self._pool_failed_before = self._pool_failures()  # the server is there
 
     def _close_writer(self) -> None:
         with contextlib.suppress(psycopg.Error):
@@ -353,6 +390,8 @@ class PgStore(Store):
             _FAILING
         ):
             return e
+        if state == _READ_ONLY:
+            self._read_only_server = True  # the next batch connects again
         err = StoreUnavailable(f"cannot write: {why(e)}")
         err.__cause__ = e
         self.last_error = (str(err), time.monotonic())
@@ -370,19 +409,30 @@ class PgStore(Store):
         pipeline, which names the failing job)."""
         self._held_seq = self._written_seq = None
         self._committed = False
+        if self._cannot_connect is not None:
+            err = StoreUnavailable(self._cannot_connect)
+            for job in batch:
+                job.finish(False, err)
+            return None
         if savepoints:
             return super()._attempt(conn, db, batch, savepoints=True)
         self._fast = True
         commit = None
+        begin_failed = False
         try:
             with conn.pipeline():
                 results = super()._attempt(conn, db, batch, savepoints=False)
+                # None: BEGIN failed and every job was told so (a lost connection);
+                # leaving the pipeline then raises the same failure again
+                begin_failed = results is None
                 if results is not None and all(ok for _, ok, _ in results):
                     self._write_held_seq(db)
                     # the COMMIT goes with the last statements: one round trip for both
                     # (if one of them failed, the pipeline skips it: nothing commits)
                     commit = conn.execute("COMMIT")
         except psycopg.Error as e:
+            if begin_failed:
+                return None  # each job has its answer once (issue 32)
             results = [(batch[0], False, self._as_unavailable(e))] if batch else None
         finally:
             self._fast = False
@@ -486,6 +536,49 @@ class PgStore(Store):
         return self._reader
 
     @contextlib.contextmanager
+    def _borrow(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool. While the database cannot be reached (the
+        writer's last try to connect failed, or the pool's tries failed since it last
+        made a connection: a restart, a failover), an error at once instead of holding
+        the caller's thread for the pool's timeout, as a write fails (issue 32). The
+        pool goes on trying in the background, and a writer that connects again lets
+        reads try again."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            why = self._cannot_connect
+            if why is None and self._pool_failures() > self._pool_failed_before:
+                why = "cannot connect: the database's connections are being made again"
+            if why is not None:
+                raise psycopg.OperationalError(why)
+            # the wait for a connection in slices, each followed by the look above
+            left = deadline - time.monotonic()
+            try:
+                raw = self._pool.getconn(timeout=max(0.01, min(_POOL_SLICE_S, left)))
+            except PoolTimeout:
+                if left <= _POOL_SLICE_S:
+                    raise
+                continue
+            break
+        try:
+            yield raw
+        finally:
+            self._pool.putconn(raw)
+
+    def _pool_failures(self) -> int:
+        return int(self._pool.get_stats().get("connections_errors", 0))
+
+    def _pool_made(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool made a connection: make it read-only, and note that the pool can
+        connect (see :meth:`_borrow`)."""
+        _read_only(conn)
+        self._pool_failed_before = self._pool_failures()
+
+    def _pool_gave_up(self, pool: ConnectionPool[Any]) -> None:
+        """The pool stopped trying (after its ``reconnect_timeout``): the next reads
+        ask it again, which starts new tries."""
+        self._pool_failed_before = self._pool_failures()
+
+    @contextlib.contextmanager
     def _held(self) -> Iterator[psycopg.Connection[Any]]:
         """One pooled connection for this thread until the block ends: a session
         advisory lock stays on the connection that took it. Nested blocks share it,
@@ -494,7 +587,7 @@ class PgStore(Store):
         if held is not None:
             yield held
             return
-        with self._pool.connection() as raw:
+        with self._borrow() as raw:
             self._local.held = raw
             try:
                 yield raw
@@ -601,6 +694,41 @@ class PgStore(Store):
 class _RolledBack(Exception):
     """A fast attempt whose COMMIT rolled back (a statement had failed): run it again
     with savepoints."""
+
+
+def _lost(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server has ended this idle connection, found without a round trip:
+    an idle session's socket has nothing to read unless the server sent something
+    unasked, such as the error that ends a terminated session, or the connection's end
+    (a restart, a failover). So a write after a restart reconnects first instead of
+    failing, and the pool never lends a connection that is gone (issue 32)."""
+    if conn.closed:
+        return True
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    try:
+        # a notice or a setting's change is read and is fine; the end of the session
+        # is a message and then the end of the stream, which the second read meets
+        poll = select.poll()  # not select(): descriptors above 1024 are common here
+        poll.register(conn.fileno(), select.POLLIN)
+        for _ in range(4):
+            if not poll.poll(0):
+                break
+            conn.pgconn.consume_input()
+    except (OSError, psycopg.Error):
+        return True
+    return conn.pgconn.status == psycopg.pq.ConnStatus.BAD
+
+
+def _check_alive(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check before it lends a connection (see :func:`_lost`)."""
+    if _lost(conn):
+        raise psycopg.OperationalError("the connection was ended by the server")
+
+
+def _server(conn: psycopg.Connection[Any]) -> tuple[str, int]:
+    """Which server an open connection is on: its host and port."""
+    return conn.info.host, conn.info.port
 
 
 def _one(cur: psycopg.Cursor[Any]) -> bool:

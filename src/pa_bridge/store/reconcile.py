@@ -44,6 +44,7 @@ class Candidate(TypedDict):
     urls_json: str | None
     links_json: str | None
     gone_at: str | None
+    deleted: int
 
 
 _FINAL = ", ".join(f"'{s}'" for s in FINAL_STATUSES)
@@ -61,12 +62,14 @@ def candidates(
 ) -> list[Candidate]:
     """The PAs a pass reads, by id after ``after_id`` (a page of ``limit``): every open
     PA; every PA changed at or after ``changed_since`` whatever its state (a final
-    status can still change: an appeal, a deletion); and every approval ending on or
-    before ``last_day`` that has no renewal yet (its renewals and its period are read
-    back). One PA whatever its state: :func:`one`."""
+    status can still change: an appeal, a deletion), except one deleted already (the
+    service revokes every access to a deleted PA: it cannot be read, and is not news);
+    and every approval ending on or before ``last_day`` that has no renewal yet (its
+    renewals and its period are read back). One PA whatever its state: :func:`one`."""
     sql = (
-        "SELECT id, provider_id, urls_json, links_json, gone_at FROM pas WHERE id > ? AND ("  # noqa: S608 - our conditions
-        f"{_OPEN} OR updated_at >= ? OR (expires_at IS NOT NULL AND expires_at <= ?"
+        "SELECT id, provider_id, urls_json, links_json, gone_at, deleted FROM pas"  # noqa: S608 - our conditions
+        f" WHERE id > ? AND ({_OPEN} OR (updated_at >= ? AND deleted = 0)"
+        " OR (expires_at IS NOT NULL AND expires_at <= ?"
         " AND renewed_by IS NULL AND deleted = 0 AND gone_at IS NULL)) ORDER BY id LIMIT ?"
     )
     return cast(list[Candidate], all_rows(db, sql, [after_id, changed_since, last_day, limit]))
@@ -76,7 +79,7 @@ def one(db: Database, pa_id: str) -> Candidate | None:
     """The PA ``pa-bridge reconcile --pa ID`` reads, whatever its state."""
     rows = all_rows(
         db,
-        "SELECT id, provider_id, urls_json, links_json, gone_at FROM pas WHERE id = ?",
+        "SELECT id, provider_id, urls_json, links_json, gone_at, deleted FROM pas WHERE id = ?",
         [pa_id],
     )
     return cast(Candidate, rows[0]) if rows else None

@@ -493,7 +493,6 @@ _PATHS: dict[str, Any] = {
                     "`pharmacy_not_allowed`: the token is limited to other pharmacies"
                     " (`detail.provider_id`)"
                 ),
-                "409": _error("a request with this Idempotency-Key is still being answered"),
                 "422": _error(
                     "the Idempotency-Key was used with another request, or"
                     " `unknown_pharmacy`: a chain's claim from a pharmacy it does not list"
