@@ -26,6 +26,7 @@ _PA = [
     "open_url", "workflow_status", "plan_outcome", "status", "deleted", "fax_failed",
     "events", "matched", "created_at", "updated_at", "cursor",
     "gone", "expires_at", "expiring", "renewal_of", "renewed_by",
+    "provisional_id",
 ]  # fmt: skip
 
 

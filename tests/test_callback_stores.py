@@ -323,7 +323,9 @@ def test_a_callback_naming_both_ids_matches_a_claim_sent_with_its_npi(
     chain.callback("CBN102", pharmacy=both, prescription=prescription(later))
     got = chain.pa("CBN102").get_json()
     assert (got["claim_id"], got["provider_id"]) == (started["claim_id"], N)
-    assert chain.pa(started["pa_id"]).status_code == 404  # renamed, not doubled
+    # renamed, not doubled: the provisional id still answers, with the PA's own id
+    assert chain.pa(started["pa_id"]).get_json()["pa_id"] == "CBN102"
+    assert chain.feed() == ["CBN101", "CBN102"]
 
 
 def test_the_pharmacy_agrees_on_either_of_a_callbacks_ids() -> None:

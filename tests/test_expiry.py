@@ -322,6 +322,7 @@ def test_the_upgrade_reads_the_end_date_of_approvals_kept_before(store: Any) -> 
                 "workflow_status": "PA Response", "plan_outcome": "Favorable",
                 "status_time": None, "events_json": "[]", "deleted": 0, "fax_failed": 0,
                 "links_json": "{}", "urls_json": "[]", "details_json": json.dumps(details),
+                "fax_failed_latest": 0, "news_seq": 0,
             }  # fmt: skip
             pas.insert_from_callback(db, pa_id, state, now=now_iso(), seq=store.next_seq(db))
         db.conn.execute("UPDATE pas SET expires_at = NULL")  # as before m008

@@ -445,7 +445,7 @@ def test_a_cursor_handed_out_after_a_forward_clock_jump_is_taken_back(
     state: pas.CallbackState = {
         "workflow_status": "New", "plan_outcome": None, "status_time": None,
         "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
-        "urls_json": "[]", "details_json": None,
+        "urls_json": "[]", "details_json": None, "fax_failed_latest": 0, "news_seq": 0,
     }  # fmt: skip
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 86_400)  # the clock a day ahead

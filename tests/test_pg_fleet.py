@@ -45,7 +45,7 @@ def fleet(pg_url: str) -> Iterator[list[PgStore]]:
 _NEW_STATE: pas.CallbackState = {
     "workflow_status": "New", "plan_outcome": None, "status_time": None,
     "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
-    "urls_json": "[]", "details_json": None,
+    "urls_json": "[]", "details_json": None, "fax_failed_latest": 0, "news_seq": 0,
 }  # fmt: skip
 
 

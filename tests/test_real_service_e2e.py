@@ -134,7 +134,9 @@ def test_serve_against_the_real_shapes(
         assert fake.callback(real_id, "New") == 200
         filled = api.get(f"/v1/pa/{real_id}").json()
         assert filled["claim_id"] == e_answer["claim_id"] and "token_id=" in filled["url"]
-        assert api.get(f"/v1/pa/{started['pa_id']}").status_code == 404  # renamed, not doubled
+        # renamed, not doubled; the provisional id still answers, with the PA's own id
+        assert api.get(f"/v1/pa/{started['pa_id']}").json()["pa_id"] == real_id
+        assert started["pa_id"] not in [p["pa_id"] for p in api.get("/v1/pa").json()["pas"]]
 
         # reversal: delivered (framed) -> 200; the DELETE callback marks the PA
         b2 = b.request_bytes(claim.with_(code="B2")).decode("latin-1")

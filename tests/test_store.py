@@ -274,7 +274,7 @@ def test_keep_and_read_keeps_a_callback_once_and_reads_the_pa_it_merges_with(
     state: pas.CallbackState = {
         "workflow_status": "PA Request", "plan_outcome": None, "status_time": "2026-01-01",
         "events_json": "[]", "deleted": 0, "fax_failed": 0, "links_json": "{}",
-        "urls_json": "[]", "details_json": "{}",
+        "urls_json": "[]", "details_json": "{}", "fax_failed_latest": 0, "news_seq": 1,
     }  # fmt: skip
 
     def keep(key: str) -> Any:
@@ -309,7 +309,7 @@ def test_keep_and_read_many_keeps_a_key_once_and_reads_each_pa_as_stored_before(
     state: pas.CallbackState = {
         "workflow_status": "New", "plan_outcome": None, "status_time": None,
         "events_json": "[]", "deleted": 0, "fax_failed": 1, "links_json": "{}",
-        "urls_json": "[]", "details_json": "{}",
+        "urls_json": "[]", "details_json": "{}", "fax_failed_latest": 0, "news_seq": 1,
     }  # fmt: skip
 
     def add_pa(db: Any) -> None:

@@ -14,7 +14,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Guide", "GUIDE", "guide", "guide_table", "ATTENTION_ORDER", "ATTENTION_TITLES"]
+__all__ = [
+    "ATTENTION_ORDER",
+    "ATTENTION_TITLES",
+    "GROUPS",
+    "GUIDE",
+    "Group",
+    "Guide",
+    "guide",
+    "guide_table",
+    "overdue_step",
+]
 
 
 @dataclass(frozen=True)
@@ -24,29 +34,49 @@ class Guide:
     next_step: str
     tone: str
     attention: str | None = None
+    #: what to do when it has waited too long for a decision (``pending_too_long``);
+    #: None: the default words (:func:`overdue_step`)
+    overdue: str | None = None
 
 
-#: The worklist's groups, in the order the console lists them (most urgent first).
-ATTENTION_ORDER = (
-    "not_submitted",
-    "denied",
-    "fax_failed",
-    "deleted",
-    "failed",
-    "pending_too_long",
-    "approved",
-    "expiring",
+@dataclass(frozen=True)
+class Group:
+    """One group of the worklist: its key, its title, the words the PA page uses for it
+    ("On the worklist (denied)") and the tone of its count's edge."""
+
+    key: str
+    title: str
+    words: str
+    tone: str
+
+
+#: The worklist's groups, in the order the console lists them (most urgent first). A
+#: new group is one entry here, and the rule that puts a PA in it (worklist.py: a
+#: status's words name it here, a time rule there, decision 0014).
+GROUPS: tuple[Group, ...] = (
+    Group("not_submitted", "Rejected for PA, not submitted", "not submitted", "warn"),
+    Group("denied", "Denied", "denied", "bad"),
+    Group("fax_failed", "Fax failed", "fax failed", "bad"),
+    Group("deleted", "Deleted", "deleted", "bad"),
+    Group("failed", "Failed or expired at the service", "failed or expired", "bad"),
+    Group("pending_too_long", "Waiting too long", "waiting too long", "warn"),
+    Group(
+        "approved",
+        "Approved or not required: not yet acknowledged",
+        "approved or not required",
+        "ok",
+    ),
+    # an approval about to lapse (issue 28): the clock's rule in worklist.TIME_RULES
+    Group("expiring", "Expiring soon", "expiring soon", "warn"),
 )
-ATTENTION_TITLES = {
-    "not_submitted": "Rejected for PA, not submitted",
-    "denied": "Denied",
-    "fax_failed": "Fax failed",
-    "deleted": "Deleted",
-    "failed": "Failed or expired at the service",
-    "pending_too_long": "Waiting too long",
-    "approved": "Approved or not required: not yet acknowledged",
-    "expiring": "Expiring soon",
-}
+ATTENTION_ORDER = tuple(g.key for g in GROUPS)
+ATTENTION_TITLES = {g.key: g.title for g in GROUPS}
+
+_CALL_PLAN = "Call the plan to ask about the decision. Open the PA to see what was sent and when."
+_CALL_PRESCRIBER = (
+    "Call the prescriber's office: the PA is with them and has not gone to the plan. "
+    "Open the PA to see where it stands."
+)
 
 _APPROVED = Guide(
     "Approved",
@@ -68,6 +98,7 @@ _PLAN_WORKING = Guide(
     "The plan has the PA and has not decided yet.",
     "Nothing to do now. If it takes more than a few days, call the plan.",
     "warn",
+    overdue=_CALL_PLAN,
 )
 _NOT_REQUIRED = Guide(
     "PA not required",
@@ -86,6 +117,8 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "Nothing to do now. The prescriber completes it; if it sits here for days, "
         "call the prescriber's office.",
         "info",
+        overdue="Call the prescriber's office: they have not sent the PA to the plan yet. "
+        "Open the PA to see what is missing.",
     ),
     # ---- ePA
     ("PA Request", None): Guide(
@@ -93,6 +126,7 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The PA request was sent to the plan electronically.",
         "Nothing to do now: the plan usually answers within 72 hours.",
         "info",
+        overdue=_CALL_PLAN,
     ),
     ("PA Response", "Favorable"): _APPROVED,
     ("PA Response", "Unfavorable"): _DENIED,
@@ -102,12 +136,16 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The request for the plan's questions was sent to the plan.",
         "Nothing to do now: the prescriber answers the plan's questions next.",
         "info",
+        overdue="Call the plan: its questions have not come back. Open the PA to see where it "
+        "stands.",
     ),
     ("Question Response", None): Guide(
         "Questions to answer",
         "The plan's questions are ready for the prescriber to answer.",
         "Nothing to do at the pharmacy; if it sits here, remind the prescriber's office.",
         "info",
+        overdue="Call the prescriber's office: the plan's questions are waiting for their "
+        "answers. Open the PA to see which.",
     ),
     ("Question Response", "Favorable"): _APPROVED,
     ("Question Response", "Unfavorable"): _DENIED,
@@ -117,6 +155,7 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The prescriber appealed the denial; the appeal is with the plan.",
         "Nothing to do now.",
         "info",
+        overdue=_CALL_PLAN,
     ),
     ("Appeal Response", "Favorable"): Guide(
         "Appeal approved",
@@ -138,6 +177,7 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The plan has the appeal and has not decided yet.",
         "Nothing to do now.",
         "warn",
+        overdue=_CALL_PLAN,
     ),
     ("Cancel Request Sent", None): Guide(
         "Cancellation sent",
@@ -173,12 +213,14 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The PA was sent to another user (usually the prescriber's office).",
         "Nothing to do now.",
         "info",
+        overdue=_CALL_PRESCRIBER,
     ),
     ("Shared \\ Accessed Online", None): Guide(
         "Opened by the prescriber",
         "The user it was shared with has opened it.",
         "Nothing to do now.",
         "info",
+        overdue=_CALL_PRESCRIBER,
     ),
     ("Sent to Plan", None): Guide(
         "Sent to the plan",
@@ -186,6 +228,8 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "Nothing to do now. Classic plans answer the prescriber directly: if you hear "
         "nothing in a few days, call the prescriber's office.",
         "info",
+        overdue="Call the prescriber's office (classic plans answer them directly), or the plan. "
+        "Open the PA to see when it was sent.",
     ),
     ("Sent to Plan", "Favorable"): _APPROVED,
     ("Sent to Plan", "Unfavorable"): _DENIED,
@@ -216,6 +260,7 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "The plan has the appeal and has not decided yet.",
         "Nothing to do now.",
         "warn",
+        overdue=_CALL_PLAN,
     ),
     ("Appealed", "Cancelled"): Guide(
         "Appeal cancelled",
@@ -228,6 +273,7 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "An appeal was created but the plan gave no decision.",
         "Open the PA; call the prescriber's office if the patient is waiting.",
         "warn",
+        overdue=_CALL_PLAN,
     ),
     # ---- archived (both workflows)
     ("Archived", "Favorable"): Guide(
@@ -287,6 +333,8 @@ _NO_STATUS = Guide(
     "The PA was submitted; the service has not sent its status yet.",
     "Nothing to do now: the status arrives by itself.",
     "info",
+    overdue="Open the PA to check that it reached the service; if it did not, call the "
+    "service's help desk or submit it again.",
 )
 
 
@@ -299,6 +347,17 @@ def _unknown(status: str, outcome: str | None) -> Guide:
     )
 
 
+_OVERDUE = (
+    "Open the PA at the service to see where it stands, then call the plan or the "
+    "prescriber's office."
+)
+
+
+def overdue_step(g: Guide) -> str:
+    """What to do about a PA that has waited too long for a decision in state ``g``."""
+    return g.overdue or _OVERDUE
+
+
 def guide(
     workflow_status: str | None,
     plan_outcome: str | None,
@@ -306,8 +365,9 @@ def guide(
     deleted: bool = False,
     fax_failed: bool = False,
 ) -> Guide:
-    """The words for a PA as it is now. A deletion or fax failure says more than the
-    status: they come first."""
+    """The words for a PA as it is now. A deletion says more than any status (nobody
+    works on a deleted PA); ``fax_failed``: a fax failure is the PA's latest news (no
+    later status has come since, decision 0014), and says more than its status."""
     if deleted:
         return _DELETED
     if fax_failed:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import ncpdp
 
-from .pa_guide import ATTENTION_ORDER, ATTENTION_TITLES, guide, guide_table
+from .client import pa_id_from_url
+from .pa_guide import GROUPS, Guide, guide, guide_table, overdue_step
 from .service import Services
 from .service.decisions import claim_key
 from .service.errors import BridgeError
@@ -31,6 +34,10 @@ __all__ = [
     "rx_lines",
     "claim_keys",
     "attention_of",
+    "on_worklist",
+    "state_group",
+    "TIME_RULES",
+    "When",
     "claims_today",
     "pas_today",
     "needs_action",
@@ -105,7 +112,7 @@ def claim_keys(claim_id: str | None, raw: bytes | None) -> list[str]:
 
 _CONSOLE_PA_FIELDS = (
     "pa_id", "claim_id", "transaction_index", "workflow_status", "plan_outcome", "deleted",
-    "fax_failed", "open_url", "url", "created_at", "updated_at", "cursor",
+    "fax_failed", "open_url", "url", "created_at", "updated_at", "cursor", "provisional_id",
 )  # fmt: skip
 
 
@@ -122,8 +129,75 @@ def _details(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _deleted(row: Mapping[str, Any]) -> bool:
-    """A DELETE event, or the service no longer returns the PA (issue 28)."""
+    """A DELETE event, or the service no longer returns the PA (issue 28: ``gone``)."""
     return bool(row["deleted"]) or row.get("gone_at") is not None
+
+
+def _words(row: Mapping[str, Any]) -> Guide:
+    """The words for the PA's latest state: deleted (a DELETE event, or gone from the
+    service), else a fax failure that is its latest news, else its current status
+    (decision 0014)."""
+    return guide(
+        row["workflow_status"],
+        row["plan_outcome"],
+        deleted=_deleted(row),
+        fax_failed=bool(row["fax_failed_latest"]),
+    )
+
+
+def state_group(row: Mapping[str, Any]) -> str | None:
+    """The worklist group the PA's latest state puts it in, before the clock's rules."""
+    return _words(row).attention
+
+
+@dataclass(frozen=True)
+class When:
+    """What the clock's rules compare a PA with: now, and the stored times they need."""
+
+    now: float
+    #: a PA started at or before this (stored format) has waited too long for a decision
+    pending_cutoff: str
+    #: ``[worklist] expiring_days``; None: no "Expiring soon" (the caller did not ask)
+    expiring_days: int | None = None
+
+
+def _waiting_too_long(row: Mapping[str, Any], group: str | None, when: When) -> str | None:
+    """No decision ``intake.pending_alert_hours`` after it was started."""
+    if (
+        group is None
+        and row["workflow_status"] not in _SETTLED
+        and (row["plan_outcome"] or "") != "Cancelled"
+        and row["created_at"]
+        and row["created_at"] <= when.pending_cutoff
+    ):
+        return "pending_too_long"
+    return group
+
+
+def _expiring(row: Mapping[str, Any], group: str | None, when: When) -> str | None:
+    """An approval whose end comes within ``[worklist] expiring_days`` (or ended as
+    long ago), with no renewal: "Expiring soon" (issue 28). An approval a renewal took
+    over, or long over, needs nothing more. Never a deleted or gone PA
+    (:func:`~pa_bridge.service.expiry.is_expiring`)."""
+    days = when.expiring_days
+    if group not in (None, "approved") or days is None or not row.get("expires_at"):
+        return group
+    if is_expiring(row, when.now, days):
+        return "expiring"
+    left = days_left(row, when.now)
+    if group == "approved" and (row.get("renewed_by") or (left is not None and left < -days)):
+        return None  # a renewal took over, or the approval is long over
+    return group
+
+
+#: The rules the clock adds, in order, after the state's group: each takes the PA, its
+#: group so far and the time, and answers its group (the same one when it does not
+#: apply). A group that comes with time (an approval about to lapse) is a rule here
+#: and a :data:`pa_guide.GROUPS` entry; nothing else changes (decision 0014).
+TIME_RULES: tuple[Callable[[Mapping[str, Any], str | None, When], str | None], ...] = (
+    _waiting_too_long,
+    _expiring,
+)
 
 
 def attention_of(
@@ -138,30 +212,76 @@ def attention_of(
     ``cutoff``: ``now - pending_hours`` as a stored time, when the caller has it;
     ``expiring_days``: ``[worklist] expiring_days``, for "Expiring soon" (an approval
     ending within it, with no renewal, comes before "approved")."""
-    g = guide(
-        row["workflow_status"],
-        row["plan_outcome"],
-        deleted=_deleted(row),
-        fax_failed=bool(row["fax_failed"]),
+    when = When(now, cutoff or now_iso(now - pending_hours * 3600), expiring_days)
+    group = state_group(row)
+    for rule in TIME_RULES:
+        group = rule(row, group, when)
+    return group
+
+
+def on_worklist(
+    attention: str | None,
+    news_seq: int,
+    acknowledged: Mapping[str, Any] | None,
+    *,
+    reminder: bool = False,
+) -> bool:
+    """Whether a PA in group ``attention`` is in "Needs you": it has a group, and no
+    acknowledgement covers it. An acknowledgement covers the group it was given for,
+    up to the PA's cursor the pharmacist saw; news after that cursor (a new status or
+    outcome, an event not seen before), or another group, brings the PA back.
+    ``reminder``: the acknowledgement was made before a reminder's time came (an
+    approval whose end came closer than ``[worklist] expiring_reminder_days``,
+    :func:`_reminder_due`): it no longer covers the PA either."""
+    if attention is None:
+        return False
+    if acknowledged is None or acknowledged.get("attention") != attention or reminder:
+        return True
+    try:
+        seen = int(acknowledged.get("cursor") or "")
+    except ValueError:
+        return True
+    return news_seq > seen
+
+
+def _reminder_due(
+    ack: Mapping[str, Any] | None, attention: str | None, row: Mapping[str, Any], now: float,
+    reminder_days: int,
+) -> bool:  # fmt: skip
+    """Whether an "Expiring soon" acknowledgement was made before the reminder's time,
+    and that time has come (issue 28)."""
+    return (
+        ack is not None
+        and attention == "expiring"
+        and ack.get("attention") == "expiring"
+        and reminder_due(row, now, reminder_days, str(ack["at"]))
     )
-    if g.attention in (None, "approved") and expiring_days is not None and row.get("expires_at"):
-        if is_expiring(row, now, expiring_days):
-            return "expiring"
-        left = days_left(row, now)
-        if g.attention == "approved" and (
-            row.get("renewed_by") or (left is not None and left < -expiring_days)
-        ):
-            return None  # a renewal took over, or the approval is long over
-    if g.attention is not None:
-        return g.attention
-    if (
-        row["workflow_status"] not in _SETTLED
-        and (row["plan_outcome"] or "") != "Cancelled"
-        and row["created_at"]
-        and row["created_at"] <= (cutoff or now_iso(now - pending_hours * 3600))
-    ):
-        return "pending_too_long"
-    return None
+
+
+def _listed(
+    row: Mapping[str, Any], attention: str | None, ack: Mapping[str, Any] | None, now: float,
+    reminder_days: int,
+) -> bool:  # fmt: skip
+    """:func:`on_worklist` for a PA row, with the expiring reminder."""
+    reminder = _reminder_due(ack, attention, row, now, reminder_days)
+    return on_worklist(attention, int(row["news_seq"]), ack, reminder=reminder)
+
+
+def _drug_name(d: Mapping[str, Any]) -> str | None:
+    """The drug's name and strength from one callback's block, the strength only when
+    the name does not say it already ("ELIQUIS 5 MG TABLET", "5 MG")."""
+    name, strength = d.get("drug_name"), d.get("drug_strength")
+    if name and strength and str(strength).casefold() in str(name).casefold():
+        return str(name)
+    return " ".join(str(x) for x in (name, strength) if x) or None
+
+
+def _notes(row: Mapping[str, Any], g: Guide) -> list[str]:
+    """What the PA's label does not say already (never the label again)."""
+    notes = []
+    if row["fax_failed"] and not row["fax_failed_latest"] and not _deleted(row):
+        notes.append("A fax to the plan failed earlier; the PA has moved on since.")
+    return [n for n in notes if n != g.label]
 
 
 def _pa_summary(
@@ -173,39 +293,37 @@ def _pa_summary(
 ) -> dict[str, Any]:
     pa = pa_json(row)
     out = {k: pa[k] for k in _CONSOLE_PA_FIELDS}
-    g = guide(
-        row["workflow_status"],
-        row["plan_outcome"],
-        deleted=_deleted(row),
-        fax_failed=bool(row["fax_failed"]),
-    )
+    state = _words(row)
     attention = (
         None
         if now is None or pending_hours is None
         else attention_of(row, now, pending_hours, cutoff, expiring_days=expiring_days)
     )
-    if attention == "expiring":
-        g = EXPIRING_GUIDE
+    g = EXPIRING_GUIDE if attention == "expiring" else state
     d = _details(row)
+    # the approval period only while the latest state is an approval (about to lapse
+    # or not): never on a deleted, gone, denied or failed PA
+    approved = state.tone == "ok"
     out.update(
         {
             "label": g.label,
             "meaning": g.meaning,
-            "next_step": g.next_step,
+            "next_step": overdue_step(g) if attention == "pending_too_long" else g.next_step,
             "tone": g.tone,
             "attention": attention,
+            "notes": _notes(row, g),
             # issue 28: the approval's last day, days left, the renewal links, gone
-            "expires_at": row.get("expires_at"),
-            "days_left": None if now is None else days_left(row, now),
+            "expires_at": row.get("expires_at") if approved else None,
+            "days_left": None if now is None or not approved else days_left(row, now),
             "renewal_of": row.get("renewal_of"),
             "renewed_by": row.get("renewed_by"),
             "gone": pa["gone"],
-            "drug_name": " ".join(x for x in (d.get("drug_name"), d.get("drug_strength")) if x)
-            or None,
-            "expiration_date": d.get("expiration_date"),
-            "effective_date": d.get("effective_date"),
+            "drug_name": _drug_name(d),
+            "expiration_date": d.get("expiration_date") if approved else None,
+            "effective_date": d.get("effective_date") if approved else None,
             "is_epa": d.get("is_epa"),
             "page_url": f"/console/pa/{row['id']}",
+            "news_cursor": str(row["news_seq"]),
         }
     )
     return out
@@ -222,6 +340,7 @@ def claims_today(
     start = local_day_start(t_now)
     hours = bridge.settings.intake.pending_alert_hours
     days = bridge.settings.worklist.expiring_days
+    cutoff = now_iso(t_now - hours * 3600)
     bridge.store.flush()  # the answers' records may be deferred (decision 0025)
     reader = bridge.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
@@ -229,11 +348,13 @@ def claims_today(
         return []
     pas: dict[tuple[str | None, int], dict[str, Any]] = {}
     for p in pa_rows.for_claims(reader, [r["id"] for r in rows]):
-        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(p, t_now, hours, None, days)
+        pas[(p["claim_id"], p["transaction_index"] or 0)] = _pa_summary(
+            p, t_now, hours, cutoff, days
+        )
     keys = {r["id"]: claim_keys(r["id"], r["request_raw"]) for r in rows}
     wanted = sorted({k for ks in keys.values() for k in ks})
     by_key = {
-        k: _pa_summary(p, t_now, hours, None, days)
+        k: _pa_summary(p, t_now, hours, cutoff, days)
         for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
     }
     default_label = bridge.settings.intake.default_button_label
@@ -303,7 +424,8 @@ def pas_today(
     hours = bridge.settings.intake.pending_alert_hours
     days = bridge.settings.worklist.expiring_days
     rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS, pharmacies)
-    return [_with_line(bridge, r, _pa_summary(r, t_now, hours, None, days)) for r in rows]
+    cutoff = now_iso(t_now - hours * 3600)
+    return [_with_line(bridge, r, _pa_summary(r, t_now, hours, cutoff, days)) for r in rows]
 
 
 #: At most this many worklist items in one answer (the counts still count them all).
@@ -320,8 +442,9 @@ def needs_action(
     period (``storage.retention_days``) that is denied, deleted, failed its fax, failed
     or expired at the service, approved (or not required), or still without a decision
     ``intake.pending_alert_hours`` after it was started, unless the pharmacist has
-    acknowledged it for that same reason. A later change that puts it in another
-    group brings it back (decision 0014)."""
+    acknowledged it as it is: news after what they acknowledged (a new status or
+    outcome, an event not seen before), or another group, brings it back (decision
+    0014)."""
     t = bridge.clock() if now is None else now
     return _needs_action(bridge, t, claims_today(bridge, t, pharmacies), pharmacies)[0]
 
@@ -355,17 +478,16 @@ def _needs_action(
         for r in rows
         if (a := attention_of(r, t_now, hours, cutoff, expiring_days=wl.expiring_days)) is not None
     ]
-    acks = console_store.latest_acknowledgements(
-        bridge.store.reader(), [r["id"] for r, _ in flagged]
-    )
+    ids = {r["id"]: r["id"] for r, _ in flagged}
+    ids.update({r["provisional_id"]: r["id"] for r, _ in flagged if r["provisional_id"]})
+    acks = console_store.latest_acknowledgements(bridge.store.reader(), ids)
     for r, a in flagged:
-        ack = acks.get(r["id"])
-        if ack is None or not _ack_holds(ack, a, r, t_now, wl.expiring_reminder_days):
+        if _listed(r, a, acks.get(r["id"]), t_now, wl.expiring_reminder_days):
             found.append((a, r["updated_at"] or "", None, r))
-    counts = {a: 0 for a in ATTENTION_ORDER}
+    counts = {g.key: 0 for g in GROUPS}
     for a, *_ in found:
         counts[a] += 1
-    rank = {a: i for i, a in enumerate(ATTENTION_ORDER)}
+    rank = {g.key: i for i, g in enumerate(GROUPS)}
     found.sort(key=lambda f: f[1], reverse=True)
     found.sort(key=lambda f: rank[f[0]])
     found = found[:MAX_ITEMS]
@@ -382,19 +504,17 @@ def _needs_action(
             pa["acknowledged"] = acks.get(row["id"])
         key = "claim:" + claim["key"] if claim is not None else "pa:" + (pa or {})["pa_id"]
         items.append(
-            {"attention": attention, "key": key, "since": since or None, "claim": claim, "pa": pa}
+            {
+                "attention": attention,
+                "key": key,
+                "since": since or None,
+                "claim": claim,
+                "pa": pa,
+                # acknowledged before, back because of news since (or another group)
+                "returned": bool(pa and pa["acknowledged"]),
+            }
         )
     return items, counts
-
-
-def _ack_holds(
-    ack: Mapping[str, Any], attention: str, row: Mapping[str, Any], now: float, reminder_days: int
-) -> bool:
-    """Whether an acknowledgement still keeps the PA off the worklist: it was for the
-    same reason, and (for "Expiring soon") not made before the reminder's time."""
-    if ack["attention"] != attention:
-        return False
-    return not (attention == "expiring" and reminder_due(row, now, reminder_days, ack["at"]))
 
 
 def worklist(
@@ -411,7 +531,14 @@ def worklist(
         "pending_alert_hours": bridge.settings.intake.pending_alert_hours,
         "counts": {**counts, "total": sum(counts.values())},
         "groups": [
-            {"key": a, "title": ATTENTION_TITLES[a], "count": counts[a]} for a in ATTENTION_ORDER
+            {
+                "key": g.key,
+                "title": g.title,
+                "words": g.words,
+                "tone": g.tone,
+                "count": counts[g.key],
+            }
+            for g in GROUPS
         ],
         "items": items,
         "claims": claims,
@@ -444,20 +571,19 @@ def pa_page(
     hours = bridge.settings.intake.pending_alert_hours
     full = bridge.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
     bridge.store.flush()  # the claim's answer may be deferred (decision 0025)
-    row = bridge.pas.get_pa_row(pa_id)
+    row = bridge.pas.get_pa_row(pa_id)  # by any id it had (its provisional one too)
     assert row is not None
     wl = bridge.settings.worklist
     pa = _pa_summary(row, t, hours, None, wl.expiring_days)
     pa["links"] = full["links"]
     pa["urls"] = full["urls"]
     pa["link_pending"] = full["link_pending"]
-    acks = console_store.acknowledgements(bridge.store.reader(), pa_id)
+    pa["other_links"] = named_links(row["id"], full["urls"], full["links"], full["url"])
+    pa["groups"] = {g.key: g.words for g in GROUPS}
+    ids = [row["id"], *([row["provisional_id"]] if row["provisional_id"] else [])]
+    acks = console_store.acknowledgements(bridge.store.reader(), ids)
     last = acks[-1] if acks else None
-    if (
-        last is not None
-        and pa["attention"] is not None
-        and not _ack_holds(last, pa["attention"], row, t, wl.expiring_reminder_days)
-    ):
+    if last is not None and _listed(row, pa["attention"], last, t, wl.expiring_reminder_days):
         last = None  # back on the worklist: the earlier acknowledgement no longer holds
     pa["acknowledged"] = last
     claim: dict[str, Any] | None = None
@@ -503,15 +629,27 @@ def acknowledge(
     who: str,
     now: float | None = None,
     scope: Scope = None,
+    seen: str | None = None,
     remote: str | None = None,
 ) -> dict[str, Any]:
-    """Record that ``who`` acknowledged the PA as it is now (its worklist reason and
-    change cursor) in the audit trail; it leaves the worklist until another reason
-    brings it back. Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
+    """Record that ``who`` acknowledged the PA (by any id it had) as it is now: its
+    worklist group, and the cursor the pharmacist saw (``seen``, the PA's ``cursor``
+    on their page; the PA's cursor now when not given). It leaves the worklist until
+    news after that cursor, or another group, brings it back (decision 0014). Raises
+    :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA, 400 for a ``seen``
+    that is not a cursor."""
     t = bridge.clock() if now is None else now
     row = bridge.pas.get_pa_row(pa_id)
     if row is None or not in_scope(scope, row["provider_id"]):
         raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+    cursor = int(row["change_seq"])
+    if seen is not None:
+        try:
+            cursor = min(cursor, int(seen))
+        except ValueError:
+            raise BridgeError(
+                400, "invalid_body", "'cursor' must be the PA's cursor as the page showed it"
+            ) from None
     attention = attention_of(
         row,
         t,
@@ -519,12 +657,59 @@ def acknowledge(
         expiring_days=bridge.settings.worklist.expiring_days,
     )
     try:
-        at, cursor = now_iso(t), str(row["change_seq"])
+        at = now_iso(t)
         ack = bridge.store.write(
-            lambda db: console_store.acknowledge(db, pa_id, who, attention, cursor, at, remote)
+            lambda db: console_store.acknowledge(
+                db, row["id"], who, attention, str(cursor), at, remote
+            )
         )
     except StoreUnavailable as e:
         raise BridgeError(
             503, "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
         ) from None
-    return {"pa_id": pa_id, "acknowledged": ack}
+    return {"pa_id": row["id"], "acknowledged": ack}
+
+
+# ---- a PA's links, named for what each opens ------------------------------------------
+def _link_label(pa_id: str, url: str) -> str:
+    parts = urlsplit(url)
+    path = parts.path.lower()
+    token = any(k == "token_id" for k, _ in parse_qsl(parts.query))
+    named = pa_id_from_url(url)
+    who = f"PA {named or pa_id}"
+    if "thumbnail" in path:
+        what = "preview picture"
+    elif path.endswith(("/download", ".pdf")):
+        what = "as PDF"
+    elif named is not None:
+        what = "page at the service"
+    else:
+        what = f"link at {parts.hostname or 'the service'}"
+    label = f"{who} {what}"
+    if what != "preview picture":
+        label += " (with its access token)" if token else " (you may need to sign in)"
+    if named is not None and named != pa_id:
+        label += ", answered to the same submit"
+    return label
+
+
+def named_links(
+    pa_id: str, urls: list[str], links: Mapping[str, Any], main: str | None
+) -> list[dict[str, str]]:
+    """Every link of the PA but ``main`` (the one "Open PA" opens), each with a label
+    saying what it opens: which PA, its page or PDF, with an access token or not."""
+    candidates = [*urls, *(links.get("token_urls") or []), links.get("html_url")]
+    candidates.append(links.get("pdf_url"))
+    out: list[dict[str, str]] = []
+    seen = {main}
+    count: dict[str, int] = {}
+    for url in candidates:
+        if not url or url in seen:
+            continue
+        seen.add(url)
+        label = _link_label(pa_id, str(url))
+        count[label] = count.get(label, 0) + 1
+        if count[label] > 1:
+            label = f"{label}, link {count[label]}"
+        out.append({"href": str(url), "label": label})
+    return out

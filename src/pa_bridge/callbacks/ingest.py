@@ -59,6 +59,7 @@ from .framing import (
 )
 
 __all__ = [
+    "FAX_FAILURES",
     "PENDING_PREFIX",
     "WORKFLOW_RANK",
     "CallbackReceiver",
@@ -81,6 +82,9 @@ __all__ = [
 #: Id prefix of a PA we submitted whose answer named none (the empty format), until
 #: its first callback brings the service's id.
 PENDING_PREFIX = "pending-"
+
+#: The event types of a failed fax (the service's documents use both spellings).
+FAX_FAILURES = frozenset({"REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE"})
 
 #: Place of each workflow status in its workflow (ePA and classic share New/Archived).
 WORKFLOW_RANK: dict[str, int] = {
@@ -255,9 +259,23 @@ def _stored_object(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+#: Details that go together: a callback that carries one of a block's keys replaces
+#: the whole block, so a drug's name never meets another callback's strength, nor an
+#: approval's end another approval's start (issue 26).
+_DETAIL_BLOCKS = (
+    ("drug_name", "drug_strength"),
+    ("effective_date", "expiration_date"),
+)
+
+
 def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
-    """The PA's details with the newest callback's values over the older ones."""
+    """The PA's details with the newest callback's over the older ones, block by block
+    (:data:`_DETAIL_BLOCKS`): a block the callback carries is taken as a whole."""
     merged = _stored_object(old_json)
+    for block in _DETAIL_BLOCKS:
+        if any(k in new for k in block):
+            for k in block:
+                merged.pop(k, None)
     merged.update(new)
     return json.dumps(merged)
 
@@ -682,7 +700,14 @@ class CallbackService:
         result and the PA's state now. ``source``: what the history entry and the
         webhook say made the change (``reconcile``: a read back from the service);
         ``only_if_changed``: a body that changes nothing of the PA is not applied
-        (result ``unchanged``), as a reconciliation read usually is."""
+        (result ``unchanged``), as a reconciliation read usually is.
+
+        What the pharmacist sees (decision 0014): a fax failure is the PA's latest news
+        when its callback is not older than the PA's current status (the ordering
+        rule), until a later callback moves the status; ``news_seq`` moves to this
+        change's position when the current status or outcome changes, an event not
+        seen before arrives, or the PA is new. A change reconciliation finds is news
+        the same way (it comes through here)."""
         note = None
         if row is None:
             placeholder = self._claim_placeholder(db, cb)
@@ -691,14 +716,15 @@ class CallbackService:
                 row = pas.callback_state(db, cb.pa_id)
                 note = f"matched to the submit recorded as {placeholder}"
         new_events = "[]"
+        fresh: list[dict[str, Any]] = []  # events not seen before on this PA
         if cb.events:
             new_events = json.dumps(cb.events)
-            merged = merge_events(row["events_json"] if row else None, cb.events)
+            old_events = row["events_json"] if row else None
+            merged = merge_events(old_events, cb.events)
+            fresh = merged[len(json.loads(old_events) if old_events else []) :]
             events_json: str | None = json.dumps(merged)
             deleted = int(any(e["type"] == "DELETE" for e in merged))
-            fax_failed = int(
-                any(e["type"] in ("REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE") for e in merged)
-            )
+            fax_failed = int(any(e["type"] in FAX_FAILURES for e in merged))
         elif row is not None:
             events_json, deleted, fax_failed = row["events_json"], row["deleted"], row["fax_failed"]
         else:
@@ -722,14 +748,25 @@ class CallbackService:
         )
         # the current status moves only for a newer callback (decision 0005)
         status = (cb.workflow_status, cb.plan_outcome, cb.event_time)
-        if row is not None and not (
-            cb.workflow_status is not None
-            and is_newer(
-                (cb.event_time, cb.workflow_status, cb.plan_outcome),
-                (row["status_time"], row["workflow_status"], row["plan_outcome"]),
-            )
-        ):
-            status = (row["workflow_status"], row["plan_outcome"], row["status_time"])
+        # ``current``: the callback is not older than the PA's status (one without a
+        # status stands at the PA's place, ordered by its events' time)
+        current, moved = True, True
+        if row is not None:
+            was = (row["status_time"], row["workflow_status"], row["plan_outcome"])
+            place = (cb.workflow_status, cb.plan_outcome) if cb.workflow_status else was[1:]
+            current = is_newer((cb.event_time, *place), was)
+            if not (cb.workflow_status is not None and current):
+                status = (row["workflow_status"], row["plan_outcome"], row["status_time"])
+            moved = status[:2] != was[1:]
+        # a fax failure is the latest news unless its callback is older than the PA's
+        # status; a later status supersedes it (decision 0014)
+        if current and any(e["type"] in FAX_FAILURES for e in fresh):
+            fax_latest = 1
+        elif moved or row is None:
+            fax_latest = 0
+        else:
+            fax_latest = row["fax_failed_latest"]
+        news = moved or bool(fresh)
         state: pas.CallbackState = {
             "workflow_status": status[0],
             "plan_outcome": status[1],
@@ -740,6 +777,8 @@ class CallbackService:
             "links_json": links_json,
             "urls_json": urls_json,
             "details_json": details_json,  # None: keep what the PA has
+            "fax_failed_latest": fax_latest,
+            "news_seq": seq if news or row is None else row["news_seq"],
         }
         outcome = "stored"
         if only_if_changed and row is not None:

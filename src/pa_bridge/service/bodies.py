@@ -388,6 +388,13 @@ class Pa(BaseModel):
         default=None, description="the PA this one renews (`is_renewal`), if known"
     )
     renewed_by: str | None = Field(default=None, description="a PA that renews this one, if known")
+    provisional_id: str | None = Field(
+        default=None,
+        description="the `pending-` id Submit PA answered when the service's answer named"
+        " no PA (its empty format), before the PA's first callback brought the service's"
+        " id; `GET /v1/pa/{provisional_id}` (and `/open`) still answer for the PA, under"
+        " its `pa_id`. Null for a PA whose id was known from the start",
+    )
 
 
 class HistoryEntry(BaseModel):

@@ -76,7 +76,11 @@ def pa_model(row: Mapping[str, Any]) -> Pa:
         "status": row["workflow_status"],
         "deleted": bool(row["deleted"]) or row["gone_at"] is not None,
         "gone": row["gone_at"] is not None,
-        "expiring": row["expiring_at"] is not None and row["renewed_by"] is None,
+        # never on a deleted or gone PA: nothing deleted reads as approved (issue 26)
+        "expiring": row["expiring_at"] is not None
+        and row["renewed_by"] is None
+        and not row["deleted"]
+        and row["gone_at"] is None,
         "fax_failed": bool(row["fax_failed"]),
         "events": json.loads(row["events_json"] or "[]"),
         "matched": bool(row["matched"]),
@@ -151,7 +155,7 @@ class PaService:
             raise idempotency.key_reused() from None
         if earlier is not None:
             row = self.get_pa_row(earlier)
-            if row is not None:  # else renamed by its first callback: found by its claim
+            if row is not None:  # by its provisional id too, once its callback renamed it
                 return idempotency.ReplayedPa(**dict(pa_model(row))), False
         pa, created = self._submit_pa(claim_id, body, actor)
         try:
@@ -356,7 +360,9 @@ class PaService:
 
     # ---- PA reads ------------------------------------------------------------------
     def get_pa_row(self, pa_id: str) -> PaRow | None:
-        return pas.get(self.store.reader(), pa_id)
+        """The PA by any id it has had: the service's, or the provisional ``pending-``
+        id Submit PA answered before its first callback brought the service's."""
+        return pas.find(self.store.reader(), pa_id)
 
     @staticmethod
     def pharmacy_filter(pharmacy: str | None, scope: Scope) -> list[str] | None:
@@ -488,7 +494,7 @@ class PaService:
                 events=json.loads(h["events_json"]) if h["events_json"] else [],
                 note=h["note"],
             )
-            for h in pa_history.for_pa(self.store.reader(), pa_id)
+            for h in pa_history.for_pa(self.store.reader(), row["id"])
         ]
         return PaWithHistory(**dict(pa_model(row)), history=history)
 

@@ -11,11 +11,12 @@ which worklist reason the pharmacist acknowledged and the PA's change cursor the
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
 from . import audit
 from ._db import Database
-from ._rows import all_rows, first_row, of_pharmacies, rows_in
+from ._rows import all_rows, first_row, marks, of_pharmacies, rows_in
 from .crypto import unseal
 from .exchanges import WorklistClaim
 from .pas import PaRow
@@ -97,22 +98,25 @@ def _ack(row: dict[str, Any]) -> Acknowledgement:
     }
 
 
-def latest_acknowledgements(db: Database, pa_ids: list[str]) -> dict[str, Acknowledgement]:
-    """The last acknowledgement of each PA that has one."""
+def latest_acknowledgements(db: Database, ids: Mapping[str, str]) -> dict[str, Acknowledgement]:
+    """The last acknowledgement of each PA that has one. ``ids``: every id a PA had
+    (its id, and the provisional id it was renamed from) -> its id now, the key of
+    the answer."""
     sql = (
-        "SELECT object_id, at, actor, detail FROM audit WHERE object_id IN ({marks})"
-        " AND action = ? ORDER BY id"
+        "SELECT id, object_id, at, actor, detail FROM audit WHERE object_id IN ({marks})"
+        " AND action = ?"
     )
-    return {row["object_id"]: _ack(row) for row in rows_in(db, sql, pa_ids, [ACK_ACTION])}
+    found = sorted(rows_in(db, sql, list(ids), [ACK_ACTION]), key=lambda r: int(r["id"]))
+    return {ids[row["object_id"]]: _ack(row) for row in found}  # the last one wins
 
 
-def acknowledgements(db: Database, pa_id: str) -> list[Acknowledgement]:
-    """Every acknowledgement of one PA, oldest first."""
+def acknowledgements(db: Database, pa_ids: list[str]) -> list[Acknowledgement]:
+    """Every acknowledgement of one PA (``pa_ids``: every id it had), oldest first."""
     rows = all_rows(
         db,
-        "SELECT object_id, at, actor, detail FROM audit WHERE object_id = ? AND action = ?"
-        " ORDER BY id",
-        [pa_id, ACK_ACTION],
+        f"SELECT object_id, at, actor, detail FROM audit WHERE object_id IN ({marks(len(pa_ids))})"  # noqa: S608 - only placeholders
+        " AND action = ? ORDER BY id",
+        [*pa_ids, ACK_ACTION],
     )
     return [_ack(r) for r in rows]
 

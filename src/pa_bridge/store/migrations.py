@@ -282,6 +282,24 @@ def m009_people_and_audit_chain(db: Database) -> None:
     db.execute("INSERT INTO audit_head VALUES (1, 0, ?, 0, ?)", [zero, zero])
 
 
+@MIGRATIONS()
+def m010_pa_news_and_aliases(db: Database) -> None:
+    # Issue 26 (the pharmacist sees the truth after any sequence of events): whether a
+    # fax failure is the PA's latest news (a later status supersedes it), the feed
+    # position of the PA's latest news (an acknowledgement older than it no longer
+    # holds, decision 0014), and the provisional id a submit answered before the
+    # first callback brought the service's (still found by it). A fax failure stays
+    # the latest news where it was one; the news is the PA's last change.
+    db.execute("ALTER TABLE pas ADD COLUMN fax_failed_latest INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE pas ADD COLUMN news_seq INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE pas ADD COLUMN provisional_id TEXT")
+    db.execute("UPDATE pas SET fax_failed_latest = fax_failed, news_seq = change_seq")
+    db.execute(
+        "CREATE UNIQUE INDEX pas_provisional ON pas(provisional_id)"
+        " WHERE provisional_id IS NOT NULL"
+    )
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

@@ -24,6 +24,7 @@ __all__ = [
     "awaiting_placeholders",
     "callback_state",
     "feed_head",
+    "find",
     "for_claim",
     "for_claims",
     "for_reversal",
@@ -71,6 +72,9 @@ class PaRow(TypedDict):
     renewal_of: str | None  # the PA this one renews
     renewed_by: str | None  # a PA that renews this one
     gone_at: str | None  # when the service stopped returning it (store/reconcile.py)
+    fax_failed_latest: int  # a fax failure is its latest news (issue 26)
+    news_seq: int  # feed position of its latest news: status, outcome or event (issue 26)
+    provisional_id: str | None  # the pending- id a submit answered, before its real one
 
 
 class PaWithRequest(PaRow):
@@ -95,10 +99,19 @@ class CallbackState(TypedDict):
     links_json: str | None
     urls_json: str | None
     details_json: str | None
+    fax_failed_latest: int
+    news_seq: int
 
 
 def get(db: Database, pa_id: str) -> PaRow | None:
     return cast(PaRow | None, first_row(db, "SELECT * FROM pas WHERE id = ?", [pa_id]))
+
+
+def find(db: Database, pa_id: str) -> PaRow | None:
+    """The PA by any id it has had: its id, else the provisional id it was renamed from."""
+    return get(db, pa_id) or cast(
+        PaRow | None, first_row(db, "SELECT * FROM pas WHERE provisional_id = ?", [pa_id])
+    )
 
 
 def for_claim(db: Database, claim_id: str, index: int) -> PaRow | None:
@@ -283,10 +296,10 @@ def insert_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None
     """A PA first heard of in the service's answer to our submit (status ``New``)."""
     db.conn.execute(
         "INSERT INTO pas (id, claim_id, transaction_index, claim_key, urls_json, workflow_status,"
-        " plan_outcome, created_at, updated_at, change_seq, matched, links_json, provider_id)"
-        " VALUES (?, ?, ?, ?, ?, 'New', NULL, ?, ?, ?, 1, ?, ?)",
+        " plan_outcome, created_at, updated_at, change_seq, matched, links_json, provider_id,"
+        " news_seq) VALUES (?, ?, ?, ?, ?, 'New', NULL, ?, ?, ?, 1, ?, ?, ?)",
         [pa["pa_id"], pa["claim_id"], pa["transaction_index"], pa["claim_key"], pa["urls_json"],
-         now, now, seq, pa["links_json"], pa["provider_id"]],
+         now, now, seq, pa["links_json"], pa["provider_id"], seq],
     )  # fmt: skip
 
 
@@ -311,7 +324,7 @@ def link_submitted(db: Database, pa: Submitted, *, now: str, seq: int) -> None:
 #: the columns of a :class:`CallbackState`, in its order
 STATE_COLS = (
     "workflow_status", "plan_outcome", "status_time", "events_json", "deleted",
-    "fax_failed", "links_json", "urls_json", "details_json",
+    "fax_failed", "links_json", "urls_json", "details_json", "fax_failed_latest", "news_seq",
 )  # fmt: skip
 _CALLBACK_STATE = f"SELECT {', '.join(STATE_COLS)} FROM pas WHERE id = ?"  # noqa: S608 - our column names
 
@@ -339,8 +352,12 @@ def awaiting_placeholders(db: Database, prefix: str) -> list[tuple[str, str | No
 
 
 def rename(db: Database, old: str, new: str) -> None:
-    """Give a PA (and its history) the id the service uses."""
-    db.conn.execute("UPDATE pas SET id = ? WHERE id = ?", (new, old))
+    """Give a PA (and its history) the id the service uses; the old id stays its
+    ``provisional_id``, by which :func:`find` still finds it."""
+    db.conn.execute(
+        "UPDATE pas SET id = ?, provisional_id = coalesce(provisional_id, ?) WHERE id = ?",
+        (new, old, old),
+    )
     db.conn.execute("UPDATE pa_history SET pa_id = ? WHERE pa_id = ?", (new, old))
 
 
@@ -359,11 +376,12 @@ def insert_from_callback(
     db.conn.execute(
         "INSERT INTO pas (id, urls_json, workflow_status, plan_outcome, status_time, deleted, matched,"
         " created_at, updated_at, change_seq, events_json, fax_failed, links_json, details_json,"
-        " provider_id, product_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " provider_id, product_id, fax_failed_latest, news_seq)"
+        " VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (pa_id, state["urls_json"], state["workflow_status"], state["plan_outcome"],
          state["status_time"], state["deleted"], now, now, seq, state["events_json"],
          state["fax_failed"], state["links_json"], state["details_json"] or "{}",
-         provider_id, product_id),
+         provider_id, product_id, state["fax_failed_latest"], state["news_seq"]),
     )  # fmt: skip
 
 
@@ -384,9 +402,10 @@ def update_from_callback(
         "UPDATE pas SET workflow_status = ?, plan_outcome = ?, status_time = ?, events_json = ?,"
         " deleted = ?, fax_failed = ?, updated_at = ?, change_seq = ?, links_json = ?,"
         " urls_json = ?, details_json = coalesce(?, details_json),"
-        " provider_id = coalesce(provider_id, ?), product_id = coalesce(product_id, ?) WHERE id = ?",
+        " provider_id = coalesce(provider_id, ?), product_id = coalesce(product_id, ?),"
+        " fax_failed_latest = ?, news_seq = ? WHERE id = ?",
         (state["workflow_status"], state["plan_outcome"], state["status_time"],
          state["events_json"], state["deleted"], state["fax_failed"], now, seq,
          state["links_json"], state["urls_json"], state["details_json"], provider_id,
-         product_id, pa_id),
+         product_id, state["fax_failed_latest"], state["news_seq"], pa_id),
     )  # fmt: skip

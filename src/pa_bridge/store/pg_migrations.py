@@ -168,6 +168,17 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             "INSERT INTO audit_head VALUES (1, 0, repeat('0', 64), 0, repeat('0', 64))",
         ],
     ),
+    (
+        "m010_pa_news_and_aliases",
+        [
+            "ALTER TABLE pas ADD COLUMN fax_failed_latest INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE pas ADD COLUMN news_seq BIGINT NOT NULL DEFAULT 0",
+            f"ALTER TABLE pas ADD COLUMN provisional_id {T}",
+            "UPDATE pas SET fax_failed_latest = fax_failed, news_seq = change_seq",
+            "CREATE UNIQUE INDEX pas_provisional ON pas(provisional_id)"
+            " WHERE provisional_id IS NOT NULL",
+        ],
+    ),
 ]
 
 _TABLE = (

@@ -87,21 +87,26 @@ def one(db: Database, pa_id: str) -> Candidate | None:
 
 def mark_gone(db: Database, pa_id: str, *, at: str, seq: int) -> bool:
     """The service no longer returns the PA (no token left: effectively deleted). A
-    feed change; False when it was marked already."""
+    feed change; False when it was marked already. News for the pharmacist like a
+    DELETE event (``news_seq``, decision 0014), unless a DELETE event came already (a
+    deleted PA losing its tokens changes nothing they see)."""
     cur = db.conn.execute(
-        "UPDATE pas SET gone_at = ?, updated_at = ?, change_seq = ? WHERE id = ?"
+        "UPDATE pas SET gone_at = ?, updated_at = ?, change_seq = ?,"
+        " news_seq = CASE WHEN deleted = 0 THEN ? ELSE news_seq END WHERE id = ?"
         " AND gone_at IS NULL",
-        [at, at, seq, pa_id],
+        [at, at, seq, seq, pa_id],
     )
     return cur.rowcount == 1
 
 
 def clear_gone(db: Database, pa_id: str, *, at: str, seq: int) -> bool:
-    """The service returns the PA again (a token was made for it): no longer gone."""
+    """The service returns the PA again (a token was made for it): no longer gone; news
+    for the pharmacist too, unless a DELETE event keeps it deleted."""
     cur = db.conn.execute(
-        "UPDATE pas SET gone_at = NULL, updated_at = ?, change_seq = ? WHERE id = ?"
+        "UPDATE pas SET gone_at = NULL, updated_at = ?, change_seq = ?,"
+        " news_seq = CASE WHEN deleted = 0 THEN ? ELSE news_seq END WHERE id = ?"
         " AND gone_at IS NOT NULL",
-        [at, seq, pa_id],
+        [at, seq, seq, pa_id],
     )
     return cur.rowcount == 1
 

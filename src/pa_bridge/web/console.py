@@ -15,8 +15,9 @@ import ipaddress
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from .. import worklist
-from ..service import Services
+from ..service import BridgeError, Services
 from ..service.pharmacies import Scope
+from . import checks
 
 __all__ = ["bp", "is_public_path", "scope", "STATIC_PREFIX"]
 
@@ -120,9 +121,17 @@ def who() -> str:
 
 @bp.post("/v1/pa/<pa_id>/acknowledge")
 def acknowledge_pa(pa_id: str) -> Response:
-    request.get_data()  # any body is ignored (the guard already refused non-JSON)
-    return _no_store(
-        jsonify(
-            worklist.acknowledge(_bridge(), pa_id, who(), scope=scope(), remote=request.remote_addr)
-        )
+    """Optional body ``{"cursor": "<the PA's cursor as the page showed it>"}``: what the
+    pharmacist saw is what is acknowledged (news after it keeps the PA on the list)."""
+    raw = request.get_data()
+    seen = None
+    if raw.strip():
+        cursor = checks.json_object(raw, (request.mimetype or "").lower()).get("cursor")
+        if cursor is not None:
+            if isinstance(cursor, bool) or not isinstance(cursor, str | int):
+                raise BridgeError(400, "invalid_body", "'cursor' must be the PA's cursor")
+            seen = str(cursor)
+    answer = worklist.acknowledge(
+        _bridge(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr
     )
+    return _no_store(jsonify(answer))

@@ -189,8 +189,23 @@ _SCHEMAS: dict[str, Any] = {
             "tone": {"enum": ["ok", "warn", "bad", "info"]},
             "attention": {
                 "oneOf": [_ref("Attention"), {"type": "null"}],
-                "description": "the worklist group it belongs in now (null: nothing to do)",
+                "description": "the worklist group its latest state puts it in (null: nothing"
+                " to do): deleted; else a fax failure no later status has followed; else its"
+                " current status's group; else waiting too long",
             },
+            "notes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "what the label does not say already (a fax failure a later"
+                " status superseded); never the label again",
+            },
+            "news_cursor": {
+                "type": "string",
+                "description": "the cursor of its latest news (a new status or outcome, an"
+                " event not seen before): an acknowledgement of an older cursor no longer"
+                " holds",
+            },
+            "provisional_id": _NULLABLE_STR,
             "drug_name": {
                 "type": ["string", "null"],
                 "description": "name and strength, from the service's callbacks",
@@ -198,7 +213,7 @@ _SCHEMAS: dict[str, Any] = {
             "expiration_date": {
                 "type": ["string", "null"],
                 "description": "end of the approval period (`authorization_period`), as the "
-                "service wrote it",
+                "service wrote it; null unless the PA's latest state is an approval",
             },
             "effective_date": _NULLABLE_STR,
             "expires_at": {
@@ -218,6 +233,20 @@ _SCHEMAS: dict[str, Any] = {
             "is_epa": {"type": ["boolean", "null"], "description": "ePA or classic (fax)"},
             "page_url": {"type": "string", "description": "the PA's console page"},
             "acknowledged": {"oneOf": [_ref("Acknowledgement"), {"type": "null"}]},
+            "other_links": {
+                "type": "array",
+                "description": "(a PA's page) every link but `url`, named for what it opens",
+                "items": {
+                    "type": "object",
+                    "required": ["href", "label"],
+                    "properties": {"href": {"type": "string"}, "label": {"type": "string"}},
+                },
+            },
+            "groups": {
+                "type": "object",
+                "description": "(a PA's page) each group's words, by key",
+                "additionalProperties": {"type": "string"},
+            },
         },
     },
     "Attention": {
@@ -235,7 +264,10 @@ _SCHEMAS: dict[str, Any] = {
                 "`console` on loopback with no tokens",
             },
             "attention": {"oneOf": [_ref("Attention"), {"type": "null"}]},
-            "cursor": {"type": ["string", "null"], "description": "the PA's cursor then"},
+            "cursor": {
+                "type": ["string", "null"],
+                "description": "the PA's cursor acknowledged: the one the page showed",
+            },
         },
     },
     "AcknowledgeAnswer": {
@@ -289,6 +321,10 @@ _SCHEMAS: dict[str, Any] = {
             "since": {"type": ["string", "null"], "description": "received or last changed"},
             "claim": {"oneOf": [_ref("WorklistClaim"), {"type": "null"}]},
             "pa": {"oneOf": [_ref("WorklistPa"), {"type": "null"}]},
+            "returned": {
+                "type": "boolean",
+                "description": "acknowledged before, and back: news since, or another group",
+            },
         },
     },
     "StatusGuide": {
@@ -304,6 +340,10 @@ _SCHEMAS: dict[str, Any] = {
             "next_step": {"type": "string"},
             "tone": {"enum": ["ok", "warn", "bad", "info"]},
             "attention": {"oneOf": [_ref("Attention"), {"type": "null"}]},
+            "overdue": {
+                "type": ["string", "null"],
+                "description": "what to do when it has waited too long (null: the general words)",
+            },
         },
     },
     "Worklist": {
@@ -324,10 +364,12 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "required": ["key", "title", "count"],
+                    "required": ["key", "title", "words", "tone", "count"],
                     "properties": {
                         "key": _ref("Attention"),
                         "title": {"type": "string"},
+                        "words": {"type": "string", "description": "the group in a few words"},
+                        "tone": {"enum": ["ok", "warn", "bad", "info"]},
                         "count": {"type": "integer"},
                     },
                 },
@@ -593,7 +635,13 @@ _PATHS: dict[str, Any] = {
         }
     },
     "/v1/pa/{pa_id}": {
-        "parameters": [_path_param("pa_id", "the PA id")],
+        "parameters": [
+            _path_param(
+                "pa_id",
+                "the PA id, or the provisional `pending-...` id a submit answered before the"
+                " PA's first callback (the answer has the PA's own `pa_id`)",
+            )
+        ],
         "get": {
             "operationId": "getPa",
             "summary": "One PA with its status history",
@@ -605,7 +653,7 @@ _PATHS: dict[str, Any] = {
         },
     },
     "/v1/pa/{pa_id}/open": {
-        "parameters": [_path_param("pa_id", "the PA id")],
+        "parameters": [_path_param("pa_id", "the PA id, or its provisional id")],
         "get": {
             "operationId": "openPa",
             "summary": "302 to the PA's URL",
@@ -691,11 +739,32 @@ _PATHS: dict[str, Any] = {
         "post": {
             "operationId": "acknowledgePa",
             "summary": "The pharmacist has dealt with the PA: it leaves the worklist",
-            "description": "Recorded in the audit trail with who and when. Any body is "
-            "ignored. The PA comes back on the worklist when a later change gives it "
-            "another reason (for example approved, then deleted).",
+            "description": "Recorded in the audit trail with who and when. The optional"
+            " body names the PA's cursor the pharmacist's page showed; without it, the PA's"
+            " cursor now. The PA comes back on the worklist with news after that cursor (a"
+            " new status or outcome, an event not seen before) or another group"
+            " (decision 0014).",
+            "requestBody": {
+                "required": False,
+                "content": {
+                    _JSON: {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "cursor": {
+                                    "type": "string",
+                                    "description": "the PA's `cursor` as the page showed it",
+                                }
+                            },
+                        }
+                    }
+                },
+            },
             "responses": {
                 "200": _json(_ref("AcknowledgeAnswer"), "recorded"),
+                "400": _error(
+                    "`invalid_body`: a body that is not an object, or a cursor that is not one"
+                ),
                 "404": _error("unknown PA"),
                 "503": _error("could not be saved; try again"),
                 "default": _DEFAULT_ERROR,

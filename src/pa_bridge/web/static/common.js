@@ -250,8 +250,11 @@
     if (!href) { return el("span", { className: "note", text: "PA started, link on its way" }); }
     return el("a", {
       href: href, target: "_blank", rel: "noopener noreferrer", "data-pa": pa.pa_id, "data-fkey": "open:" + pa.pa_id
-    }, ["Open PA " + pa.pa_id, el("span", { className: "sr-only", text: (rx ? " for Rx " + rx : "") + " at the service (opens in a new tab)" })]);
+    }, ["Open PA ", ident(pa.pa_id), el("span", { className: "sr-only", text: (rx ? " for Rx " + rx : "") + " at the service (opens in a new tab)" })]);
   }
+
+  // An identifier (Rx number, NDC, PA id): never broken across lines (console.css).
+  function ident(text, extra) { return el("span", { className: "ident" + (extra ? " " + extra : ""), text: text }); }
 
   function badge(tone, text) { return el("span", { className: "badge " + (tone || "info"), text: text }); }
 
@@ -270,7 +273,7 @@
   window.PaConsole = {
     $: $, takeTokenFromUrl: takeTokenFromUrl, token: token, setToken: setToken, api: api,
     PLAIN: PLAIN, plainError: plainError, fallbackNote: fallbackNote, say: say, problem: problem,
-    el: el, clear: clear, timeOf: timeOf, dateOf: dateOf, paHref: paHref, paLink: paLink, badge: badge,
+    el: el, clear: clear, timeOf: timeOf, dateOf: dateOf, paHref: paHref, paLink: paLink, badge: badge, ident: ident,
     onTokenForm: onTokenForm, person: function () { return person; }, signOut: signOut
   };
 })();

@@ -112,6 +112,13 @@
     return x.drug_name ? x.drug_name + (x.product_id ? " (" + x.product_id + ")" : "") : (x.product_id || null);
   }
 
+  // The drug's name with its NDC, the NDC never broken across lines (C.ident).
+  function drugNodes(x, missing) {
+    if (!x.drug_name && !x.product_id) { return [missing]; }
+    if (!x.drug_name) { return [C.ident(x.product_id)]; }
+    return x.product_id ? [x.drug_name + " (", C.ident(x.product_id), ")"] : [x.drug_name];
+  }
+
   function describePa(pa) {
     var words = "PA " + pa.pa_id + (pa.rx_number ? " for Rx " + pa.rx_number : "") + ": " + (pa.workflow_status || "no status yet");
     if (pa.plan_outcome) { words += ", outcome " + pa.plan_outcome; }
@@ -149,16 +156,16 @@
   }
 
   function paStatusNote(pa, via) {
-    var text = "PA " + pa.pa_id + ": " + (pa.label || pa.workflow_status || "submitted");
+    var text = ": " + (pa.label || pa.workflow_status || "submitted");
     if (via === "claim_key") { text += " (the PA for this prescription, from the same claim sent earlier)"; }
-    return el("span", { className: "note", text: text });
+    return el("span", { className: "note" }, ["PA ", C.ident(pa.pa_id), text]);
   }
 
   function ackButton(pa) {
     var busy = !!acking[pa.pa_id];
     return el("button", {
       type: "button", className: "ack secondary", "data-ack": pa.pa_id, "data-fkey": "ack:" + pa.pa_id,
-      "aria-disabled": busy ? "true" : null
+      "data-cursor": pa.cursor, "aria-disabled": busy ? "true" : null
     }, [busy ? "Acknowledging…" : "Acknowledge",
         el("span", { className: "sr-only", text: " PA " + pa.pa_id + (pa.rx_number ? " for Rx " + pa.rx_number : "") })]);
   }
@@ -178,7 +185,7 @@
     $("total-count").textContent = "(" + data.counts.total + ")";
     var all = [{ key: "all", title: "All", count: data.counts.total }].concat(data.groups);
     all.forEach(function (g) {
-      var tone = g.key === "all" ? "" : " g-" + g.key;
+      var tone = g.key === "all" ? "" : " g-" + g.key + " tone-" + g.tone;
       box.appendChild(el("button", {
         type: "button", className: "count-btn" + tone + (g.count ? "" : " zero"), "data-filter": g.key,
         "data-fkey": "filter:" + g.key, "aria-pressed": filter === g.key ? "true" : "false"
@@ -194,12 +201,12 @@
     var main = el("div", { className: "item-main" });
     li.appendChild(main);
     var head = el("p", { className: "item-head" }, [
-      el("strong", { text: rx ? "Rx " + rx : "Rx unknown" }),
+      el("strong", {}, rx ? ["Rx ", C.ident(rx)] : ["Rx unknown"]),
       " ",
-      el("span", { className: "drug", text: drugText(pa || c) || "drug not known" }),
+      el("span", { className: "drug" }, drugNodes(pa || c, "drug not known")),
       " ",
       pa ? C.badge(pa.tone, pa.label) : C.badge("warn", "Not submitted"),
-      pa ? el("span", { className: "pa-id mono", text: "PA " + pa.pa_id }) : null,
+      pa ? el("span", { className: "pa-id mono" }, ["PA ", C.ident(pa.pa_id)]) : null,
       el("span", { className: "since" }, [C.timeOf(item.since)])
     ]);
     main.appendChild(head);
@@ -214,6 +221,15 @@
       }
       if (item.attention === "pending_too_long") {
         what.appendChild(el("span", { className: "note", text: "No decision " + Math.round(lastData.pending_alert_hours) + " hours or more after it was started." }));
+      }
+      (pa.notes || []).forEach(function (n) { what.appendChild(el("span", { className: "note", text: n })); });
+      if (item.returned && pa.acknowledged) {
+        // an approval about to lapse comes back by itself when its end comes close
+        var ackd = pa.acknowledged;
+        var why = item.attention === "expiring" && ackd.attention === "expiring" && Number(ackd.cursor) >= Number(pa.news_cursor) ?
+          "Back on the list: the approval's end is close now; " + ackd.by + " acknowledged it at " :
+          "Back on the list: it changed after " + ackd.by + " acknowledged it at ";
+        what.appendChild(el("span", { className: "note returned" }, [why, C.timeOf(ackd.at), "."]));
       }
       main.appendChild(what);
       var actions = el("p", { className: "actions" }, [
@@ -265,9 +281,11 @@
 
   function fillClaim(tr, c) {
     var cells = tr.children;
-    setCell(cells[0], c.rx_number || "", function (td) { td.textContent = c.rx_number || "(purged)"; });
+    setCell(cells[0], c.rx_number || "", function (td) {
+      td.appendChild(c.rx_number ? C.ident(c.rx_number) : document.createTextNode("(purged)"));
+    });
     setCell(cells[1], c.product_id || "", function (td) {
-      td.appendChild(el("span", { className: "mono", text: c.product_id || "-" }));
+      td.appendChild(c.product_id ? C.ident(c.product_id, "mono") : document.createTextNode("-"));
     });
     setCell(cells[2], c.received_at || "", function (td) { td.appendChild(C.timeOf(c.received_at)); });
     setCell(cells[3], (c.reject_codes || []).join(","), function (td) {
@@ -301,19 +319,24 @@
   function fillPa(tr, pa) {
     var cells = tr.children;
     setCell(cells[0], pa.pa_id, function (td) {
-      td.appendChild(el("a", { href: pa.page_url, className: "mono", text: pa.pa_id, "data-fkey": "page:" + pa.pa_id }));
+      td.appendChild(el("a", { href: pa.page_url, className: "mono ident", text: pa.pa_id, "data-fkey": "page:" + pa.pa_id }));
     });
-    setCell(cells[1], pa.rx_number || "", function (td) { td.textContent = pa.rx_number || "-"; });
-    setCell(cells[2], drugText(pa) || "", function (td) { td.textContent = drugText(pa) || "-"; });
+    setCell(cells[1], pa.rx_number || "", function (td) {
+      td.appendChild(pa.rx_number ? C.ident(pa.rx_number) : document.createTextNode("-"));
+    });
+    setCell(cells[2], drugText(pa) || "", function (td) {
+      drugNodes(pa, "-").forEach(function (n) { td.appendChild(typeof n === "string" ? document.createTextNode(n) : n); });
+    });
     setCell(cells[3], pa.workflow_status || "", function (td) { td.textContent = pa.workflow_status || "-"; });
     setCell(cells[4], (pa.plan_outcome || "") + "|" + pa.tone, function (td) {
       if (pa.plan_outcome) { td.appendChild(C.badge(pa.tone, pa.plan_outcome)); }
       else { td.textContent = "-"; }
     });
-    setCell(cells[5], pa.label + "|" + (pa.expiration_date || ""), function (td) {
+    // The label once (it says "Deleted" or "Fax failed" when that is the latest news),
+    // then only what it does not say already.
+    setCell(cells[5], pa.label + "|" + (pa.notes || []).join("|") + "|" + (pa.expiration_date || ""), function (td) {
       td.appendChild(el("span", { text: pa.label }));
-      if (pa.deleted) { td.appendChild(C.badge("bad", "Deleted")); }
-      if (pa.fax_failed) { td.appendChild(C.badge("bad", "Fax failed")); }
+      (pa.notes || []).forEach(function (n) { td.appendChild(el("span", { className: "note", text: n })); });
       if (pa.expiration_date) { td.appendChild(el("span", { className: "note" }, ["Until ", C.dateOf(pa.expiration_date)])); }
     });
     setCell(cells[6], pa.updated_at || "", function (td) { td.appendChild(C.timeOf(pa.updated_at)); });
@@ -483,7 +506,9 @@
     acking[paId] = true;
     focusWanted = btn.getAttribute("data-fkey");
     rerender();
-    C.api("POST", "/v1/pa/" + encodeURIComponent(paId) + "/acknowledge").then(function (r) {
+    // what the pharmacist saw is what is acknowledged: news after it keeps it listed
+    var seen = btn.getAttribute("data-cursor");
+    C.api("POST", "/v1/pa/" + encodeURIComponent(paId) + "/acknowledge", seen ? { cursor: seen } : undefined).then(function (r) {
       delete acking[paId];
       if (r.ok && r.data) {
         if (!pollProblem) { problem(""); }

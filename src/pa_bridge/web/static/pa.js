@@ -12,11 +12,8 @@
   var acking = false;
   var pollProblem = false;
 
-  var GROUP_WORDS = {
-    denied: "denied", fax_failed: "fax failed", deleted: "deleted", failed: "failed or expired",
-    pending_too_long: "waiting too long", approved: "approved or not required",
-    expiring: "expiring soon"
-  };
+  var groupWords = {}; // group key -> its words ("denied"), from the answer
+  var lastPa = null;
 
   function schedule(ms) {
     if (timer !== null) { window.clearTimeout(timer); }
@@ -36,12 +33,28 @@
 
   function render(d) {
     var pa = d.pa;
+    lastPa = pa;
+    groupWords = pa.groups || {};
+    if (pa.pa_id !== paId) {
+      // opened by an id it had before (the provisional id a submit answered): the
+      // address says the id it has now, so a bookmark made now is the lasting one
+      paId = pa.pa_id;
+      history.replaceState(null, "", "/console/pa/" + encodeURIComponent(paId) + window.location.search + window.location.hash);
+    }
     document.title = "PA " + pa.pa_id + " - pa-bridge";
-    $("pa-title").textContent = "PA " + pa.pa_id + (pa.rx_number ? " for Rx " + pa.rx_number : "");
+    var title = $("pa-title");
+    C.clear(title);
+    title.appendChild(document.createTextNode("PA "));
+    title.appendChild(C.ident(pa.pa_id));
+    if (pa.rx_number) { title.appendChild(document.createTextNode(" for Rx ")); title.appendChild(C.ident(pa.rx_number)); }
     C.clear($("pa-badge"));
     $("pa-badge").appendChild(C.badge(pa.tone, pa.label));
     $("pa-meaning").textContent = pa.meaning + (pa.workflow_status ? " (service status: " + pa.workflow_status + (pa.plan_outcome ? ", " + pa.plan_outcome : "") + ")" : "");
     $("pa-next").textContent = pa.next_step;
+    var notes = $("pa-notes");
+    C.clear(notes);
+    (pa.notes || []).forEach(function (n) { notes.appendChild(el("span", { className: "note", text: n })); });
+    notes.hidden = !(pa.notes || []).length;
     var exp = $("pa-expires");
     C.clear(exp);
     exp.hidden = !pa.expiration_date;
@@ -74,7 +87,7 @@
     var a = pa.acknowledged;
     var onList = pa.attention && !(a && a.attention === pa.attention);
     if (onList) {
-      ack.appendChild(document.createTextNode("On the worklist (" + (GROUP_WORDS[pa.attention] || pa.attention) + "). "));
+      ack.appendChild(document.createTextNode("On the worklist (" + (groupWords[pa.attention] || pa.attention) + "). "));
       ack.appendChild(el("button", { type: "button", id: "ack-button", "aria-disabled": acking ? "true" : null },
         [acking ? "Acknowledging…" : "Acknowledge", el("span", { className: "sr-only", text: " PA " + pa.pa_id })]));
     } else if (a) {
@@ -88,11 +101,9 @@
     var links = $("pa-links");
     C.clear(links);
     links.appendChild(C.paLink(pa, pa.rx_number));
-    if (pa.links && pa.links.pdf_url) {
-      links.appendChild(el("a", { href: pa.links.pdf_url, target: "_blank", rel: "noopener noreferrer", text: "PA as PDF" }));
-    }
-    (pa.urls || []).slice(1).forEach(function (u, i) {
-      links.appendChild(el("a", { href: u, target: "_blank", rel: "noopener noreferrer", text: "Other link " + (i + 2) }));
+    // every other link, named for what it opens (which PA, its page or PDF, token or not)
+    (pa.other_links || []).forEach(function (l) {
+      links.appendChild(el("a", { href: l.href, target: "_blank", rel: "noopener noreferrer", text: l.label }));
     });
 
     var dl = $("claim");
@@ -100,9 +111,9 @@
     var c = d.claim;
     $("no-claim").hidden = !!c;
     if (c) {
-      fact(dl, "Rx number", c.rx_number || (c.purged ? "(purged after the retention period)" : "-"));
+      fact(dl, "Rx number", c.rx_number ? C.ident(c.rx_number) : (c.purged ? "(purged after the retention period)" : "-"));
       fact(dl, "Drug", pa.drug_name || "name not known yet (the service sends it with its callbacks)");
-      fact(dl, "Product id (NDC)", c.product_id ? el("span", { className: "mono", text: c.product_id }) : "-");
+      fact(dl, "Product id (NDC)", c.product_id ? C.ident(c.product_id, "mono") : "-");
       fact(dl, "Received", C.timeOf(c.received_at));
       fact(dl, "Reject codes", (c.reject_codes || []).join(", ") || "-");
       if (c.message) {
@@ -139,7 +150,7 @@
     C.clear(acks);
     $("no-acks").hidden = d.acknowledgements.length > 0;
     d.acknowledgements.forEach(function (x) {
-      acks.appendChild(el("li", {}, ["By " + x.by + " at ", C.timeOf(x.at), x.attention ? " (" + (GROUP_WORDS[x.attention] || x.attention) + ")" : ""]));
+      acks.appendChild(el("li", {}, ["By " + x.by + " at ", C.timeOf(x.at), x.attention ? " (" + (groupWords[x.attention] || x.attention) + ")" : ""]));
     });
     $("loading").hidden = true;
     $("pa").hidden = false;
@@ -182,7 +193,9 @@
     lastPayload = null;
     var btn = $("ack-button");
     if (btn) { btn.setAttribute("aria-disabled", "true"); btn.firstChild.textContent = "Acknowledging…"; }
-    C.api("POST", "/v1/pa/" + encodeURIComponent(paId) + "/acknowledge").then(function (r) {
+    // what the pharmacist saw is what is acknowledged: news after it keeps it listed
+    var seen = lastPa ? lastPa.cursor : null;
+    C.api("POST", "/v1/pa/" + encodeURIComponent(paId) + "/acknowledge", seen ? { cursor: seen } : undefined).then(function (r) {
       acking = false;
       if (r.ok) {
         C.problem("");
