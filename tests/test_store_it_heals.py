@@ -246,7 +246,7 @@ def test_reload_applies_credentials_and_tokens_and_sends_what_was_held(
         assert len(_b2s(service)) == 1
         assert api.get("/v1/pa", headers=old).status_code == 401
         assert api.get("/v1/pa", headers=new).status_code == 200
-        # the claim route, served before Flask, takes the new token too
+        # POST /v1/claims, the hot path, takes the new token too
         claim = {
             "request": b.request_bytes().decode("latin-1"),
             "response": b.response_bytes([b.PAID]).decode("latin-1"),

@@ -1,7 +1,7 @@
 """Every error body is ``{"error": {"code", "message", "detail"}}``.
 
 :func:`error_body` makes its bytes and :func:`failure` says what an exception from a
-use case answers, for Flask's error handlers and for ``ClaimRoute`` (decision 0028).
+use case answers, for Flask's error handlers.
 """
 
 from __future__ import annotations

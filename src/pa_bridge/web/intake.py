@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..service import BridgeError, Services, idempotency
-from ..service.bodies import dump
-from . import checks, claim_route, console, openapi, people
+from ..service.bodies import ClaimAnswer, dump
+from . import checks, console, openapi, people
 from .console import scope
 from .errors import error_response, install_error_handlers
 
@@ -28,46 +28,39 @@ def _services() -> Services:
 
 def _json_body() -> dict[str, Any]:
     raw = request.get_data()  # enforces MAX_CONTENT_LENGTH (413) before JSON parsing
-    return checks.json_object(raw, (request.mimetype or "").lower())
+    return checks.json_object(raw, request.mimetype)
 
 
-_UNGUARDED = ("/healthz", "/metrics")  # no PHI, and monitors may use any name
+_UNGUARDED = frozenset({"/healthz", "/metrics"})  # no PHI, and monitors may use any name
 
 
 @bp.before_app_request
-def _guard_origin() -> tuple[Response, int] | None:
-    """The Host and Origin guard (:func:`checks.guard`) for every path but health
-    and metrics."""
-    if request.path in _UNGUARDED:
+def _admit() -> tuple[Response, int] | BaseResponse | None:
+    """Every request's one check: the Host and Origin guard and the 415
+    (:func:`checks.guard`) for every path but health and metrics; then a person's
+    session (:func:`people.admit`, issue 29); then, for a request that is not a
+    person's and not a console page, the intake token (:func:`checks.identify`).
+    ``g.actor`` and ``g.scope`` say who is admitted."""
+    path = request.path
+    g.actor, g.scope = request.remote_addr or "unknown", None
+    if path in _UNGUARDED:
         return None
-    refused = checks.guard(
-        request.environ,
-        current_app.config["PA_BRIDGE_ALLOWED_HOSTS"],
-        current_app.config.get("MAX_CONTENT_LENGTH"),
-    )
+    config = current_app.config
+    refused = checks.guard(request, config["PA_BRIDGE_ALLOWED_HOSTS"], config["MAX_CONTENT_LENGTH"])
     if refused is not None:
         return error_response(refused.status, refused.code, refused.message)
+    stop = people.admit()  # a person's session, or a console that needs one
+    if stop is not None:
+        return stop
+    if g.person is not None or console.is_public_path(path) or people.is_own(path):
+        return None
+    who = checks.identify(request, current_app.extensions["pa_bridge.tokens"])
+    if who is None:
+        resp, status = error_response(401, "unauthorized", "a valid intake token is required")
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
+        return resp, status
+    g.actor, g.scope = who
     return None
-
-
-@bp.before_app_request
-def _authenticate() -> tuple[Response, int] | BaseResponse | None:
-    g.actor = request.remote_addr or "unknown"
-    g.scope = None
-    if request.path in _UNGUARDED:
-        return None
-    refused = people.admit()  # a person's session, or a console that needs one (issue 29)
-    if refused is not None:
-        return refused
-    if g.person is not None or console.is_public_path(request.path) or people.is_own(request.path):
-        return None
-    who = checks.identify(request.environ, current_app.extensions["pa_bridge.tokens"])
-    if who is not None:
-        g.actor, g.scope = who
-        return None
-    resp, status = error_response(401, "unauthorized", "a valid intake token is required")
-    resp.headers["WWW-Authenticate"] = 'Bearer realm="pa-bridge"'
-    return resp, status
 
 
 def _idempotency_key() -> str | None:
@@ -78,7 +71,10 @@ def _idempotency_key() -> str | None:
 
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
-    resp = jsonify(dump(model))
+    if isinstance(model, ClaimAnswer):  # its JSON is made once, for the store too
+        resp = Response(model.json_text() + "\n", mimetype="application/json")
+    else:
+        resp = jsonify(dump(model))
     if isinstance(model, idempotency.Replayed):
         resp.headers["Idempotent-Replayed"] = "true"
     return resp, status
@@ -87,7 +83,7 @@ def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
 @bp.post("/v1/claims")
 def post_claim() -> tuple[Response, int]:
     key = _idempotency_key()
-    answer = _services().claims.intake(_json_body(), g.actor, idempotency_key=key, scope=scope())
+    answer = _services().claims.intake(_json_body(), g.actor, idempotency_key=key, scope=g.scope)
     return _answer(answer, 200)
 
 
@@ -184,9 +180,6 @@ def set_tokens(
     """New intake tokens for the requests that come from now on (a reload)."""
     new = checks.Tokens.of(list(tokens), list(scoped_tokens))
     app.extensions["pa_bridge.tokens"] = new
-    route = app.wsgi_app
-    if isinstance(route, claim_route.ClaimRoute):
-        route.tokens = new
 
 
 def create_intake_app(
@@ -217,8 +210,4 @@ def create_intake_app(
     app.register_blueprint(openapi.bp)
     people.install(app)
     install_error_handlers(app)
-    # POST /v1/claims, the one hot path, is served before Flask (decision 0028)
-    app.wsgi_app = claim_route.ClaimRoute(  # type: ignore[method-assign]
-        app, app.wsgi_app, hooks=(_guard_origin, _authenticate)
-    )
     return app
