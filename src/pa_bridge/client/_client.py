@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -112,6 +113,8 @@ class PaServiceClient:
             follow_redirects=False,
             headers={"User-Agent": _USER_AGENT, "Connection": "close"},
             limits=httpx.Limits(max_connections=outcomes_workers * 2 + 4),
+            # no cookies kept: one pharmacy's login must never ride on another's call
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
         self._outcomes_url = httpx.URL(outcomes_url)
         self._pool = concurrent.futures.ThreadPoolExecutor(

@@ -150,17 +150,21 @@ class PaService:
             return self._submit_pa(claim_id, body, actor)
         fp = idempotency.fingerprint(claim_id, body.transaction, body.metadata)
         try:
-            earlier = idempotency.lookup(self.store, "submit", idempotency_key, fp)
+            earlier = idempotency.earlier(self.store, "submit", idempotency_key, fp)
         except idempotency.IdempotencyConflict:
             raise idempotency.key_reused() from None
         if earlier is not None:
-            row = self.get_pa_row(earlier)
+            row = self.get_pa_row(earlier.object_id)
             if row is not None:  # by its provisional id too, once its callback renamed it
-                return idempotency.ReplayedPa(**dict(pa_model(row))), False
+                # the status the first answer had: created then (201), or not (200)
+                return idempotency.ReplayedPa(**dict(pa_model(row))), earlier.status == 201
         pa, created = self._submit_pa(claim_id, body, actor)
+        status = 201 if created else 200
         try:
             self.store.write(
-                lambda db: idempotency.record(db, "submit", idempotency_key, fp, pa.pa_id)
+                lambda db: idempotency.record(
+                    db, "submit", idempotency_key, fp, pa.pa_id, status=status
+                )
             )
         except idempotency.KeyTaken:
             pass  # a concurrent request with the key: the claim key's lock gave both this PA

@@ -138,7 +138,8 @@ class Reversals:
                 raise idempotency.key_reused() from None
             if earlier is not None:
                 return self._replayed(earlier, keys)
-        held = self._held(keys, live_only=True)
+        # a PA deleted already (a repeated B2) is still the claim's: found
+        held = self._held(keys)
 
         def job(db: Database) -> int:
             row = new_exchange(exchange_id, "reversal", actor, rv, raw, now_iso(self.clock()))
@@ -199,8 +200,8 @@ class Reversals:
             )
         return answer, delivered
 
-    def _held(self, keys: list[str], *, live_only: bool) -> list[ReversalPa]:
-        """The PAs we hold for the reversed claims (by claim key)."""
+    def _held(self, keys: list[str]) -> list[ReversalPa]:
+        """The PAs we hold for the reversed claims (by claim key), deleted or not."""
         db = self.store.reader()
         out: list[ReversalPa] = []
         for key in dict.fromkeys(keys):
@@ -210,7 +211,7 @@ class Reversals:
                     workflow_status=row["workflow_status"],
                     deleted=bool(row["deleted"]),
                 )
-                for row in pas.for_reversal(db, key, live_only=live_only)
+                for row in pas.for_reversal(db, key)
             )
         return out
 
@@ -234,7 +235,7 @@ class Reversals:
             queue_id=item_id,
             status=status,
             last_error=last_error,
-            **reversal_outcome(status, self._held(keys, live_only=False)),
+            **reversal_outcome(status, self._held(keys)),
         )
         if status == Status.FAILED:
             raise BridgeError(
