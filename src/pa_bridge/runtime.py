@@ -1,6 +1,5 @@
-"""The daemon: the process serving the intake API, running the scheduler, owning the
-database, and committing what its callback listener (a child process, decision 0008)
-hands over. Started by ``pa-bridge serve``."""
+"""The daemon: the process serving the intake API and the callback receiver (decision
+0045), running the scheduler, owning the database. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from .app import build_services, make_client, make_reconciler
 from .audit_trail import schedule_anchors
 from .callbacks.ingest import CallbackReceiver, CallbackService
-from .callbacks.supervisor import CallbackFront
+from .callbacks.receiver import create_callback_app
 from .client import PaServiceClient
 from .config import (
     RELOADABLE,
@@ -44,7 +43,7 @@ from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private, redact_url
 from .store.files import starts_with
-from .wsgi import Listening, WsgiServer, certificate_not_after
+from .wsgi import Listening, WsgiServer, certificate_not_after, server_tls_context
 
 #: a callback certificate this close to its end makes /healthz degraded (doctor warns
 #: at the same time)
@@ -181,7 +180,7 @@ class Daemon:
         self.bridge: Services | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
-        self.callback_server: CallbackFront | None = None
+        self.callback_server: WsgiServer | None = None
         self.callback_receiver: CallbackReceiver | None = None
         self.callback_service: CallbackService | None = None
         self.intake_app: Any = None
@@ -216,7 +215,7 @@ class Daemon:
             self.store = open_store(s)
             log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
-        # Start the callback listener first: the sandbox needs its real address. It
+        # Start the callback receiver first: the sandbox needs its real address. It
         # commits with the store alone and wakes the queue, built first for it; the
         # queue's deliverers are registered with the services, which need the client.
         metrics = Metrics()
@@ -228,7 +227,7 @@ class Daemon:
         )
         receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
         self.callback_service, self.callback_receiver = service, receiver
-        self.callback_server = CallbackFront(s, receiver.handle).start()
+        self.callback_server = self._start_callbacks(receiver)
         self._check_certificate()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
@@ -294,6 +293,26 @@ class Daemon:
             callbacks=self.callback_server.url,
             sandbox=self.sandbox.url if self.sandbox else None,
         )
+
+    def _start_callbacks(self, receiver: CallbackReceiver) -> WsgiServer:
+        """The callback receiver on ``callbacks.listen`` (TLS when configured)."""
+        s = self.settings
+        app = create_callback_app(
+            receiver,
+            username=s.callbacks.username,
+            password=s.secret(s.callbacks.password) if s.callbacks.password else "",
+            max_body_bytes=s.callbacks.max_body_bytes,
+        )
+        cert, key = s.callbacks.tls_cert, s.callbacks.tls_key
+        try:
+            tls = server_tls_context(cert, key) if cert is not None and key is not None else None
+            return WsgiServer.from_listen(
+                app, s.callbacks.listen, name="callbacks", ssl_context=tls
+            ).start()
+        except (OSError, ValueError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            errno = e.errno if isinstance(e, OSError) else None
+            raise OSError(errno, f"callbacks.listen {s.callbacks.listen}: {reason}") from e
 
     @staticmethod
     def _callback_url(server: Listening) -> str:

@@ -1,10 +1,10 @@
-"""The daemon's side of the callback listener: read what the child hands over, commit
-many callbacks per commit, then say what to answer to each.
+"""The commit behind the callback receiver: what a body says, committing it (callbacks
+arriving together commit together), then what to answer.
 
 200 only after the callback is committed; 503 when it cannot be, so the service
 retries; authenticated bodies that are not the expected JSON are dead-lettered and
-acknowledged. The child's notices of a 401 or a 413 are counted (and the 401s logged
-without flooding the journal); nothing is stored for them.
+acknowledged. The receiver's 401s and 413s are counted (and the 401s logged without
+flooding the journal); nothing is stored for them.
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
 as the real service sends it (docs/real-service-evidence.md): values may be strings
@@ -49,14 +49,7 @@ from ..store import Database, Kind, Store, StoreUnavailable, expiry, now_iso, pa
 from ..store import callbacks as kept
 from ..store.outbox import enqueue
 from ..webhooks import change_payload
-from .framing import (
-    KIND_CALLBACK,
-    KIND_TOO_LARGE,
-    KIND_UNAUTHORIZED,
-    Message,
-    internal_error_reply,
-    unavailable_reply,
-)
+from .replies import internal_error_reply, unavailable_reply
 
 __all__ = [
     "FAX_FAILURES",
@@ -881,10 +874,10 @@ class UnauthorizedLog:
 
 
 class CallbackReceiver:
-    """Says what to answer to each message of a batch the child handed over, after
-    committing its callbacks together (:meth:`handle`, the :class:`FrameServer`'s
-    handler). ``on_stored`` is called after a commit that stored a callback when the
-    service forwards them (the queue's wake-up)."""
+    """The receiver's :class:`~.receiver.Sink` in the daemon: commits each callback and
+    says what to answer, after the commit; counts and logs the 401s and 413s.
+    ``on_stored`` is called after a commit that stored a callback when the service
+    forwards them (the queue's wake-up)."""
 
     def __init__(
         self,
@@ -906,35 +899,33 @@ class CallbackReceiver:
             counter = self._counters[outcome] = self.metrics.callbacks.labels(outcome)
         counter.inc()
 
-    def handle(self, batch: list[Message]) -> list[tuple[int, bytes]]:
-        replies: list[tuple[int, bytes] | None] = [None] * len(batch)
-        items: list[tuple[bytes, str | None]] = []
-        where: list[int] = []
-        for i, msg in enumerate(batch):
-            if msg.kind == KIND_CALLBACK:
-                items.append((msg.body, msg.text or None))
-                where.append(i)
-                continue
-            if msg.kind == KIND_UNAUTHORIZED:
-                self._count("unauthorized")
-                self.unauthorized_log.attempt(msg.text)
-            elif msg.kind == KIND_TOO_LARGE:
-                self._count("too_large")
-            replies[i] = (204, b"")
-        stored = False
-        for i, result in zip(where, self.service.receive_many(items) if items else [], strict=True):
-            if isinstance(result, StoreUnavailable):
-                self._count("unavailable")
-                log_event("callback.not_committed", level=logging.ERROR, error=str(result))
-                replies[i] = unavailable_reply()
-            elif isinstance(result, BaseException):  # a bug: this callback alone gets a 500
-                log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
-                replies[i] = internal_error_reply()
-            else:
-                self._count(result.outcome)
-                stored = stored or result.outcome == "stored"
-                answer = {"status": result.outcome, "pa_id": result.pa_id}
-                replies[i] = (200, json.dumps(answer).encode())
+    def _reply(self, result: CallbackResult | BaseException) -> tuple[int, bytes]:
+        if isinstance(result, StoreUnavailable):
+            self._count("unavailable")
+            log_event("callback.not_committed", level=logging.ERROR, error=str(result))
+            return unavailable_reply()
+        if isinstance(result, BaseException):  # a bug: this callback alone gets a 500
+            log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
+            return internal_error_reply()
+        self._count(result.outcome)
+        return 200, json.dumps({"status": result.outcome, "pa_id": result.pa_id}).encode()
+
+    def receive(self, body: bytes, content_type: str | None) -> tuple[int, bytes]:
+        """Commit one callback (those that arrive together commit together: the store's
+        writer takes every job waiting in one transaction); what to answer, after the
+        commit."""
+        (result,) = self.service.receive_many([(body, content_type)])
+        reply = self._reply(result)
+        stored = isinstance(result, CallbackResult) and result.outcome == "stored"
         if stored and self.service.forward and self.on_stored is not None:
             self.on_stored()
-        return [r if r is not None else internal_error_reply() for r in replies]
+        return reply
+
+    def unauthorized(self, remote: str) -> None:
+        """A request without the right credentials (answered 401; nothing stored)."""
+        self._count("unauthorized")
+        self.unauthorized_log.attempt(remote)
+
+    def too_large(self) -> None:
+        """A body over ``callbacks.max_body_bytes`` (answered 413; nothing stored)."""
+        self._count("too_large")
