@@ -347,3 +347,29 @@ def test_an_intake_port_in_use_stops_the_start_naming_the_key(make_daemon: Any) 
                 service=NO_SERVICE,
             )
     assert f"intake.listen 127.0.0.1:{port}" in str(e.value)
+
+
+def test_uvicorns_protocol_still_has_what_the_header_guard_overrides() -> None:
+    """``wsgi._GuardedHttp`` overrides uvicorn's ``HttpToolsProtocol`` (decision 0046):
+    this fails when a uvicorn release renames or drops what it overrides, before the
+    header deadline silently stops holding (the tests above say so by behaviour)."""
+    import inspect
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from pa_bridge.wsgi import _GuardedHttp
+
+    overridden = {
+        name
+        for name, value in vars(_GuardedHttp).items()
+        if (callable(value) and not name.startswith("_")) or name in ("connection_made",)
+    }
+    assert overridden >= {"on_url", "on_header", "on_headers_complete", "on_message_begin"}
+    for name in overridden:
+        theirs = getattr(HttpToolsProtocol, name, None)
+        assert callable(theirs), name
+        ours = inspect.signature(getattr(_GuardedHttp, name))
+        assert list(inspect.signature(theirs).parameters) == list(ours.parameters), name
+    # what the guard reads of the protocol: its loop and its transport
+    assert "self.loop =" in inspect.getsource(HttpToolsProtocol.__init__)
+    assert "self.transport =" in inspect.getsource(HttpToolsProtocol.connection_made)
