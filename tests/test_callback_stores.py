@@ -329,7 +329,7 @@ def test_a_callback_naming_both_ids_matches_a_claim_sent_with_its_npi(
 
 
 def test_the_pharmacy_agrees_on_either_of_a_callbacks_ids() -> None:
-    from pa_bridge.callbacks.ingest import fields_agree
+    from pa_bridge.pa_rules import fields_agree
 
     claim = {"bin": "610014", "provider": N, "ndc": CLAIM_NDC}
     assert fields_agree({"bin": "610014", "provider": "7777777", "provider_alt": N}, claim)

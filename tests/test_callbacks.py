@@ -25,13 +25,13 @@ from pa_bridge.callbacks.ingest import (
     CallbackReceiver,
     CallbackService,
     UnauthorizedLog,
-    is_newer,
     parse_callback,
 )
 from pa_bridge.callbacks.receiver import create_callback_app
 from pa_bridge.client import PaServiceClient
 from pa_bridge.config import Settings, load_settings
 from pa_bridge.metrics import Metrics
+from pa_bridge.pa_rules import is_newer
 from pa_bridge.service import Services
 from pa_bridge.store import PgStore, Store
 from pa_bridge.wsgi import DEFAULT_THREADS, WsgiServer, server_tls_context

@@ -21,7 +21,7 @@ from .client import pa_id_from_url
 from .pa_guide import GROUPS, Guide, guide, guide_table, overdue_step
 from .service import Services
 from .service.decisions import claim_key
-from .service.errors import BridgeError
+from .service.errors import InvalidRequest, NotFound, Unavailable
 from .service.expiry import EXPIRING_GUIDE, days_left, is_expiring, reminder_due, window
 from .service.pas import pa_json
 from .service.pharmacies import Scope, in_scope
@@ -566,7 +566,7 @@ def pa_page(
 ) -> dict[str, Any]:
     """One PA for its console page: status words, history, events, acknowledgements,
     the claim it came from (Rx number, product id, drug name where known) and its links.
-    Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
+    Raises :class:`~pa_bridge.service.errors.NotFound` for an unknown PA."""
     t = bridge.clock() if now is None else now
     hours = bridge.settings.intake.pending_alert_hours
     full = bridge.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
@@ -636,19 +636,20 @@ def acknowledge(
     worklist group, and the cursor the pharmacist saw (``seen``, the PA's ``cursor``
     on their page; the PA's cursor now when not given). It leaves the worklist until
     news after that cursor, or another group, brings it back (decision 0014). Raises
-    :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA, 400 for a ``seen``
-    that is not a cursor."""
+    :class:`~pa_bridge.service.errors.NotFound` for an unknown PA,
+    :class:`~pa_bridge.service.errors.InvalidRequest` for a ``seen`` that is not a
+    cursor."""
     t = bridge.clock() if now is None else now
     row = bridge.pas.get_pa_row(pa_id)
     if row is None or not in_scope(scope, row["provider_id"]):
-        raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        raise NotFound("unknown_pa", "no PA with that id", {"pa_id": pa_id})
     cursor = int(row["change_seq"])
     if seen is not None:
         try:
             cursor = min(cursor, int(seen))
         except ValueError:
-            raise BridgeError(
-                400, "invalid_body", "'cursor' must be the PA's cursor as the page showed it"
+            raise InvalidRequest(
+                "invalid_body", "'cursor' must be the PA's cursor as the page showed it"
             ) from None
     attention = attention_of(
         row,
@@ -664,8 +665,8 @@ def acknowledge(
             )
         )
     except StoreUnavailable as e:
-        raise BridgeError(
-            503, "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
+        raise Unavailable(
+            "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
         ) from None
     return {"pa_id": row["id"], "acknowledged": ack}
 

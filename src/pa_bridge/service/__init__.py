@@ -8,7 +8,8 @@
 
 :class:`Services` holds one of each for the web layer; the composition root
 (:func:`pa_bridge.runtime.build_services`) builds it and registers the deliverers with
-the queue. Web handlers turn :class:`BridgeError` into the JSON error body.
+the queue. Use cases raise the kinds of :mod:`.errors` (no HTTP in them); the web
+layer says each in its status and the JSON error body.
 """
 
 from __future__ import annotations

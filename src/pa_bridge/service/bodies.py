@@ -6,15 +6,15 @@ keys in the answers; a field left out when it does not apply is ``None`` here an
 dropped by :func:`dump` (``exclude_none``) for the answers that do so (the claim
 answer); the PA answers keep their nulls.
 
-Request bodies check their fields in order and raise :class:`BridgeError` with the
-same code and message as before (a body field that is not what it should be is
-``invalid_body``; NCPDP that does not parse is ``malformed_claim``).
+Request bodies check their fields in order; :func:`read` says the first field that is
+not what it should be as an ``InvalidRequest`` with its code (``invalid_body``; NCPDP
+that does not parse is ``malformed_claim``, with where in its ``detail``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    ValidationError,
     WithJsonSchema,
     field_serializer,
     model_validator,
@@ -30,11 +31,11 @@ from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks.ingest import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
 from ..pa_guide import ATTENTION_ORDER
-from ._parse import parse_transmission
-from .errors import BridgeError
+from ..pa_rules import WORKFLOW_RANK
+from ._parse import invalid, parse_transmission
+from .errors import InvalidRequest
 
 __all__ = [
     "AcknowledgeAnswer",
@@ -70,7 +71,26 @@ __all__ = [
     "WorklistItem",
     "WorklistPa",
     "dump",
+    "read",
 ]
+
+
+_Body_T = TypeVar("_Body_T", bound=BaseModel)
+
+
+def read(model: type[_Body_T], data: Any) -> _Body_T:
+    """``data`` as ``model``, or :class:`InvalidRequest` for its first field that is not
+    what it should be (its code, message and detail as the validator said them)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        ctx = first.get("ctx") or {}
+        raise InvalidRequest(
+            first["type"] if "message" in ctx else "invalid_body",
+            str(ctx.get("message") or first["msg"]),
+            ctx.get("detail"),
+        ) from None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
@@ -174,7 +194,7 @@ def _as_sent(value: Any) -> Any:
 def _metadata(value: Any) -> dict[str, Any]:
     value = value or {}
     if not isinstance(value, dict):
-        raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        raise invalid("invalid_body", "'metadata' must be an object")
     return value
 
 
@@ -289,7 +309,7 @@ class _Body(BaseModel):
     def _every_field(cls, data: Any) -> Any:
         """A missing field is checked like a null one, in field order."""
         if not isinstance(data, dict):
-            raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+            raise invalid("invalid_body", "the body must be a JSON object")
         return {name: data.get(name) for name in cls.model_fields}
 
 
@@ -328,7 +348,7 @@ class SubmitPa(_Body):
     @classmethod
     def _every_field(cls, data: Any) -> Any:
         if not isinstance(data, dict):
-            raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
+            raise invalid("invalid_body", "the body must be a JSON object or empty")
         return {"transaction": data.get("transaction", 0), "metadata": data.get("metadata")}
 
 

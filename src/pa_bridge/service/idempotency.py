@@ -9,7 +9,7 @@ service). The same key with other content is a mistake: 422.
 
 A key is one request's: the same key on another path (``claims``, ``submit``,
 ``reversals``) is a mistake too (422). A replay answers the status the first answer
-had (a submit that created its PA: 201). Keys are kept with the database (no PHI in
+had (a submit that created its PA says so again). Keys are kept with the database (no PHI in
 them: the fingerprint is a SHA-256) and purged with the rows they name.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from ..store import Database, Store, now_iso
 from ..store import idempotency as idempotency_keys
 from .bodies import ClaimAnswer, Pa, ReversalAnswer
-from .errors import BridgeError
+from .errors import BridgeError, Refused
 
 __all__ = [
     "IdempotencyConflict",
@@ -61,8 +61,7 @@ class ReplayedReversalAnswer(ReversalAnswer, Replayed):
 
 
 def key_reused() -> BridgeError:
-    return BridgeError(
-        422,
+    return Refused(
         "idempotency_key_reused",
         "this Idempotency-Key was used before with another request; use a new key for new content",
     )
@@ -108,7 +107,7 @@ def lookup(store: Store, scope: str, key: str, fp: str) -> str | None:
 
 
 def earlier(store: Store, scope: str, key: str, fp: str) -> idempotency_keys.KeyRow | None:
-    """:func:`lookup`'s record, with the status the first answer had."""
+    """:func:`lookup`'s record, with what the first answer said (``created``)."""
     found = idempotency_keys.get(store.reader(), key)
     if found is None:
         return None
@@ -118,10 +117,10 @@ def earlier(store: Store, scope: str, key: str, fp: str) -> idempotency_keys.Key
 
 
 def record(
-    db: Database, scope: str, key: str, fp: str, object_id: str, status: int | None = None
+    db: Database, scope: str, key: str, fp: str, object_id: str, created: bool | None = None
 ) -> None:
-    """Record the key inside the write job that does the work (``status``: what the
-    answer will be, when a replay must say it again); raises :class:`KeyTaken` (so the
+    """Record the key inside the write job that does the work (``created``: whether it
+    made the object now, when a replay must say it again); raises :class:`KeyTaken` (so the
     job undoes its part) when a concurrent request recorded it first, or
     :class:`IdempotencyConflict` when that one had other content or another path."""
     found = idempotency_keys.get(db, key)
@@ -129,4 +128,4 @@ def record(
         if found.scope != scope or found.fingerprint != fp:
             raise IdempotencyConflict(scope)
         raise KeyTaken(found.object_id)
-    idempotency_keys.insert(db, scope, key, fp, object_id, now_iso(), status)
+    idempotency_keys.insert(db, scope, key, fp, object_id, now_iso(), created)

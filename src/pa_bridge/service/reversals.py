@@ -25,9 +25,9 @@ from ..store import outbox as queue_items
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
-from .bodies import Reversal, ReversalAnswer, ReversalPa
+from .bodies import Reversal, ReversalAnswer, ReversalPa, read
 from .decisions import claim_key, request_count_problem
-from .errors import BridgeError
+from .errors import Conflict, InvalidRequest, Refused, Unavailable
 from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["Reversals", "reversal_outcome"]
@@ -92,17 +92,17 @@ class Reversals:
         B2 from a pharmacy it does not list (422) or outside ``scope`` (403) is refused
         before anything is stored (decision 0022)."""
         if not isinstance(body, Reversal):
-            body = Reversal.model_validate(body)
+            body = read(Reversal, body)
         req = body.request
         raw = bytes(req)
         if req.transaction_code != "B2":
-            raise BridgeError(
-                400, "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
+            raise InvalidRequest(
+                "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
             )
         problem = request_count_problem(req)
         if problem is not None:
-            raise BridgeError(
-                400, "malformed_claim", f"the B2's {problem}", {"part": "request", "field_id": "A9"}
+            raise InvalidRequest(
+                "malformed_claim", f"the B2's {problem}", {"part": "request", "field_id": "A9"}
             )
         rv = req.as_request()
         missing = [
@@ -119,8 +119,7 @@ class Reversals:
         if missing:
             # the service needs these to find the PA to delete; a B2 without them
             # would sit in the queue failing for good
-            raise BridgeError(
-                400,
+            raise InvalidRequest(
                 "malformed_claim",
                 "the B2 lacks what the service needs to find the claim: " + ", ".join(missing),
                 {"part": "request"},
@@ -164,8 +163,7 @@ class Reversals:
         except idempotency.IdempotencyConflict:
             raise idempotency.key_reused() from None
         except StoreUnavailable as e:
-            raise BridgeError(
-                503,
+            raise Unavailable(
                 "storage_unavailable",
                 "the reversal could not be stored; send it again",
                 str(e),
@@ -191,8 +189,7 @@ class Reversals:
         )
         log_event("reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=status)
         if answer.status == "failed":  # refused for good: store IT sees it in `queue list`
-            raise BridgeError(
-                422,
+            raise Refused(
                 "reversal_refused",
                 "the PA service refused this reversal; it is kept in the queue as failed"
                 " (pa-bridge queue list) and is not retried by itself",
@@ -222,8 +219,7 @@ class Reversals:
         queue item's state now; nothing is sent again."""
         item = queue_items.for_claim(self.store.reader(), exchange_id, Kind.REVERSAL)
         if item is None:
-            raise BridgeError(
-                409,
+            raise Conflict(
                 "idempotency_in_progress",
                 "a request with this Idempotency-Key is still being answered; send it again in"
                 " a moment",
@@ -238,8 +234,8 @@ class Reversals:
             **reversal_outcome(status, self._held(keys)),
         )
         if status == Status.FAILED:
-            raise BridgeError(
-                422, "reversal_refused", "the PA service refused this reversal", answer.model_dump()
+            raise Refused(
+                "reversal_refused", "the PA service refused this reversal", answer.model_dump()
             )
         return answer, status == Status.DELIVERED
 

@@ -11,25 +11,25 @@ __all__ = ["KeyRow", "get", "insert"]
 
 class KeyRow(NamedTuple):
     """What a key was used for: the path's scope, the request's fingerprint, what it
-    made, and the status it was answered with (None: not recorded)."""
+    made, and whether it was made then (None: not recorded)."""
 
     scope: str
     fingerprint: str
     object_id: str
-    status: int | None
+    created: bool | None
 
 
 def get(db: Database, key: str) -> KeyRow | None:
     """The key's record, on whichever path it was used (the first, should an older
     version have recorded it on two), or None."""
     row = db.conn.execute(
-        "SELECT scope, fingerprint, object_id, status FROM idempotency_keys WHERE key = ?"
+        "SELECT scope, fingerprint, object_id, created FROM idempotency_keys WHERE key = ?"
         " ORDER BY created_at LIMIT 1",
         [key],
     ).fetchone()
     if row is None:
         return None
-    return KeyRow(str(row[0]), str(row[1]), str(row[2]), None if row[3] is None else int(row[3]))
+    return KeyRow(str(row[0]), str(row[1]), str(row[2]), None if row[3] is None else bool(row[3]))
 
 
 def insert(
@@ -39,10 +39,10 @@ def insert(
     fingerprint: str,
     object_id: str,
     now: str,
-    status: int | None = None,
+    created: bool | None = None,
 ) -> None:
     db.conn.execute(
-        "INSERT INTO idempotency_keys (scope, key, fingerprint, object_id, created_at, status)"
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, object_id, created_at, created)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        [scope, key, fingerprint, object_id, now, status],
+        [scope, key, fingerprint, object_id, now, None if created is None else int(created)],
     )

@@ -301,11 +301,11 @@ def m010_pa_news_and_aliases(db: Database) -> None:
 
 
 @MIGRATIONS()
-def m011_idempotency_status(db: Database) -> None:
-    # Issue 31: a replayed Idempotency-Key answers the status its first answer had
-    # (201 for a PA created then), and a key is one request's, whatever the path: it
-    # is looked up by itself.
-    db.execute("ALTER TABLE idempotency_keys ADD COLUMN status INTEGER")
+def m011_idempotency_created(db: Database) -> None:
+    # Issue 31: a replayed Idempotency-Key answers what its first answer said (a PA
+    # created then, or found), and a key is one request's, whatever the path: it is
+    # looked up by itself.
+    db.execute("ALTER TABLE idempotency_keys ADD COLUMN created INTEGER")
     db.execute("CREATE INDEX idempotency_keys_key ON idempotency_keys(key)")
 
 

@@ -180,9 +180,9 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
         ],
     ),
     (
-        "m011_idempotency_status",
+        "m011_idempotency_created",
         [
-            "ALTER TABLE idempotency_keys ADD COLUMN status INTEGER",
+            "ALTER TABLE idempotency_keys ADD COLUMN created INTEGER",
             "CREATE INDEX idempotency_keys_key ON idempotency_keys(key)",
         ],
     ),

@@ -15,7 +15,7 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from ..service import BridgeError
+from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 
 __all__ = [
@@ -142,15 +142,15 @@ def json_object(raw: bytes, ctype: str) -> dict[str, Any]:
     if ctype != "application/json" and not (
         ctype.startswith("application/") and ctype.endswith("+json")
     ):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+        raise InvalidRequest("invalid_body", "the body must be a JSON object")
     try:
         body = loads_bounded(raw)
     except TooDeep:
-        raise BridgeError(
-            400, "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
+        raise InvalidRequest(
+            "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
         ) from None
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+        raise InvalidRequest("invalid_body", "the body must be a JSON object")
     return body

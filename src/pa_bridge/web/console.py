@@ -16,7 +16,8 @@ from pathlib import Path
 from flask import Blueprint, Response, current_app, g, jsonify, request, send_from_directory
 
 from .. import worklist
-from ..service import BridgeError, Services, bodies
+from ..service import Services, bodies
+from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 from . import checks
 from .openapi import operation
@@ -205,7 +206,7 @@ def acknowledge_pa(pa_id: str) -> Response:
         cursor = checks.json_object(raw, (request.mimetype or "").lower()).get("cursor")
         if cursor is not None:
             if isinstance(cursor, bool) or not isinstance(cursor, str | int):
-                raise BridgeError(400, "invalid_body", "'cursor' must be the PA's cursor")
+                raise InvalidRequest("invalid_body", "'cursor' must be the PA's cursor")
             seen = str(cursor)
     answer = worklist.acknowledge(
         _bridge(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr

@@ -10,8 +10,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
-from ..service import BridgeError, Services, bodies, idempotency
+from ..service import Services, bodies, idempotency
 from ..service.bodies import ClaimAnswer, dump
+from ..service.errors import InvalidRequest
 from . import checks, console, openapi, people
 from .console import scope
 from .errors import error_response, install_error_handlers
@@ -68,7 +69,7 @@ def _idempotency_key() -> str | None:
     try:
         return idempotency.check_key(request.headers.get("Idempotency-Key"))
     except ValueError as e:
-        raise BridgeError(400, "invalid_idempotency_key", str(e)) from None
+        raise InvalidRequest("invalid_idempotency_key", str(e)) from None
 
 
 def _answer(model: BaseModel, status: int) -> tuple[Response, int]:
@@ -225,11 +226,11 @@ def list_pas() -> Response:
     except ValueError:
         limit = 0
     if limit < 1:
-        raise BridgeError(400, "invalid_limit", "'limit' must be a whole number of at least 1")
+        raise InvalidRequest("invalid_limit", "'limit' must be a whole number of at least 1")
     limit = min(limit, 1000)
     claim_id = request.args.get("claim_id")
     if claim_id is not None and not claim_id.strip():
-        raise BridgeError(400, "invalid_claim_id", "'claim_id' must name a claim")
+        raise InvalidRequest("invalid_claim_id", "'claim_id' must name a claim")
     pas = _services().pas.list_pas(
         request.args.get("since"),
         limit,

@@ -44,6 +44,7 @@ from ..auth.people import (
 )
 from ..logs import log_event
 from ..service import Services
+from ..service.errors import NotFound
 from .errors import error_response
 from .openapi import operation
 
@@ -415,9 +416,7 @@ def _oidc() -> Oidc:
     _people()  # makes the client too
     found: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
     if found is None:
-        from ..service import BridgeError
-
-        raise BridgeError(404, "not_found", "sign-in through an identity provider is not set up")
+        raise NotFound("not_found", "sign-in through an identity provider is not set up")
     return found
 
 
