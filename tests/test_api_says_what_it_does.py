@@ -107,6 +107,7 @@ def test_a_repeated_b2_finds_the_pa_its_first_one_deleted(make_daemon: Any) -> N
         again = api.post("/v1/reversals", json=b2).json()
     assert again["pa_found"] is True
     assert [(p["pa_id"], p["deleted"]) for p in again["pas"]] == [(pa_id, True)]
+    assert again["message"] == f"The PA service took the reversal. PA {pa_id} was deleted already."
 
 
 def test_the_reference_names_every_operation_and_every_answer_field() -> None:

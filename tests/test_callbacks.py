@@ -22,8 +22,8 @@ from flask.testing import FlaskClient
 
 from pa_bridge.app import create_app, make_client
 from pa_bridge.callbacks.ingest import (
+    CallbackIntake,
     CallbackReceiver,
-    CallbackService,
     UnauthorizedLog,
     parse_callback,
 )
@@ -32,7 +32,7 @@ from pa_bridge.client import PaServiceClient
 from pa_bridge.config import Settings, load_settings
 from pa_bridge.metrics import Metrics
 from pa_bridge.pa_rules import is_newer
-from pa_bridge.service import Services
+from pa_bridge.service import UseCases
 from pa_bridge.store import PgStore, Store
 from pa_bridge.wsgi import DEFAULT_THREADS, WsgiServer, server_tls_context
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
@@ -64,14 +64,14 @@ def ca() -> trustme.CA:
 
 class Listener:
     """The callback receiver as the daemon runs it: its app and server on loopback with
-    TLS, the receiver and ``CallbackService`` on a temporary store, and the intake app
+    TLS, the receiver and ``CallbackIntake`` on a temporary store, and the intake app
     on the same store and metrics, to read PAs."""
 
     def __init__(self, settings: Settings, store: Store, verify: ssl.SSLContext) -> None:
         self.settings, self.store = settings, store
         self.metrics = Metrics()
-        self._made: list[tuple[PaServiceClient, Services]] = []
-        service = CallbackService(store, forward=False)  # forwarding: the daemon's test
+        self._made: list[tuple[PaServiceClient, UseCases]] = []
+        service = CallbackIntake(store, forward=False)  # forwarding: the daemon's test
         self.receiver = CallbackReceiver(service, self.metrics)
         cb = settings.callbacks
         app = create_callback_app(
@@ -97,7 +97,7 @@ class Listener:
         return app.test_client()
 
     @property
-    def services(self) -> Services:
+    def services(self) -> UseCases:
         self.api  # noqa: B018 - built on first use
         return self._made[0][1]
 
@@ -452,7 +452,7 @@ def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
         )
         # the daemon marks the item delivered once it has read the webhook's answer
         items = wait_until(
-            lambda: [i for i in d.bridge.outbox.list() if i["status"] == "delivered"],
+            lambda: [i for i in d.use_cases.outbox.list() if i["status"] == "delivered"],
             what="queue item marked delivered",
         )
         assert items[0]["kind"] == "webhook"
@@ -648,7 +648,7 @@ def test_a_callback_that_fails_gets_a_500_and_the_receiver_keeps_serving(
         # a damaged schema makes applying a callback fail with an error that is not
         # the database being unavailable; a dead letter does not touch that table
         store.write(lambda db: db.execute("DROP TABLE pa_history"))
-        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
+        receiver = CallbackReceiver(CallbackIntake(store, forward=False), Metrics())
         failed = receiver.receive(_body("PF4", "New", delivery_id="d-1"), "application/json")
         kept = receiver.receive(b"not json", "text/plain")
         assert failed[0] == 500 and json.loads(failed[1])["error"]["code"] == "internal_error"
@@ -662,7 +662,7 @@ def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path
     it forever, and for the good callbacks committed with it (issue 19)."""
     deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     with Store(tmp_path / "db.sqlite3") as store:
-        service = CallbackService(store, forward=False)
+        service = CallbackIntake(store, forward=False)
         results = service.receive_many(
             [
                 (_body("PN1", "New", delivery_id="n-1"), "application/json"),
@@ -677,7 +677,7 @@ def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path
 
 # ---- a commit batch of callbacks (one job, one statement keeps them all) --------------
 def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any) -> None:
-    service = CallbackService(store, forward=False)
+    service = CallbackIntake(store, forward=False)
     ev1 = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
     ev2 = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
     results = service.receive_many(
@@ -708,7 +708,7 @@ def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any
 def test_a_callback_that_fails_in_a_batch_fails_alone(store: Any) -> None:
     """One PA's stored events are unreadable (a bug's effect): its callback fails, the
     others of the same commit batch are stored all the same."""
-    service = CallbackService(store, forward=False)
+    service = CallbackIntake(store, forward=False)
     assert service.receive_many([(_body("BROKEN", "New"), None)])[0].outcome == "stored"
     store.write(lambda db: db.execute("UPDATE pas SET events_json = '{' WHERE id = 'BROKEN'"))
     ev = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]

@@ -81,8 +81,8 @@ def test_worklist_lists_todays_pa_rejections_without_phi(make_daemon: Any) -> No
     assert data["pas"][0]["rx_number"] == "1234567"
 
     # tomorrow, yesterday's claims are off the list
-    assert worklist.claims_today(d.bridge, time.time() + 86_400) == []
-    assert worklist.pas_today(d.bridge, time.time() + 86_400) == []
+    assert worklist.claims_today(d.use_cases, time.time() + 86_400) == []
+    assert worklist.pas_today(d.use_cases, time.time() + 86_400) == []
 
 
 def test_several_transactions_give_one_row_per_pa_eligible_transaction(make_daemon: Any) -> None:
@@ -95,7 +95,7 @@ def test_several_transactions_give_one_row_per_pa_eligible_transaction(make_daem
         timeout=10,
     ).json()
     _wait_answer_recorded(d, body["claim_id"])
-    rows = worklist.claims_today(d.bridge)
+    rows = worklist.claims_today(d.use_cases)
     assert [(r["transaction_index"], r["rx_number"], r["product_id"]) for r in rows] == [
         (1, "1234568", "00093505699")
     ]
@@ -445,7 +445,7 @@ def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(
         assert word not in json.dumps(data)
 
     # a PA without a decision 72 hours after it was started is waiting too long
-    later = worklist.needs_action(d.bridge, time.time() + 73 * 3600)
+    later = worklist.needs_action(d.use_cases, time.time() + 73 * 3600)
     assert [i["pa"]["pa_id"] for i in later if i["attention"] == "pending_too_long"] == [pending]
 
     # acknowledging takes it off the list, records who and when

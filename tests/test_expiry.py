@@ -17,7 +17,7 @@ import jsonschema_rs
 import pytest
 
 from pa_bridge.app import create_app, make_client
-from pa_bridge.callbacks.ingest import CallbackService
+from pa_bridge.callbacks.ingest import CallbackIntake
 from pa_bridge.config import load_settings
 from pa_bridge.service.expiry import ExpiryWatch
 from pa_bridge.store import PgStore, Store
@@ -79,7 +79,7 @@ class Pharmacy:
         self.app = AppClient(
             create_app(self.settings, store=self.store, client=self.client, clock=self.clock)
         )
-        self.ingest = CallbackService(self.store, forward=True)
+        self.ingest = CallbackIntake(self.store, forward=True)
         self.watch = ExpiryWatch(self.settings, self.store, forward=True, clock=self.clock)
 
     def callback(self, pa_id: str, status: str, outcome: str | None = None, **extra: Any) -> None:

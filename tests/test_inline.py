@@ -212,7 +212,7 @@ def test_fail_open_when_pa_bridge_itself_is_stuck(make_daemon: Any, switch: Sand
         blocker.join()
     # nothing was lost: both are taken in once the database moves again
     wait_until(lambda: len(_exchanges(d)) == 2, what="both claims taken in after all")
-    assert d.bridge.metrics.inline_answers.labels("fallback")._value.get() == 1
+    assert d.use_cases.metrics.inline_answers.labels("fallback")._value.get() == 1
 
 
 def test_messages_we_cannot_read_pass_unchanged(make_daemon: Any, switch: SandboxSwitch) -> None:
@@ -302,7 +302,7 @@ def test_a_retransmission_gets_one_answer_and_is_taken_in_once(
         assert _fq(answer.payload) == REPLACEMENTS["75"]
         # the switch answers both; the second answer is not delivered
         wait_until(lambda: len(switch.sent) == 2, what="both answers sent by the switch")
-        dropped = d.bridge.metrics.inline_answers.labels("dropped")
+        dropped = d.use_cases.metrics.inline_answers.labels("dropped")
         wait_until(lambda: dropped._value.get() == 1, what="the surplus answer dropped")
         with pytest.raises(SwitchDown, match="in time"):
             c.receive(timeout=0.3)
@@ -376,7 +376,7 @@ def test_a_failing_switch_address_is_paused_and_the_next_one_serves(
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: refused
         d = inline_daemon(make_daemon, f"{dead},{switch.address}")
-        failures = d.bridge.metrics.inline_switch_failures.labels("path_unreachable")
+        failures = d.use_cases.metrics.inline_switch_failures.labels("path_unreachable")
         with client_for(d) as c:
             assert c.exchange(b.request_bytes()).raw == switch.sent[-1]
         assert failures._value.get() == 1
@@ -474,5 +474,5 @@ def test_a_switch_that_cannot_be_reached_closes_the_connection_at_once(make_daem
             # this client's own 20 s): it fails over without waiting
             with pytest.raises(SwitchDown, match=r"closed|broken"):
                 c.exchange(b.request_bytes())
-        failures = d.bridge.metrics.inline_switch_failures
+        failures = d.use_cases.metrics.inline_switch_failures
         assert failures.labels("path_unreachable")._value.get() == 1

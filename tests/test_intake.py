@@ -67,7 +67,7 @@ def test_mr_answers_at_once_with_submit_pa(app: AppClient) -> None:
 def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
     body = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
     assert body["pa_eligible"] is False and body["message_source"] == "payer"
-    outbox = api.daemon.bridge.outbox  # type: ignore[attr-defined]
+    outbox = api.daemon.use_cases.outbox  # type: ignore[attr-defined]
     wait_until(
         lambda: outbox.list() and outbox.list()[0]["status"] == "delivered", what="report delivered"
     )

@@ -327,7 +327,7 @@ def test_a_reversal_refused_for_good_is_a_422_and_failed_in_the_queue(
         err = r.json()["error"]
         assert err["code"] == "reversal_refused"
         assert err["detail"]["status"] == "failed" and err["detail"]["queue_id"]
-        items = api.daemon.bridge.outbox.list()  # type: ignore[attr-defined]
+        items = api.daemon.use_cases.outbox.list()  # type: ignore[attr-defined]
         assert [(i["kind"], i["status"], i["retrying"]) for i in items] == [
             ("reversal", "failed", False)
         ]

@@ -7,7 +7,7 @@ acknowledged. The receiver's 401s and 413s are counted (and the 401s logged with
 flooding the journal); nothing is stored for them.
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
-as the real service sends it (docs/real-service-evidence.md): values may be strings
+as the real service sends it (the product's real-service-evidence.md): values may be strings
 where the type is a number or boolean, ``plan_outcome`` may be null, ``events`` is
 ``[]`` on a plain status change, there is no ``updated_at`` and no delivery id, and
 fields we do not know are tolerated.
@@ -55,7 +55,7 @@ from .replies import internal_error_reply, unavailable_reply
 __all__ = [
     "CallbackReceiver",
     "CallbackResult",
-    "CallbackService",
+    "CallbackIntake",
     "CallbackShapeError",
     "ParsedCallback",
     "UnauthorizedLog",
@@ -247,7 +247,7 @@ def _pharmacy_ids(req: dict[str, Any]) -> tuple[str, ...]:
 def _ndc11(req: dict[str, Any]) -> str | None:
     """``prescription.ndc`` as the claim's 407-D7 would have it: 11 digits (an NDC
     written 5-4-2 with hyphens is the same code). ``drug_id`` is not read: the real
-    service sends a 6-digit drug id there (real-service-evidence.md)."""
+    service sends a 6-digit drug id there (the product's real-service-evidence.md)."""
     rx = req.get("prescription")
     if not isinstance(rx, dict) or isinstance(rx.get("ndc"), bool):
         return None
@@ -379,7 +379,7 @@ class CallbackResult:
     pa_id: str | None = None
 
 
-class CallbackService:
+class CallbackIntake:
     """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
     letters, and the webhook's queue item in the same transaction when forwarding.
 
@@ -400,7 +400,7 @@ class CallbackService:
         self.commit_timeout_s = commit_timeout_s
         self.pharmacies = frozenset(p.strip() for p in pharmacies)
 
-    def store_of(self, cb: ParsedCallback) -> str | None:
+    def pharmacy_of(self, cb: ParsedCallback) -> str | None:
         """The configured store the callback's pharmacy block names (NCPDP id first),
         or None: no ``[[pharmacies]]`` (a single store: nothing filters by store), no
         block, or a store this deployment does not list."""
@@ -677,7 +677,13 @@ class CallbackService:
         record = pas.insert_from_callback if row is None else pas.update_from_callback
         # the store and the NDC only where the PA has none (never over a submit's)
         record(
-            db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
+            db,
+            cb.pa_id,
+            state,
+            now=now,
+            seq=seq,
+            provider_id=self.pharmacy_of(cb),
+            product_id=cb.ndc,
         )
         if cb.details:  # the approval's end and the renewal links (issue 28)
             expiry.record_facts(
@@ -769,18 +775,18 @@ class UnauthorizedLog:
 class CallbackReceiver:
     """The receiver's :class:`~.receiver.Sink` in the daemon: commits each callback and
     says what to answer, after the commit; counts and logs the 401s and 413s.
-    ``on_stored`` is called after a commit that stored a callback when the service
+    ``on_stored`` is called after a commit that stored a callback when the intake
     forwards them (the queue's wake-up)."""
 
     def __init__(
         self,
-        service: CallbackService,
+        intake: CallbackIntake,
         metrics: Metrics,
         *,
         on_stored: Callable[[], None] | None = None,
         unauthorized_log: UnauthorizedLog | None = None,
     ) -> None:
-        self.service = service
+        self.intake = intake
         self.metrics = metrics
         self.on_stored = on_stored
         self.unauthorized_log = unauthorized_log or UnauthorizedLog()
@@ -807,10 +813,10 @@ class CallbackReceiver:
         """Commit one callback (those that arrive together commit together: the store's
         writer takes every job waiting in one transaction); what to answer, after the
         commit."""
-        (result,) = self.service.receive_many([(body, content_type)])
+        (result,) = self.intake.receive_many([(body, content_type)])
         reply = self._reply(result)
         stored = isinstance(result, CallbackResult) and result.outcome == "stored"
-        if stored and self.service.forward and self.on_stored is not None:
+        if stored and self.intake.forward and self.on_stored is not None:
             self.on_stored()
         return reply
 

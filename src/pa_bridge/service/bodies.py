@@ -1,6 +1,6 @@
 """Every request and response body of the local API (``/v1/...``), defined once.
 
-Services take and return these models, the views dump them, and the OpenAPI
+UseCases take and return these models, the views dump them, and the OpenAPI
 components are generated from them (web/openapi.py). Field order is the order of the
 keys in the answers; a field left out when it does not apply is ``None`` here and
 dropped by :func:`dump` (``exclude_none``) for the answers that do so (the claim

@@ -83,8 +83,8 @@ class Pharmacy:
 class Pharmacies:
     """The configured stores by provider id (empty: a single store)."""
 
-    def __init__(self, stores: Iterable[Pharmacy] = ()) -> None:
-        self._by_id = {p.provider_id: p for p in stores}
+    def __init__(self, pharmacies: Iterable[Pharmacy] = ()) -> None:
+        self._by_id = {p.provider_id: p for p in pharmacies}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pharmacies:

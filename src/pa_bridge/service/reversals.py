@@ -34,17 +34,22 @@ __all__ = ["Reversals", "reversal_outcome"]
 
 
 def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
-    """What a reversal's answer says happened: ``pa_found``, ``pas`` (each PA the
-    service deletes; ``deleted`` turns true when its DELETE event has arrived) and a
-    plain ``message``."""
-    names = ", ".join(p.pa_id for p in held)
+    """What a reversal's answer says happened: ``pa_found``, ``pas`` (the claim's PAs,
+    each PA the service deletes; ``deleted`` is true once its DELETE event has arrived,
+    as for a repeated B2) and a plain ``message``."""
+    live = ", ".join(p.pa_id for p in held if not p.deleted)
+    done = ", ".join(p.pa_id for p in held if p.deleted)
+    already = f" PA {done} was deleted already." if done else ""
     if status == Status.DELIVERED:
-        message = (
-            f"The PA service took the reversal and deletes PA {names}; its DELETE event"
-            " follows by callback."
-            if held
-            else "The PA service took the reversal; pa-bridge knows no PA for this claim."
-        )
+        if live:
+            message = (
+                f"The PA service took the reversal and deletes PA {live}; its DELETE event"
+                " follows by callback." + already
+            )
+        elif done:
+            message = "The PA service took the reversal." + already
+        else:
+            message = "The PA service took the reversal; pa-bridge knows no PA for this claim."
     elif status == Status.FAILED:
         message = "The PA service refused the reversal; nothing was deleted."
     elif status == Status.HELD:
@@ -53,11 +58,14 @@ def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
         message = (
             "The reversal is queued and waits for store IT (pa-bridge queue list shows"
             " why); it is sent once that is fixed"
-            + (f"; it then deletes PA {names}." if held else ".")
+            + (f"; it then deletes PA {live}." if live else ".")
+            + already
         )
     else:
-        message = "The reversal is queued and retried until the PA service takes it" + (
-            f"; it then deletes PA {names}." if held else "."
+        message = (
+            "The reversal is queued and retried until the PA service takes it"
+            + (f"; it then deletes PA {live}." if live else ".")
+            + already
         )
     return {"pa_found": bool(held), "pas": held, "message": message}
 

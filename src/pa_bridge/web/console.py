@@ -16,7 +16,7 @@ from pathlib import Path
 from flask import Blueprint, Response, current_app, g, jsonify, request, send_from_directory
 
 from .. import worklist
-from ..service import Services, bodies
+from ..service import UseCases, bodies
 from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 from . import checks
@@ -47,8 +47,8 @@ def is_public_path(path: str) -> bool:
     )
 
 
-def _bridge() -> Services:
-    b: Services = current_app.extensions["pa_bridge"]
+def _use_cases() -> UseCases:
+    b: UseCases = current_app.extensions["pa_bridge"]
     return b
 
 
@@ -137,10 +137,10 @@ def console_worklist() -> Response:
     created or changed today; `guide`: every status in words. The console polls this
     every 2 s. A chain: `?pharmacy=<provider id>` for one store's; `pharmacies` lists
     the stores the token may choose between."""
-    bridge = _bridge()
-    ids = bridge.pas.pharmacy_filter(request.args.get("pharmacy"), scope())
-    answer = worklist.worklist(bridge, pharmacies=ids)
-    answer["pharmacies"] = worklist.pharmacy_choices(bridge, scope())
+    use_cases = _use_cases()
+    ids = use_cases.pas.pharmacy_filter(request.args.get("pharmacy"), scope())
+    answer = worklist.worklist(use_cases, pharmacies=ids)
+    answer["pharmacies"] = worklist.pharmacy_choices(use_cases, scope())
     return _no_store(jsonify(bodies.Worklist.model_validate(answer).model_dump(exclude_unset=True)))
 
 
@@ -156,7 +156,7 @@ def console_pa(pa_id: str) -> Response:
 
     Status in words, history, events (DELETE, fax failure), acknowledgements, the claim
     it came from (Rx number, product id, drug name where known) and its links."""
-    page = worklist.pa_page(_bridge(), pa_id, scope=scope())
+    page = worklist.pa_page(_use_cases(), pa_id, scope=scope())
     return _no_store(jsonify(bodies.ConsolePa.model_validate(page).model_dump(exclude_unset=True)))
 
 
@@ -209,6 +209,6 @@ def acknowledge_pa(pa_id: str) -> Response:
                 raise InvalidRequest("invalid_body", "'cursor' must be the PA's cursor")
             seen = str(cursor)
     answer = worklist.acknowledge(
-        _bridge(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr
+        _use_cases(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr
     )
     return _no_store(jsonify(answer))

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
 
-from ..service import Services, bodies, idempotency
+from ..service import UseCases, bodies, idempotency
 from ..service.bodies import ClaimAnswer, dump
 from ..service.errors import InvalidRequest
 from . import checks, console, openapi, people
@@ -23,8 +23,8 @@ __all__ = ["create_intake_app"]
 bp = Blueprint("intake", __name__)
 
 
-def _services() -> Services:
-    s: Services = current_app.extensions["pa_bridge"]
+def _use_cases() -> UseCases:
+    s: UseCases = current_app.extensions["pa_bridge"]
     return s
 
 
@@ -116,7 +116,7 @@ def post_claim() -> tuple[Response, int]:
     default); MR/AG/A6 answer at once with the submit-PA option; every other claim
     answers at once and is reported asynchronously."""
     key = _idempotency_key()
-    answer = _services().claims.intake(_json_body(), g.actor, idempotency_key=key, scope=g.scope)
+    answer = _use_cases().claims.intake(_json_body(), g.actor, idempotency_key=key, scope=g.scope)
     return _answer(answer, 200)
 
 
@@ -129,7 +129,7 @@ def post_claim() -> tuple[Response, int]:
 )
 def get_claim(claim_id: str) -> Response:
     """A claim: the answer given, and its PA(s)"""
-    return jsonify(dump(_services().pas.get_claim(claim_id, scope())))
+    return jsonify(dump(_use_cases().pas.get_claim(claim_id, scope())))
 
 
 @bp.post("/v1/claims/<claim_id>/pa")
@@ -166,7 +166,7 @@ def post_pa(claim_id: str) -> tuple[Response, int]:
     and provider), answers 200 with the PA already held and sends nothing."""
     key = _idempotency_key()
     body = _json_body() if request.get_data() else {}
-    pa, created = _services().pas.submit_pa(
+    pa, created = _use_cases().pas.submit_pa(
         claim_id, body, g.actor, idempotency_key=key, scope=scope()
     )
     return _answer(pa, 201 if created else 200)
@@ -200,7 +200,7 @@ def post_pa(claim_id: str) -> tuple[Response, int]:
 def post_reversal() -> tuple[Response, int]:
     """Forward a B2 so the PA is deleted; never lost"""
     key = _idempotency_key()
-    answer, delivered = _services().reversals.reversal(
+    answer, delivered = _use_cases().reversals.reversal(
         _json_body(), g.actor, idempotency_key=key, scope=scope()
     )
     return _answer(answer, 200 if delivered else 202)
@@ -231,7 +231,7 @@ def list_pas() -> Response:
     claim_id = request.args.get("claim_id")
     if claim_id is not None and not claim_id.strip():
         raise InvalidRequest("invalid_claim_id", "'claim_id' must name a claim")
-    pas = _services().pas.list_pas(
+    pas = _use_cases().pas.list_pas(
         request.args.get("since"),
         limit,
         claim_id=claim_id,
@@ -250,7 +250,7 @@ def list_pas() -> Response:
 )
 def get_pa(pa_id: str) -> Response:
     """One PA with its status history"""
-    return jsonify(dump(_services().pas.get_pa(pa_id, scope())))
+    return jsonify(dump(_use_cases().pas.get_pa(pa_id, scope())))
 
 
 @bp.get("/v1/pa/<pa_id>/open")
@@ -263,8 +263,8 @@ def get_pa(pa_id: str) -> Response:
 def open_pa(pa_id: str) -> BaseResponse:
     """302 to the PA's URL (a person signed in: with their name for the service's
     history, issue 29)"""
-    url = _services().pas.pa_open_url(pa_id, scope())
-    resp = redirect(people.opened(_services(), pa_id, url), code=302)
+    url = _use_cases().pas.pa_open_url(pa_id, scope())
+    resp = redirect(people.opened(_use_cases(), pa_id, url), code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
@@ -286,8 +286,8 @@ def open_pa(pa_id: str) -> BaseResponse:
 )
 def open_dashboard() -> BaseResponse:
     """Log in to the service's dashboard as the pharmacy and redirect there"""
-    url = _services().pas.dashboard_url(request.args.get("pharmacy"), scope())
-    people.record(_services(), "dashboard.open", request.args.get("pharmacy"))
+    url = _use_cases().pas.dashboard_url(request.args.get("pharmacy"), scope())
+    people.record(_use_cases(), "dashboard.open", request.args.get("pharmacy"))
     resp = redirect(url, code=302)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
@@ -307,7 +307,7 @@ def metrics() -> Response:
     Claims by decision, outcomes calls by result and their latency, budget misses,
     callbacks by result, submit-PA results, queue depth and the age of its oldest item,
     dead letters."""
-    data = generate_latest(_services().metrics.registry)
+    data = generate_latest(_use_cases().metrics.registry)
     # content_type, not mimetype: Flask adds a charset to a text/ mimetype, and this one
     # has its own; Go's mime.ParseMediaType (Prometheus 3) refuses a parameter twice
     return Response(data, content_type=CONTENT_TYPE_LATEST)
@@ -324,7 +324,7 @@ def metrics() -> Response:
 )
 def healthz() -> tuple[Response, int]:
     """Liveness and readiness (database, scheduler, queue depth)"""
-    checks = dict(_services().health())
+    checks = dict(_use_cases().health())
     extra = current_app.config.get("PA_BRIDGE_HEALTH")
     if extra is not None:
         checks.update(extra())
@@ -344,7 +344,7 @@ def set_tokens(
 
 
 def create_intake_app(
-    services: Services,
+    use_cases: UseCases,
     *,
     tokens: list[str],
     max_body_bytes: int,
@@ -364,7 +364,7 @@ def create_intake_app(
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["pa_bridge"] = services
+    app.extensions["pa_bridge"] = use_cases
     app.extensions["pa_bridge.tokens"] = checks.Tokens.of(list(tokens), list(scoped_tokens or ()))
     app.register_blueprint(bp)
     app.register_blueprint(console.bp)

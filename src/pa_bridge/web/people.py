@@ -43,7 +43,7 @@ from ..auth.people import (
     with_remote_user,
 )
 from ..logs import log_event
-from ..service import Services
+from ..service import UseCases
 from ..service.errors import NotFound
 from .errors import error_response
 from .openapi import operation
@@ -81,7 +81,7 @@ bp = Blueprint("people", __name__)
 
 def install(app: Any) -> None:
     """The sign-in's routes on ``app``; its use case is made on first use from the
-    app's services (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
+    app's use cases (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
     app.register_blueprint(bp)
 
 
@@ -95,11 +95,11 @@ def _people() -> People:
         with _MADE:
             found = ext.get("pa_bridge.people")
             if found is None:
-                services: Services = ext["pa_bridge"]
-                s = services.settings
+                use_cases: UseCases = ext["pa_bridge"]
+                s = use_cases.settings
                 if s.oidc.enabled():
                     ext["pa_bridge.oidc"] = Oidc(s.oidc, s.secret(s.oidc.client_secret))
-                found = People(services.store, s, clock=services.clock)
+                found = People(use_cases.store, s, clock=use_cases.clock)
                 ext["pa_bridge.people"] = found
     return found
 
@@ -186,21 +186,21 @@ def person() -> Person | None:
     return found
 
 
-def opened(services: Services, pa_id: str, url: str) -> str:
+def opened(use_cases: UseCases, pa_id: str, url: str) -> str:
     """The hosted page's URL for whoever opens the PA, recorded in the audit log: a
     person's display name and the store's phone and fax go to the service
     (``remote_user``, saved in the PA's history)."""
     who = person()
     if who is not None:
-        row = services.pas.get_pa_row(pa_id)
-        phone, fax = pharmacy_contact(services.settings, row["provider_id"] if row else None)
+        row = use_cases.pas.get_pa_row(pa_id)
+        phone, fax = pharmacy_contact(use_cases.settings, row["provider_id"] if row else None)
         url = with_remote_user(url, who.display_name, phone, fax)
-    record(services, "pa.open", pa_id)
+    record(use_cases, "pa.open", pa_id)
     return url
 
 
 def record(
-    services: Services, action: str, object_id: str | None, detail: str | None = None
+    use_cases: UseCases, action: str, object_id: str | None, detail: str | None = None
 ) -> None:
     """An audit entry for what this request did, by whoever sent it."""
     actor = str(g.get("actor") or _remote() or "unknown")
