@@ -218,8 +218,14 @@ def test_a_standby_promoted_while_daemons_write_loses_no_acknowledged_callback(
                 key = f"fo-{k}-{n}"
                 body = {"request": {"id": f"FO{k}{n % 50:02d}", "workflow_status": "New",
                                     "delivery_id": key}}  # fmt: skip
+                tries = 0
                 while not stop.is_set():
-                    which = (k + n) % 2
+                    # a refused callback is tried again at the other daemon: a sender
+                    # whose callbacks one daemon acknowledged just before the kill
+                    # reaches both afterwards (else every sender may end up stuck on
+                    # one daemon, and the other is never asked while nothing commits)
+                    which = (k + n + tries) % 2
+                    tries += 1
                     try:
                         status = c.post(hooks[which], json=body).status_code
                     except httpx.HTTPError:
