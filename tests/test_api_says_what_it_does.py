@@ -22,11 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _claim(response: bytes | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "request": b.request_bytes().decode("latin-1"),
-        "response": (response or b.response_bytes([b.REJECT_75])).decode("latin-1"),
-        **extra,
-    }
+    return b.exchange_json(b.request_bytes(), response or b.response_bytes([b.REJECT_75]), **extra)
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from pa_bridge.sandbox.switch import SandboxSwitch
 from tests import builders as b
 from tests.dispensing import DispensingClient, SwitchDown
 from tests.support import wait_until
-from tests.test_console import browser, page  # noqa: F401 - the console's Chromium fixtures
 
 #: the framing profiles, each with its [framing.<name>] table (None: the built-in)
 PROFILES: dict[str, tuple[Framing, dict[str, Any] | None]] = {
@@ -412,7 +411,7 @@ def test_a_stop_mid_claim_looks_like_a_switch_outage(
 def test_the_console_shows_an_inline_claim_with_its_submit_pa_button(
     make_daemon: Any,
     switch: SandboxSwitch,
-    page: Any,  # noqa: F811 - the fixture imported above
+    page: Any,
 ) -> None:
     from playwright.sync_api import expect
 

@@ -24,11 +24,8 @@ LIMIT = 4096
 
 
 def _claim(**extra: Any) -> dict[str, Any]:
-    return {
-        "request": b.request_bytes().decode("latin-1"),
-        "response": b.response_bytes([b.REJECT_75]).decode("latin-1"),
-        **extra,
-    }
+    """The body of a claim; ``extra`` adds fields or replaces ``request``/``response``."""
+    return {**b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])), **extra}
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

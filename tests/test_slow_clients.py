@@ -30,10 +30,6 @@ IDLE = 500  # connections per listener that send nothing
 DRIP_S = 2.0
 
 
-def _claim(req: bytes, resp: bytes) -> dict[str, str]:
-    return {"request": req.decode("latin-1"), "response": resp.decode("latin-1")}
-
-
 def _callback(pa_id: str) -> bytes:
     return json.dumps(
         {"request": {"id": pa_id, "workflow_status": "New", "delivery_id": f"slow-{pa_id}"}}
@@ -124,7 +120,8 @@ def test_500_slow_and_500_idle_connections_on_each_listener(
         with httpx.Client(base_url=d.url, timeout=30) as api:
             # the warm path first: the sandbox's outcomes interface has been called once
             warm = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             )
             assert warm.status_code == 200
             for c in crowds:
@@ -135,7 +132,8 @@ def test_500_slow_and_500_idle_connections_on_each_listener(
                 assert c.still_open() == SLOW + IDLE
             t0 = time.monotonic()
             r = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             )
             claim_s = time.monotonic() - t0
             assert r.status_code == 200, r.text
