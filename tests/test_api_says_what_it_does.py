@@ -13,10 +13,9 @@ import httpx
 import pytest
 
 from pa_bridge.service.bodies import ClaimAnswer, TransactionAnswer
-from pa_bridge.web.openapi import document
 from tests import builders as b
 from tests.conftest import AppClient
-from tests.support import wait_until
+from tests.support import document, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 

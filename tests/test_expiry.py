@@ -22,12 +22,11 @@ from pa_bridge.config import load_settings
 from pa_bridge.service.expiry import ExpiryWatch
 from pa_bridge.store import PgStore, Store
 from pa_bridge.store.expiry import expiry_date
-from pa_bridge.web.openapi import document
 from pa_bridge.webhooks import verify
 from tests.conftest import AppClient
 from tests.fakes import FakeHttpServer, Reply
 from tests.real_shapes import request_object
-from tests.support import NO_SERVICE, wait_until
+from tests.support import NO_SERVICE, document, wait_until
 
 SECRET = "whsec-expiring-0123456789"
 

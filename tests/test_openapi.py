@@ -17,9 +17,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from pa_bridge.web.intake import create_intake_app
-from pa_bridge.web.openapi import document
 from tests import builders as b
-from tests.support import wait_until
+from tests.support import document, wait_until
 
 #: The local API table of PRODUCT.md (docs/ of the shared workspace).
 PRODUCT_TABLE = {

@@ -181,7 +181,7 @@ def _assert_health_matches_the_document(body: dict[str, Any], status: int) -> No
     """An integrator validating /healthz against /openapi.json accepts this answer."""
     import jsonschema_rs
 
-    from pa_bridge.web.openapi import document
+    from tests.support import document
 
     doc = document()
     declared = doc["paths"]["/healthz"]["get"]["responses"][str(status)]

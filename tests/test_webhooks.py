@@ -18,10 +18,9 @@ import jsonschema_rs
 import pytest
 
 from pa_bridge.config import ConfigError, load_settings
-from pa_bridge.web.openapi import document
 from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
-from tests.support import NO_SERVICE, wait_until
+from tests.support import NO_SERVICE, document, wait_until
 
 SECRET = "whsec-0123456789abcdef"
 

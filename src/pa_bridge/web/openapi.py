@@ -16,7 +16,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, has_app_context, jsonify
+from flask import Blueprint, Response, current_app, has_app_context, jsonify
 from pydantic import BaseModel
 from spectree import Response as Answers
 from spectree import SecurityScheme, SecuritySchemeData, SpecTree
@@ -226,22 +226,18 @@ _WEBHOOKS: dict[str, Any] = {
 }
 
 
-def _generated(app: Flask | None) -> dict[str, Any]:
-    """spectree's document of the intake app's declared views (made once)."""
-    if has_app_context():
-        return dict(api.spec)
-    if app is None:
-        from .intake import create_intake_app  # the app this blueprint is part of
-
-        app = create_intake_app(None, tokens=[], max_body_bytes=DEFAULT_MAX_BODY_BYTES)  # type: ignore[arg-type]
-    with app.app_context():
-        return dict(api.spec)
+def _generated() -> dict[str, Any]:
+    """spectree's document of the declared views (made once; it reads the app's URL
+    map, so the first one is made in the app's context)."""
+    if not has_app_context():
+        raise RuntimeError("the API document is made in the intake app's context")
+    return dict(api.spec)
 
 
 def document(max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
     """The OpenAPI document (a copy: callers may change it), naming ``max_body_bytes``
-    as the body limit."""
-    doc = copy.deepcopy(_generated(None))
+    as the body limit; in the intake app's context (``app.app_context()``)."""
+    doc = copy.deepcopy(_generated())
     doc.pop("tags", None)
     doc["servers"] = [{"url": "/"}]
     # a token only when tokens are configured; a person's session for the console's JSON
