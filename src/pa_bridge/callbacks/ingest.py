@@ -767,8 +767,13 @@ class CallbackService:
         else:
             fax_latest = row["fax_failed_latest"]
         # archiving a decided PA keeps its outcome: nothing new for the pharmacist
-        archived = row is not None and status[0] == "Archived" and status[1] is not None
-        news = (moved and not (archived and status[1] == row["plan_outcome"])) or bool(fresh)
+        archived = (
+            row is not None
+            and status[0] == "Archived"
+            and status[1] is not None
+            and status[1] == row["plan_outcome"]
+        )
+        news = (moved and not archived) or bool(fresh)
         state: pas.CallbackState = {
             "workflow_status": status[0],
             "plan_outcome": status[1],
