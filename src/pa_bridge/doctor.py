@@ -39,6 +39,7 @@ from .client import (
 from .config import (
     ConfigError,
     Settings,
+    as_list,
     is_loopback,
     load_settings,
     parse_listen,
@@ -872,6 +873,11 @@ def _get_json(url: str, *, verify: bool = True) -> Any:
         return None
 
 
+#: the ``/healthz`` field that says the running daemon serves that listener (any other
+#: listener: the daemon itself)
+_SERVED_BY = {"callbacks.listen": "callbacks", "tap.listen": "wire", "inline.listen": "wire"}
+
+
 def check_listeners(s: Settings) -> list[Check]:
     """Each address the daemon listens on is free now, or held by the daemon this
     configuration runs (its intake ``/healthz`` answers as pa-bridge, and on SQLite it
@@ -879,6 +885,12 @@ def check_listeners(s: Settings) -> list[Check]:
     listens = [("intake.listen", s.intake.listen), ("callbacks.listen", s.callbacks.listen)]
     if s.sandbox_enabled:
         listens.append(("sandbox.listen", s.sandbox.listen))
+    # the tap and inline listeners (issue 30), and the sandbox's switch inline uses when
+    # it names none
+    wire = [("tap.listen", s.tap.listen), ("inline.listen", s.inline.listen)]
+    listens += [(key, listen) for key, listen in wire if listen is not None]
+    if s.inline.listen is not None and not as_list(s.inline.switch) and s.sandbox_enabled:
+        listens.append(("sandbox.switch_listen", s.sandbox.switch_listen))
     intake_host, intake_port = parse_listen(s.intake.listen)
     running = _get_json(f"http://{_loopback_for(intake_host)}:{intake_port}/healthz")
     ours = isinstance(running, dict) and "daemon_id" in running
@@ -900,7 +912,7 @@ def check_listeners(s: Settings) -> list[Check]:
             out.append(
                 fail(name, f"{listen} cannot be bound: {os.strerror(problem)}", f"fix {key}")
             )
-        elif ours and (key != "callbacks.listen" or running.get("callbacks")):
+        elif ours and running.get(_SERVED_BY.get(key, "daemon_id")):
             out.append(
                 ok(name, f"{listen} is held by this pa-bridge (daemon {running['daemon_id']})")
             )
@@ -915,6 +927,103 @@ def check_listeners(s: Settings) -> list[Check]:
                 )
             )
     return out
+
+
+#: how long the switch check listens after a TLS handshake for a refusal
+_AFTER_HANDSHAKE_S = 0.5
+
+
+def check_switch(s: Settings) -> list[Check]:
+    """Each ``inline.switch`` address (issue 30) takes a connection within
+    ``inline.connect_timeout_seconds``, and with ``switch_tls`` completes a TLS
+    handshake verified as the relay verifies it. Nothing is sent."""
+    st = s.inline
+    if st.listen is None:
+        return []
+    from .tap.runner import switch_tls
+
+    try:
+        ctx = switch_tls(s)
+    except (OSError, ssl.SSLError) as e:
+        return [
+            fail(
+                "switch",
+                f"TLS to the switch cannot be set up: {e}",
+                "check inline.switch_ca_file, switch_cert_file and switch_key_file",
+            )
+        ]
+    out: list[Check] = []
+    for address in as_list(st.switch):
+        name = f"switch {address}"
+        try:
+            out.append(
+                ok(
+                    name,
+                    _reach_switch(address, ctx, st.switch_server_name, st.connect_timeout_seconds),
+                )
+            )
+        except ssl.SSLCertVerificationError as e:
+            out.append(
+                fail(
+                    name,
+                    f"TLS: the switch's certificate is not trusted: {e.verify_message}",
+                    "set inline.switch_ca_file to the switch's CA (or switch_server_name to the"
+                    " name in its certificate)",
+                )
+            )
+        except (ssl.SSLError, _ClosedAfterHandshake) as e:
+            out.append(
+                fail(
+                    name,
+                    f"TLS: {getattr(e, 'reason', None) or e}",
+                    "does the switch speak TLS here, and want a client certificate?"
+                    " (inline.switch_tls, switch_cert_file, switch_key_file)",
+                )
+            )
+        except TimeoutError:
+            out.append(
+                fail(
+                    name,
+                    f"unreachable: no answer within {st.connect_timeout_seconds:g} s",
+                    "check inline.switch and the store's route to the switch",
+                )
+            )
+        except OSError as e:
+            why = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+            out.append(
+                fail(
+                    name, f"unreachable: {why}", "check inline.switch (host:port, as written down)"
+                )
+            )
+    return out
+
+
+class _ClosedAfterHandshake(Exception):
+    """The switch closed the connection right after the TLS handshake."""
+
+
+def _reach_switch(
+    address: str, ctx: ssl.SSLContext | None, server_name: str | None, timeout: float
+) -> str:
+    """Connect to the switch (and shake hands) as the relay does; what it took."""
+    host, port = parse_listen(address)
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        if ctx is None:
+            return f"reachable (plain TCP, {round((time.monotonic() - started) * 1000)} ms)"
+        name = server_name or host
+        with ctx.wrap_socket(raw, server_hostname=name) as tls:
+            ms = round((time.monotonic() - started) * 1000)
+            # TLS 1.3: a switch refuses a client certificate after the handshake
+            tls.settimeout(_AFTER_HANDSHAKE_S)
+            try:
+                if tls.recv(1) == b"":
+                    raise _ClosedAfterHandshake(
+                        "the switch closed the connection right after the handshake"
+                    )
+            except TimeoutError:
+                pass  # it waits for a claim, as a switch does
+            return f"reachable ({tls.version()}, certificate verified for {name}, {ms} ms)"
 
 
 def check_forward_url(s: Settings) -> list[Check]:
@@ -1003,6 +1112,7 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
     checks += check_database(settings)
     checks += check_tls(settings, now=t)
     checks += check_listeners(settings)
+    checks += check_switch(settings)
     checks += check_security(settings)
     checks += check_service(settings)
     checks += check_forward_url(settings)
