@@ -1114,7 +1114,7 @@ def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Ch
                     warn(
                         "PHI at rest",
                         f"{said} (older keys)",
-                        "pa-bridge keys rotate re-seals them",
+                        "`pa-bridge keys rotate --reseal` seals them with the current key (no new key)",
                     )
                 )
     out.extend(_check_people(s, db, users))
