@@ -154,13 +154,17 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     if reseal and stage:
         click.echo("error: --reseal adds no key; --stage adds one: give one of them", err=True)
         sys.exit(2)
-    if reseal:
-        _reseal(settings, key_file)
-        return
     lines = []
     if key_file.exists():
         text = key_file.read_text(encoding="ascii")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if (lines and not stage) or reseal:  # the database is sealed again: it must be there
+        from .cli_users import require_database
+
+        require_database(config_path, settings)
+    if reseal:
+        _reseal(settings, key_file)
+        return
     staged = [ln for ln in lines if ln.endswith(" staged")]
     if not lines:
         kid, key = crypto.new_key()
