@@ -222,3 +222,31 @@ def test_a_postgresql_daemons_anchors_go_to_its_state_directory(
     cfg.write_text(cfg.read_text() + f'[audit]\nanchor_file = "{tmp_path / "a.jsonl"}"\n')
     monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/pa-bridge")
     assert anchor_path(load_settings(str(cfg))) == tmp_path / "a.jsonl"
+
+
+def test_a_dropped_audit_table_is_a_failure_not_a_traceback(
+    store: Store, store_url: str, cli: Any, tmp_path: Path
+) -> None:
+    """Someone removed the audit log's tables: `audit verify` and `export` fail naming
+    why, and doctor FAILs the audit log (it took the error for an older schema and
+    said nothing about the audit log)."""
+    from pa_bridge.encryption import create_key_file
+
+    fill(store, 3)
+    cfg = config(tmp_path, store_url)
+    key = tmp_path / "pa.key"
+    create_key_file(key)
+    cfg.write_text(cfg.read_text() + f'[encryption]\nkey_file = "{key}"\n')
+    r = cli("audit", "export", "--since", "7d", "-o", str(tmp_path / "no" / "x.jsonl"),
+            "--config", str(cfg))  # fmt: skip
+    assert r.exit_code == 1 and "error: --output " in r.stderr
+    for table in ("audit_head", "audit"):
+        store.write(lambda db, t=table: db.execute(f"DROP TABLE {t}"))
+        r = cli("audit", "verify", "--config", str(cfg))
+        assert r.exit_code == 1, r.output
+        assert "audit: FAILED: cannot read the audit log: " in r.output and table in r.output
+        r = cli("audit", "export", "--since", "7d", "--config", str(cfg))
+        assert r.exit_code == 1 and "error: cannot read the audit log: " in r.stderr
+        r = cli("doctor", "--config", str(cfg))
+        assert "FAIL  audit log: cannot read the audit log: " in r.stdout, r.stdout
+        assert "schema is older" not in r.stdout

@@ -65,8 +65,14 @@ def audit_verify(config_path: str | None, extra: tuple[str, ...], as_json: bool)
             click.echo(f"error: --anchor {a!r} is not SEQ:HASH", err=True)
             sys.exit(2)
         anchors.append((int(seq), digest))
+    from .store import DatabaseError, PgError
+
     try:
         v = table.verify(db, anchors)
+    except (DatabaseError, PgError) as e:  # its tables changed or gone
+        click.echo(f"audit: FAILED: cannot read the audit log: {e}".splitlines()[0])
+        click.echo(f"anchors: {len(anchors)} in {path}, not checked")
+        sys.exit(1)
     finally:
         db.conn.close()
     if as_json:
@@ -111,20 +117,29 @@ def audit_export(config_path: str | None, since: str, output: str) -> None:
     except ValueError as e:
         click.echo(f"error: --since: {e}", err=True)
         sys.exit(2)
+    from .store import DatabaseError, PgError
+
     _settings, db = _open(config_path, write=True)
     n = 0
     try:
-        out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+        try:
+            out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+        except OSError as e:
+            click.echo(f"error: --output {output}: {e.strerror or e}", err=True)
+            sys.exit(1)
         try:
             for line in export_lines(db, since_iso):
                 out.write(line + "\n")
                 n += 1
+            with_transaction(
+                db, lambda tx: record(tx, "audit.export", None, f"{n} entries since {since_iso}")
+            )
+        except (DatabaseError, PgError) as e:  # its tables changed or gone
+            click.echo(f"error: cannot read the audit log: {e}".splitlines()[0], err=True)
+            sys.exit(1)
         finally:
             if out is not sys.stdout:
                 out.close()
-        with_transaction(
-            db, lambda tx: record(tx, "audit.export", None, f"{n} entries since {since_iso}")
-        )
     finally:
         db.conn.close()
     if output != "-":

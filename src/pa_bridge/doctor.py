@@ -1035,8 +1035,18 @@ def check_security(s: Settings) -> list[Check]:
         db = None  # check_database said why
     try:
         return _check_security(s, src, db, out)
-    except (DatabaseError, PgError):  # an older schema: the daemon migrates it at start
-        out.append(
+    except (DatabaseError, PgError) as e:
+        if not _migrations_pending(s):  # every table is there by its schema: one went
+            out.append(
+                fail(
+                    "audit log",
+                    f"cannot read the audit log: {e}".splitlines()[0],
+                    "its tables (or the keys' and people's) were changed or removed:"
+                    " `pa-bridge audit verify`; restore a backup",
+                )
+            )
+            return out
+        out.append(  # an older schema: the daemon migrates it at start
             warn(
                 "encryption key",
                 "the database's schema is older: checked at the daemon's start",
@@ -1047,6 +1057,21 @@ def check_security(s: Settings) -> list[Check]:
     finally:
         if db is not None:
             db.conn.close()
+
+
+def _migrations_pending(s: Settings) -> bool:
+    """Whether the database misses migrations this version has (or cannot say)."""
+    from .store import StoreError
+
+    url = s.storage.database_url()
+    try:
+        if url is not None:
+            applied = files.pg_facts(url, BACKUP_MARK).applied
+        else:
+            applied = files.inspect_file(Path(s.storage.path), BACKUP_MARK).applied
+    except (StoreError, DatabaseError, PgError):
+        return True
+    return applied is None or any(n not in applied for n in migrations.known())
 
 
 def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Check]:
