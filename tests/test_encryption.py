@@ -404,3 +404,20 @@ def test_reseal_adds_no_key_and_seals_what_an_older_key_holds(tmp_path: Path, cl
         assert crypto.checked_ids(s.reader()) == [newer]
     bad = cli("keys", "rotate", "--reseal", "--stage", "--config", str(cfg))
     assert bad.exit_code == 2
+
+
+def test_rotate_names_a_key_file_it_cannot_use(tmp_path: Path, cli: Any) -> None:
+    """A key file rotate cannot write, or a file that is not a key file, is said in one
+    line (exit 1) and left as it was; both were a Python traceback, and a file of
+    another kind got a key line added."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = cli("keys", "rotate", "--key-file", str(blocker / "pa.key"))
+    assert r.exit_code == 1 and f"error: cannot write {blocker / 'pa.key'}: " in r.stderr
+    for content in (b"\xee\xff binary", b"password = 'not a key file'\n"):
+        other = tmp_path / "other.key"
+        other.write_bytes(content)
+        r = cli("keys", "rotate", "--key-file", str(other))
+        assert r.exit_code == 1, r.output
+        assert r.stderr.startswith(f"error: key file {other}: "), r.stderr
+        assert other.read_bytes() == content

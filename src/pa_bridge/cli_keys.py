@@ -154,10 +154,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     if reseal and stage:
         click.echo("error: --reseal adds no key; --stage adds one: give one of them", err=True)
         sys.exit(2)
-    lines = []
-    if key_file.exists():
-        text = key_file.read_text(encoding="ascii")
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = _key_lines(key_file)
     if (lines and not stage) or reseal:  # the database is sealed again: it must be there
         from .cli_users import require_database
 
@@ -168,7 +165,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     staged = [ln for ln in lines if ln.endswith(" staged")]
     if not lines:
         kid, key = crypto.new_key()
-        crypto.write_keyring(key_file, [crypto.key_line(kid, key)])
+        _write_keys(key_file, [crypto.key_line(kid, key)])
         click.echo(f"keys: created {key_file} with key {kid}")
         return
     if staged and not stage:
@@ -180,7 +177,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
         kid, key = crypto.new_key()
         lines.append(crypto.key_line(kid, key, staged=stage))
         click.echo(f"keys: added key {kid} to {key_file}" + (" (staged)" if stage else ""))
-    crypto.write_keyring(key_file, lines)
+    _write_keys(key_file, lines)
     if stage:
         click.echo("copy the file to every daemon's host, then run `pa-bridge keys rotate` again")
         return
@@ -203,6 +200,41 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
         retire_unused(store, key_file, click.echo)
     finally:
         store.close()
+
+
+def _key_lines(key_file: Path) -> list[str]:
+    """The key lines of ``key_file`` (none when it is not there yet); a file that is
+    not a key file, or cannot be read, is said (exit 1) before anything is written."""
+    from .store import crypto
+
+    if not key_file.exists():
+        return []
+    try:
+        text = key_file.read_text(encoding="ascii")
+    except UnicodeDecodeError:
+        click.echo(f"error: key file {key_file}: not a pa-bridge key file", err=True)
+        sys.exit(1)
+    except OSError as e:
+        click.echo(f"error: key file {key_file}: cannot read it ({e.strerror or e})", err=True)
+        sys.exit(1)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if lines:
+        try:
+            crypto.Keyring(key_file, f"key file {key_file}")  # its lines, checked
+        except crypto.KeyProblem as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+    return lines
+
+
+def _write_keys(key_file: Path, lines: list[str]) -> None:
+    from .store import crypto
+
+    try:
+        crypto.write_keyring(key_file, lines)
+    except OSError as e:
+        click.echo(f"error: cannot write {key_file}: {e.strerror or e}", err=True)
+        sys.exit(1)
 
 
 def _reseal(settings: Any, key_file: Path) -> None:
