@@ -283,7 +283,7 @@ def check_backup_tools(server_major: int) -> Check:
     return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
-def check_database(s: Settings) -> list[Check]:
+def check_database(s: Settings, config_path: str | None = None) -> list[Check]:
     url = s.storage.database_url()
     if url is not None:
         return check_postgres(url)
@@ -316,7 +316,7 @@ def check_database(s: Settings) -> list[Check]:
                 "create it for the service user, or fix storage.path",
             )
         )
-    half_done = interrupted_restore(path)
+    half_done = interrupted_restore(path, config_path)
     if half_done is not None:  # serve refuses to start until it is finished
         out.append(fail("database restore", half_done.what, half_done.how))
     if not path.exists():
@@ -1000,7 +1000,7 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
         )
         return checks
     checks += check_secrets(settings)
-    checks += check_database(settings)
+    checks += check_database(settings, config_path)
     checks += check_tls(settings, now=t)
     checks += check_listeners(settings)
     checks += check_security(settings)
