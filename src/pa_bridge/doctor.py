@@ -8,6 +8,7 @@ secrets are reported as present or missing, the database only by counts.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import socket
@@ -1075,7 +1076,7 @@ def _migrations_pending(s: Settings) -> bool:
 
 
 def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Check]:
-    from .audit_trail import anchor_path, read_anchors
+    from .audit_trail import anchor_path, check_reset, read_anchors
     from .store import audit, crypto, users
 
     sealed = db is not None and crypto.has_sealed(db)
@@ -1146,6 +1147,9 @@ def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Ch
     if db is not None:
         path = anchor_path(s)
         v = audit.verify(db, read_anchors(path))
+        if v.problem is None:
+            problem, _note = check_reset(db, path)
+            v = dataclasses.replace(v, problem=problem)
         if v.problem is not None:
             out.append(
                 fail(
