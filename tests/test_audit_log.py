@@ -283,6 +283,8 @@ def test_a_reset_line_must_name_a_restore(sqlite_store: Store, cli: Any, tmp_pat
         fh.write("\n")
     bad = cli("audit", "verify", "--config", str(cfg))
     assert bad.exit_code == 1, bad.output
-    assert "reset line" in bad.output and f"names entry {keep}, which is not a restore" in bad.output
+    assert (
+        "reset line" in bad.output and f"names entry {keep}, which is not a restore" in bad.output
+    )
     doctor = cli("doctor", "--config", str(cfg))
     assert "FAIL  audit log: the anchor file's reset line" in doctor.stdout
