@@ -16,9 +16,23 @@ from .cli_daemon import config_option
 __all__ = ["users"]
 
 
+def require_database(config_path: str | None, settings: Any) -> None:
+    """A SQLite database that is not there is said, exit 1, never made: a typo in
+    ``storage.path``, or no --config outside the daemon's directory, would otherwise
+    get a new database no daemon reads."""
+    from .cli_daemon import _queue_where
+
+    if settings.storage.database_url() is None and not settings.storage.path.exists():
+        click.echo(
+            f"error: no database at {_queue_where(config_path)}; has the daemon run?", err=True
+        )
+        sys.exit(1)
+
+
 def open_ops_store(config_path: str | None) -> Any:
     """The database with its key (``users`` seals TOTP secrets, ``keys`` re-seals):
-    errors printed, exit 2 for the config, 1 for the rest."""
+    errors printed, exit 2 for the config, 1 for the rest (a database that is not
+    there among them)."""
     from .config import ConfigError, load_ops_settings
     from .encryption import open_store
     from .store import StoreError
@@ -30,6 +44,7 @@ def open_ops_store(config_path: str | None) -> Any:
         for p in e.problems:
             click.echo(f"config error: {p}", err=True)
         sys.exit(2)
+    require_database(config_path, settings)
     try:
         return settings, open_store(settings)
     except KeyProblem as e:

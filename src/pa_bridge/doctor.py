@@ -8,6 +8,7 @@ secrets are reported as present or missing, the database only by counts.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import socket
@@ -284,7 +285,7 @@ def check_backup_tools(server_major: int) -> Check:
     return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
-def check_database(s: Settings) -> list[Check]:
+def check_database(s: Settings, config_path: str | None = None) -> list[Check]:
     url = s.storage.database_url()
     if url is not None:
         return check_postgres(url)
@@ -317,7 +318,7 @@ def check_database(s: Settings) -> list[Check]:
                 "create it for the service user, or fix storage.path",
             )
         )
-    half_done = interrupted_restore(path)
+    half_done = interrupted_restore(path, config_path)
     if half_done is not None:  # serve refuses to start until it is finished
         out.append(fail("database restore", half_done.what, half_done.how))
     if not path.exists():
@@ -1109,7 +1110,7 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
         )
         return checks
     checks += check_secrets(settings)
-    checks += check_database(settings)
+    checks += check_database(settings, config_path)
     checks += check_tls(settings, now=t)
     checks += check_listeners(settings)
     checks += check_switch(settings)
@@ -1145,8 +1146,18 @@ def check_security(s: Settings) -> list[Check]:
         db = None  # check_database said why
     try:
         return _check_security(s, src, db, out)
-    except (DatabaseError, PgError):  # an older schema: the daemon migrates it at start
-        out.append(
+    except (DatabaseError, PgError) as e:
+        if not _migrations_pending(s):  # every table is there by its schema: one went
+            out.append(
+                fail(
+                    "audit log",
+                    f"cannot read the audit log: {e}".splitlines()[0],
+                    "its tables (or the keys' and people's) were changed or removed:"
+                    " `pa-bridge audit verify`; restore a backup",
+                )
+            )
+            return out
+        out.append(  # an older schema: the daemon migrates it at start
             warn(
                 "encryption key",
                 "the database's schema is older: checked at the daemon's start",
@@ -1159,8 +1170,23 @@ def check_security(s: Settings) -> list[Check]:
             db.conn.close()
 
 
+def _migrations_pending(s: Settings) -> bool:
+    """Whether the database misses migrations this version has (or cannot say)."""
+    from .store import StoreError
+
+    url = s.storage.database_url()
+    try:
+        if url is not None:
+            applied = files.pg_facts(url, BACKUP_MARK).applied
+        else:
+            applied = files.inspect_file(Path(s.storage.path), BACKUP_MARK).applied
+    except (StoreError, DatabaseError, PgError):
+        return True
+    return applied is None or any(n not in applied for n in migrations.known())
+
+
 def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Check]:
-    from .audit_trail import anchor_path, read_anchors
+    from .audit_trail import anchor_path, check_reset, read_anchors
     from .store import audit, crypto, users
 
     sealed = db is not None and crypto.has_sealed(db)
@@ -1224,13 +1250,16 @@ def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Ch
                     warn(
                         "PHI at rest",
                         f"{said} (older keys)",
-                        "pa-bridge keys rotate re-seals them",
+                        "`pa-bridge keys rotate --reseal` seals them with the current key (no new key)",
                     )
                 )
     out.extend(_check_people(s, db, users))
     if db is not None:
         path = anchor_path(s)
         v = audit.verify(db, read_anchors(path))
+        if v.problem is None:
+            problem, _note = check_reset(db, path)
+            v = dataclasses.replace(v, problem=problem)
         if v.problem is not None:
             out.append(
                 fail(
