@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option
+from .cli_daemon import config_option, require_database
 
 __all__ = ["keys"]
 
@@ -156,8 +156,6 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
         sys.exit(2)
     lines = _key_lines(key_file)
     if (lines and not stage) or reseal:  # the database is sealed again: it must be there
-        from .cli_users import require_database
-
         require_database(config_path, settings)
     if reseal:
         _reseal(settings, key_file)

@@ -11,22 +11,9 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option
+from .cli_daemon import config_option, require_database
 
 __all__ = ["users"]
-
-
-def require_database(config_path: str | None, settings: Any) -> None:
-    """A SQLite database that is not there is said, exit 1, never made: a typo in
-    ``storage.path``, or no --config outside the daemon's directory, would otherwise
-    get a new database no daemon reads."""
-    from .cli_daemon import _queue_where
-
-    if settings.storage.database_url() is None and not settings.storage.path.exists():
-        click.echo(
-            f"error: no database at {_queue_where(config_path)}; has the daemon run?", err=True
-        )
-        sys.exit(1)
 
 
 def open_ops_store(config_path: str | None) -> Any:
