@@ -74,17 +74,27 @@ def anchor_path(settings: Settings) -> Path:
     return settings.storage.path.parent / "audit-anchors.jsonl"
 
 
+def _anchor_lines(path: Path) -> list[dict[str, Any]]:
+    """The anchor file's lines that are JSON objects (none when it does not exist)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            a = json.loads(line)
+            if isinstance(a, dict):
+                out.append(a)
+    return out
+
+
 def read_anchors(path: Path) -> list[tuple[int, str]]:
     """Every (seq, hash) in the anchor file (none when it does not exist); lines that
     are not an anchor are skipped."""
     out: list[tuple[int, str]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
+    for a in _anchor_lines(path):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            a = json.loads(line)
             if a.get("reset"):  # a restore: the anchors before it were another chain's
                 out.clear()
             out.append((int(a["seq"]), str(a["hash"])))
@@ -94,13 +104,8 @@ def read_anchors(path: Path) -> list[tuple[int, str]]:
 def last_reset(path: Path) -> dict[str, Any] | None:
     """The anchor file's last ``reset`` line (a restore), or None."""
     found: dict[str, Any] | None = None
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return None
-    for line in lines:
+    for a in _anchor_lines(path):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            a = json.loads(line)
             if a.get("reset"):
                 found = {"seq": int(a["seq"]), "hash": str(a["hash"]), "at": a.get("at")}
     return found

@@ -133,7 +133,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     file by itself). Older keys stay in the file: backups made before need them; a key
     that seals no stored value any more is said, and may go once no backup needs it."""
     from .audit_trail import record
-    from .encryption import KeyProblem, key_source, open_store
+    from .encryption import KeyProblem, key_source
     from .store import crypto
 
     settings = _settings(config_path)
@@ -179,12 +179,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     if stage:
         click.echo("copy the file to every daemon's host, then run `pa-bridge keys rotate` again")
         return
-    settings.encryption.key_file = key_file.resolve()
-    try:
-        store = open_store(settings, create_default=False)
-    except KeyProblem as e:
-        click.echo(f"error: encryption key: {e}", err=True)
-        sys.exit(1)
+    store = _open_with(settings, key_file)
     try:
         started = time.monotonic()
         n = reseal_until_done(store, click.echo)
@@ -235,17 +230,24 @@ def _write_keys(key_file: Path, lines: list[str]) -> None:
         sys.exit(1)
 
 
-def _reseal(settings: Any, key_file: Path) -> None:
-    """``keys rotate --reseal``: no new key, every value under the current one."""
-    from .audit_trail import record
+def _open_with(settings: Any, key_file: Path) -> Any:
+    """The database opened with the keys in ``key_file``; a key problem is one line,
+    exit 1."""
     from .encryption import KeyProblem, open_store
 
     settings.encryption.key_file = key_file.resolve()
     try:
-        store = open_store(settings, create_default=False)
+        return open_store(settings, create_default=False)
     except KeyProblem as e:
         click.echo(f"error: encryption key: {e}", err=True)
         sys.exit(1)
+
+
+def _reseal(settings: Any, key_file: Path) -> None:
+    """``keys rotate --reseal``: no new key, every value under the current one."""
+    from .audit_trail import record
+
+    store = _open_with(settings, key_file)
     try:
         assert store.keys is not None  # open_store loads them
         kid = store.keys.current_id
