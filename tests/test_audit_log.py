@@ -222,3 +222,69 @@ def test_a_postgresql_daemons_anchors_go_to_its_state_directory(
     cfg.write_text(cfg.read_text() + f'[audit]\nanchor_file = "{tmp_path / "a.jsonl"}"\n')
     monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/pa-bridge")
     assert anchor_path(load_settings(str(cfg))) == tmp_path / "a.jsonl"
+
+
+def test_a_dropped_audit_table_is_a_failure_not_a_traceback(
+    store: Store, store_url: str, cli: Any, tmp_path: Path
+) -> None:
+    """Someone removed the audit log's tables: `audit verify` and `export` fail naming
+    why, and doctor FAILs the audit log (it took the error for an older schema and
+    said nothing about the audit log)."""
+    from pa_bridge.encryption import create_key_file
+
+    fill(store, 3)
+    cfg = config(tmp_path, store_url)
+    key = tmp_path / "pa.key"
+    create_key_file(key)
+    cfg.write_text(cfg.read_text() + f'[encryption]\nkey_file = "{key}"\n')
+    r = cli("audit", "export", "--since", "7d", "-o", str(tmp_path / "no" / "x.jsonl"),
+            "--config", str(cfg))  # fmt: skip
+    assert r.exit_code == 1 and "error: --output " in r.stderr
+    for table in ("audit_head", "audit"):
+        store.write(lambda db, t=table: db.execute(f"DROP TABLE {t}"))
+        r = cli("audit", "verify", "--config", str(cfg))
+        assert r.exit_code == 1, r.output
+        assert "audit: FAILED: cannot read the audit log: " in r.output and table in r.output
+        r = cli("audit", "export", "--since", "7d", "--config", str(cfg))
+        assert r.exit_code == 1 and "error: cannot read the audit log: " in r.stderr
+        r = cli("doctor", "--config", str(cfg))
+        assert "FAIL  audit log: cannot read the audit log: " in r.stdout, r.stdout
+        assert "schema is older" not in r.stdout
+
+
+def test_a_reset_line_must_name_a_restore(sqlite_store: Store, cli: Any, tmp_path: Path) -> None:
+    """A restore writes a `reset` line to the anchor file (the anchors before it name the
+    chain moved aside): verify says so. Someone who cut entries from the chain's end
+    and appended a reset line naming the new end (a file made append-only takes that
+    too) is found: the entry a reset names must be the restore's own entry."""
+    fill(sqlite_store, 6)
+    cfg = config(tmp_path, str(sqlite_store.path))
+    path = tmp_path / "anchors.jsonl"
+    write_anchor(sqlite_store, path, {})  # anchors entry 6
+    backup = tmp_path / "nightly.sqlite3"
+    assert cli("backup", str(backup), "--config", str(cfg)).exit_code == 0
+    fill(sqlite_store, 2)  # entries 7-8 (and the backup's own entry before them)
+    write_anchor(sqlite_store, path, {})
+    sqlite_store.close()
+    r = cli("restore", str(backup), "--yes", "--config", str(cfg))
+    assert r.exit_code == 0, r.output
+    ok = cli("audit", "verify", "--config", str(cfg))
+    assert ok.exit_code == 0, ok.output
+    assert "note: the database was restored at " in ok.output
+    # the forgery: two entries cut from the end, the head rewritten, a reset appended
+    with Store(sqlite_store.path) as s:
+        head = audit.head(s.reader())
+        keep = head.seq - 2
+        kept = s.query("SELECT hash FROM audit WHERE seq = ?", [keep])[0]["hash"]
+        s.write(lambda db: db.execute("DELETE FROM audit WHERE seq > ?", [keep]))
+        s.write(lambda db: db.execute("UPDATE audit_head SET seq = ?, hash = ?", [keep, kept]))
+    with path.open("a") as fh:
+        fh.write(json.dumps({"reset": "restore", "seq": keep, "hash": kept, "at": now_iso()}))
+        fh.write("\n")
+    bad = cli("audit", "verify", "--config", str(cfg))
+    assert bad.exit_code == 1, bad.output
+    assert (
+        "reset line" in bad.output and f"names entry {keep}, which is not a restore" in bad.output
+    )
+    doctor = cli("doctor", "--config", str(cfg))
+    assert "FAIL  audit log: the anchor file's reset line" in doctor.stdout

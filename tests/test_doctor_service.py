@@ -193,11 +193,14 @@ def test_doctor_names_a_listen_address_another_program_holds(tmp_path: Path, cli
 def test_doctor_says_a_running_daemon_holds_its_own_addresses(
     tmp_path: Path, make_daemon: Any, cli: Cli
 ) -> None:
-    d = make_daemon(storage={"path": str(tmp_path / "pa-bridge.sqlite3")})
+    d = make_daemon(
+        storage={"path": str(tmp_path / "pa-bridge.sqlite3")}, tap={"listen": "127.0.0.1:0"}
+    )
     intake = f"127.0.0.1:{d.intake_server.address[1]}"
     callbacks = f"127.0.0.1:{d.callback_server.address[1]}"
-    r = cli("doctor", "--config", str(_listen_config(tmp_path, intake, callbacks)))
-    for key in ("intake.listen", "callbacks.listen"):
+    tap = f'[tap]\nlisten = "127.0.0.1:{d.wire.tap_address[1]}"\n'
+    r = cli("doctor", "--config", str(_listen_config(tmp_path, intake, callbacks, tap)))
+    for key in ("intake.listen", "callbacks.listen", "tap.listen"):
         line = _line(r, f"listen {key}")
         assert line.startswith("ok") and "held by this pa-bridge (daemon " in line, line
 
@@ -247,3 +250,63 @@ def test_doctor_counts_items_held_for_the_configuration(tmp_path: Path, cli: Cli
         "warn  queue: 1 item(s) held after a restore, for review -> `pa-bridge queue list"
         " --status held`, then `pa-bridge queue retry ID` or `pa-bridge queue drop ID`",
     ]
+
+
+# ---- tap and inline (issue 30): their listen addresses and the switch ----------------------
+def test_doctor_checks_the_tap_and_inline_listeners_and_the_switch(
+    tmp_path: Path, cli: Cli
+) -> None:
+    import ssl
+
+    import trustme
+
+    from pa_bridge.sandbox.switch import SandboxSwitch
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken, free = f"127.0.0.1:{busy.getsockname()[1]}", f"127.0.0.1:{free_port()}"
+    nothing = f"127.0.0.1:{free_port()}"  # no switch there
+
+    def wire(switch: str, tls: str = "switch_tls = false\n") -> Path:
+        extra = (
+            f'[tap]\nlisten = "{taken}"\n'
+            f'[inline]\nlisten = "{free}"\nswitch = ["{switch}", "{nothing}"]\n{tls}'
+        )
+        return _listen_config(tmp_path, "127.0.0.1:0", "127.0.0.1:0", extra)
+
+    ca, other_ca = trustme.CA(), trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    ca_pem, other_pem = tmp_path / "ca.pem", tmp_path / "other.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    other_ca.cert_pem.write_to_path(str(other_pem))
+    try:
+        with SandboxSwitch() as plain, SandboxSwitch(ssl_context=server_ctx) as secure:
+            r = cli("doctor", "--config", str(wire(plain.address)))
+            tls_ok = cli(
+                "doctor",
+                "--config",
+                str(wire(secure.address, f'switch_tls = true\nswitch_ca_file = "{ca_pem}"\n')),
+            )
+            tls_bad = cli(
+                "doctor",
+                "--config",
+                str(wire(secure.address, f'switch_tls = true\nswitch_ca_file = "{other_pem}"\n')),
+            )
+    finally:
+        busy.close()
+    assert r.exit_code == 1
+    tap = _line(r, "listen tap.listen")
+    assert tap.startswith("FAIL") and f"{taken} is in use by another program" in tap
+    assert _line(r, "listen inline.listen").startswith(
+        f"ok    listen inline.listen: {free} is free"
+    )
+    up = _line(r, f"switch {plain.address}")
+    assert up.startswith("ok") and "reachable (plain TCP" in up, up
+    down = _line(r, f"switch {nothing}")
+    assert down.startswith("FAIL") and "unreachable: connection refused" in down, down
+    good = _line(tls_ok, f"switch {secure.address}")
+    assert good.startswith("ok") and "TLS" in good and "certificate verified" in good, good
+    bad = _line(tls_bad, f"switch {secure.address}")
+    assert bad.startswith("FAIL") and "certificate" in bad and "switch_ca_file" in bad, bad

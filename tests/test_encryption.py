@@ -282,3 +282,142 @@ def test_doctor_checks_the_key_the_plain_values_and_the_audit_chain(
         r.exit_code == 1
         and "FAIL  encryption key: the database holds values sealed with key id" in r.stdout
     )
+
+
+def _sign_in(url: str, name: str, password: str, secret: str) -> int:
+    """Sign in over HTTP with a password and a TOTP code; the last answer's status."""
+    import pyotp
+
+    with httpx.Client(base_url=url, timeout=10) as c:
+        r = c.post("/console/sign-in", json={"name": name, "password": password})
+        if r.status_code == 200 and r.json().get("next") == "code":
+            r = c.post("/console/sign-in/code", json={"code": pyotp.TOTP(secret).now()})
+        return r.status_code
+
+
+def test_an_older_key_can_be_removed_once_rotation_is_done(
+    make_daemon: Any, cli: Any, tmp_path: Path
+) -> None:
+    """The docs' way to retire a key: rotate, then remove the older key from the file
+    once doctor shows no value under it. The daemon then starts again, and a person
+    added before the rotation still signs in (their TOTP key was re-sealed too)."""
+    import re
+
+    key = tmp_path / "rot.key"
+    create_key_file(key)
+    old = key.read_text().split()[-2]
+    db = tmp_path / "retire.sqlite3"
+    sections: dict[str, Any] = {
+        "storage": {"path": str(db)},
+        "encryption": {"key_file": str(key)},
+        "console": {"totp": "required"},
+    }
+    d = make_daemon(**sections)
+    cfg = tmp_path / "ops.toml"
+    cfg.write_text(
+        f'[storage]\npath = "{db}"\n[encryption]\nkey_file = "{key}"\n'
+        '[console]\ntotp = "required"\n'
+    )
+    added = cli("users", "add", "pat", "--generate-password", "--config", str(cfg))
+    assert added.exit_code == 0, added.output
+    password = re.search(r"password: (\S+)", added.output).group(1)  # type: ignore[union-attr]
+    secret = re.search(r"secret=([A-Z2-7]+)", added.output).group(1)  # type: ignore[union-attr]
+    httpx.post(f"{d.intake_server.url}/v1/claims", json=claim_body(), timeout=10)
+    r = cli("keys", "rotate", "--config", str(cfg))
+    assert r.exit_code == 0, r.output
+    assert f"key {old} seals no stored value now" in r.output
+    doctor = cli("doctor", "--config", str(cfg))
+    assert f"under key {old}" not in doctor.stdout, doctor.stdout
+    d.stop()
+    # the older key out of the file, as the docs say
+    key.write_text("".join(ln + "\n" for ln in key.read_text().splitlines() if old not in ln))
+    listed = cli("users", "list", "--config", str(cfg))
+    assert listed.exit_code == 0 and "pat" in listed.output, listed.output
+    doctor = cli("doctor", "--config", str(cfg))
+    assert "FAIL  encryption key" not in doctor.stdout, doctor.stdout
+    again = make_daemon(**sections)
+    assert _sign_in(again.intake_server.url, "pat", password, secret) == 200
+
+
+def test_rotation_under_writes_leaves_no_value_under_the_older_key(
+    make_daemon: Any, cli: Any, tmp_path: Path
+) -> None:
+    """Claims keep coming while `keys rotate` runs: the daemon takes the new key within a
+    second, and the command seals what it sealed with the older one meanwhile."""
+    import threading
+
+    key = tmp_path / "rot.key"
+    create_key_file(key)
+    d = make_daemon(encryption={"key_file": str(key)})
+    cfg = tmp_path / "ops.toml"
+    cfg.write_text(f'[storage]\npath = "{d.store.path}"\n[encryption]\nkey_file = "{key}"\n')
+    stop = threading.Event()
+    sent: list[int] = []
+
+    def writer() -> None:
+        with httpx.Client(base_url=d.intake_server.url, timeout=10) as api:
+            while not stop.is_set():
+                sent.append(api.post("/v1/claims", json=claim_body()).status_code)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        wait_until(lambda: len(sent) >= 5, timeout=30, what="claims before the rotation")
+        r = cli("keys", "rotate", "--config", str(cfg))
+        assert r.exit_code == 0, r.output
+        new = r.output.split("added key ", 1)[1].split()[0]
+        wait_until(lambda: len(sent) >= 5 + 20, timeout=60, what="claims after the rotation")
+    finally:
+        stop.set()
+        t.join()
+    assert set(sent) == {200}
+    counts = crypto.count_by_key(d.store.reader())
+    assert set(counts) == {new}, counts
+
+
+def test_reseal_adds_no_key_and_seals_what_an_older_key_holds(tmp_path: Path, cli: Any) -> None:
+    """A fleet's daemons that read the new key file late sealed with the older key:
+    `keys rotate --reseal` seals those with the current key, adding none."""
+    key = tmp_path / "fleet.key"
+    create_key_file(key)
+    db = tmp_path / "fleet.sqlite3"
+    settings = load_settings(storage={"path": str(db)}, encryption={"key_file": str(key)})
+    with open_store(settings) as s:  # sealed with the first key
+        s.write(lambda db_: callbacks.add_dead_letter(db_, now_iso(), "x", "text/plain", b"x"))
+    older = key.read_text().split()[-2]
+    newer, secret = crypto.new_key()
+    lines = [ln for ln in key.read_text().splitlines() if ln and not ln.startswith("#")]
+    crypto.write_keyring(key, [*lines, crypto.key_line(newer, secret)])
+    before = key.read_text()
+    cfg = tmp_path / "ops.toml"
+    cfg.write_text(f'[storage]\npath = "{db}"\n[encryption]\nkey_file = "{key}"\n')
+    doctor = cli("doctor", "--config", str(cfg))
+    assert f"1 under key {older} (older keys)" in doctor.stdout
+    assert "pa-bridge keys rotate --reseal" in doctor.stdout
+    r = cli("keys", "rotate", "--reseal", "--config", str(cfg))
+    assert r.exit_code == 0, r.output
+    assert f"dead_letters.body: 1 value(s) sealed with key {newer}" in r.output
+    assert f"key {older} seals no stored value now" in r.output
+    assert key.read_text() == before  # no key added
+    with open_store(settings) as s:
+        assert crypto.count_by_key(s.reader()) == {newer: 1}
+        assert crypto.checked_ids(s.reader()) == [newer]
+    bad = cli("keys", "rotate", "--reseal", "--stage", "--config", str(cfg))
+    assert bad.exit_code == 2
+
+
+def test_rotate_names_a_key_file_it_cannot_use(tmp_path: Path, cli: Any) -> None:
+    """A key file rotate cannot write, or a file that is not a key file, is said in one
+    line (exit 1) and left as it was; both were a Python traceback, and a file of
+    another kind got a key line added."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = cli("keys", "rotate", "--key-file", str(blocker / "pa.key"))
+    assert r.exit_code == 1 and f"error: cannot write {blocker / 'pa.key'}: " in r.stderr
+    for content in (b"\xee\xff binary", b"password = 'not a key file'\n"):
+        other = tmp_path / "other.key"
+        other.write_bytes(content)
+        r = cli("keys", "rotate", "--key-file", str(other))
+        assert r.exit_code == 1, r.output
+        assert r.stderr.startswith(f"error: key file {other}: "), r.stderr
+        assert other.read_bytes() == content

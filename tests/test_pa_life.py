@@ -101,6 +101,8 @@ PERIODS = st.sampled_from(
         {"expiration_date": "-25"},
     ]
 )
+#: the statuses of both workflows (a status of tomorrow has no words of its own)
+GUIDE_STATUSES = {status for status, _ in GUIDE}
 #: statuses after which nobody waits on the plan (worklist.py's, said again)
 SETTLED = {"Archived", "Provider Cancel", "Cancel Request Sent"}
 HOUR = 3600.0
@@ -349,7 +351,9 @@ class PaLife(RuleBasedStateMachine):
             pa.fax_latest = True
         elif moved:
             pa.fax_latest = False
-        if moved or fresh:
+        # archiving a decided PA keeps its outcome: not news (the decision keeps its group)
+        archived = not first and pa.status == "Archived" and pa.outcome is not None
+        if (moved and not (archived and pa.outcome == was[2])) or fresh:
             pa.news_step = self.step
         rx = req["prescription"]
         if rx.get("name") or rx.get("strength"):
@@ -512,6 +516,13 @@ class PaLife(RuleBasedStateMachine):
                 assert items[pa.id]["attention"] == group
                 assert items[pa.id]["returned"] == (pa.ack is not None)
             self._says_it_once(shown, pa, group)
+            if not (pa.words_deleted or pa.fax_latest) and pa.status in GUIDE_STATUSES:
+                # a decision never vanishes from the groups (archived or not)
+                if pa.outcome == "Unfavorable":
+                    assert group == "denied", (group, pa)
+                elif pa.outcome == "Favorable":
+                    assert group in ("approved", "expiring", None), (group, pa)
+                    assert group is not None or (pa.days_left(now) or 0) < -self.days, pa
             pa.seen.append((self.step, shown["cursor"]))
         for summary in (*[i["pa"] for i in items.values()], *data["pas"]):
             assert _doubled(" ".join([summary["label"], *summary["notes"]])) is None, summary

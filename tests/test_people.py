@@ -309,3 +309,50 @@ def test_acknowledge_and_open_record_the_person(make: Any) -> None:
         ("pa.open", "user:alice"),
         ("pa.acknowledged", "user:alice"),
     } <= actions
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_a_burst_of_wrong_passwords_is_held_to_the_lock_out(
+    make_daemon: Any, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """16 clients at once guessing one name's password: no more guesses are tried than
+    the lock-out allows (one more at most, in flight when it locked), at most two
+    passwords are checked at a time (each check holds 64 MiB and a CPU: the rest are
+    told to try again), and the audit log gets one entry per lock, not one per
+    refused attempt."""
+    import threading
+
+    import httpx
+
+    storage = {"url": request.getfixturevalue("pg_url")} if engine == "postgresql" else {}
+    d = make_daemon(console={"lockout_after": 5, "lockout_minutes": 10}, storage=storage)
+    h = hash_password(PASSWORD)
+    d.store.write(lambda db: users.insert(db, "alice", "Alice", "local", h, None, now_iso()))
+    url = d.intake_server.url
+    start = threading.Barrier(16)
+    statuses: list[int] = []
+
+    def guesser(n: int) -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            start.wait()
+            for i in range(8):
+                r = c.post(
+                    "/console/sign-in", json={"name": "alice", "password": f"guess {n} {i} xx"}
+                )
+                statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=guesser, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(statuses) <= {401, 429, 503}, statuses
+    tried = statuses.count(401)
+    assert tried <= 5 + 1, f"{tried} guesses tried against a lock-out after 5"
+    right = httpx.post(f"{url}/console/sign-in", json={"name": "alice", "password": PASSWORD})
+    assert right.status_code == 429  # still locked
+    trail = d.store.query("SELECT action FROM audit WHERE action LIKE 'sign_in%'")
+    failed = [e for e in trail if e["action"] == "sign_in.failed"]
+    locked = [e for e in trail if e["action"] == "sign_in.locked"]
+    assert len(failed) == tried
+    assert 1 <= len(locked) <= 3, f"{len(locked)} entries for {statuses.count(429) + 1} refusals"

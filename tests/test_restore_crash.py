@@ -16,7 +16,7 @@ import pytest
 from pa_bridge.config import load_settings
 from pa_bridge.restore import RestoreError, interrupted_restore
 from pa_bridge.runtime import Daemon
-from tests.support import Cli
+from tests.support import Cli, pa_bridge_process
 
 pytestmark = pytest.mark.slow
 
@@ -124,3 +124,29 @@ def test_a_restore_killed_at_each_step_is_refused_then_finished(
     assert kept == ["in the wal"], "the replaced database (with its WAL) was not kept whole"
     d = make_daemon(storage={"path": str(db)})
     assert d.store is not None and _value(db, "drill.backup") == "from the backup"
+
+
+def test_the_command_to_finish_names_the_config_given(
+    tmp_path: Path, backup: Path, cli: Cli
+) -> None:
+    """`serve --config FILE` and `doctor --config FILE` over a half-done restore give the
+    command to finish it with that FILE (they said `--config <config>`: pasted, it
+    failed), and without --config none."""
+    db = tmp_path / "live" / "pa-bridge.sqlite3"
+    db.parent.mkdir()
+    assert _python(_CRASHED_DAEMON, str(db)) == -9
+    env = {"PA_BRIDGE_STORAGE__PATH": str(db)}
+    assert _python(_KILLED_RESTORE, str(db), str(backup), "2", env=env) == -9
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(
+        f'[storage]\npath = "{db}"\n[intake]\nlisten = "127.0.0.1:0"\n'
+        '[callbacks]\nlisten = "127.0.0.1:0"\n[sandbox]\nlisten = "127.0.0.1:0"\n'
+    )
+    finish = f"`pa-bridge restore --config {cfg} {backup}`"
+    served = pa_bridge_process("serve", "--config", str(cfg), cwd=tmp_path)
+    assert served.returncode == 1 and finish in served.stderr, served.stderr
+    r = cli("doctor", "--config", str(cfg))
+    assert finish in r.stdout, r.stdout
+    r = cli("doctor", env=env)
+    assert f"`pa-bridge restore {backup}`" in r.stdout, r.stdout
+    assert "<config>" not in r.stdout

@@ -125,6 +125,17 @@ def test_faults_on_command_over_the_sandboxs_http_port() -> None:
         assert httpx.post(f"{sb.url}/sandbox/switch", json={"clear": True}).status_code == 200
         assert sw.faults.cut == 0
         assert httpx.post(f"{sb.url}/sandbox/switch", json={"cut": "x"}).status_code == 400
+        # a negative count arms nothing (it used to cut every request until cleared)
+        for bad in ({"cut": -1}, {"stall": -2}, {"swap": -1}, {"stall": 1, "stall_seconds": -1}):
+            r = httpx.post(f"{sb.url}/sandbox/switch", json=bad)
+            assert r.status_code == 400, (bad, r.text)
+        assert (sw.faults.cut, len(sw.faults.stall), sw.faults.swap) == (0, 0, 0)
+        # a form says false as "false": it does not clear
+        sw.cut(1)
+        r = httpx.post(f"{sb.url}/sandbox/switch", data={"clear": "false", "swap": "1"})
+        assert r.status_code == 200 and (sw.faults.cut, sw.faults.swap) == (1, 1)
+        assert httpx.post(f"{sb.url}/sandbox/switch", data={"clear": "true"}).status_code == 200
+        assert (sw.faults.cut, sw.faults.swap) == (0, 0)
 
 
 @pytest.mark.slow

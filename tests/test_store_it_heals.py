@@ -194,6 +194,35 @@ def test_queue_retry_of_an_unknown_item_says_where_it_looked(cli: Cli, tmp_path:
     assert r.exit_code == 1 and f"(storage in {cfg})" in r.stderr
 
 
+def test_users_and_keys_commands_never_make_a_database(cli: Cli, tmp_path: Path) -> None:
+    """`users` and `keys rotate` at a path where no daemon ran (a typo in storage.path,
+    or no --config outside the daemon's directory) say where they looked; they made a
+    new database there (and `users add` put the person in it, where no daemon reads)."""
+    from pa_bridge.encryption import create_key_file
+
+    key = tmp_path / "keys" / "pa.key"
+    create_key_file(key)
+    before = key.read_text()
+    db = tmp_path / "typo" / "pa-bridge.sqlite3"
+    cfg = tmp_path / "pa-bridge.toml"
+    cfg.write_text(f'[storage]\npath = "{db}"\n[encryption]\nkey_file = "{key}"\n')
+    for args in (
+        ("users", "list"),
+        ("users", "add", "pat", "--generate-password"),
+        ("users", "disable", "pat"),
+        ("users", "reset", "pat", "--generate-password"),
+        ("keys", "rotate"),
+    ):
+        r = cli(*args, "--config", str(cfg))
+        assert r.exit_code == 1, (args, r.output)
+        assert f"error: no database at {db} (storage in {cfg})" in r.stderr, (args, r.stderr)
+        assert not db.exists() and not db.parent.exists(), args
+    assert key.read_text() == before  # no key added for a database that is not there
+    r = cli("users", "list")  # no --config: the embedded default's, said so
+    assert r.exit_code == 1 and "no --config" in r.stderr
+    assert not (tmp_path / "var").exists()
+
+
 # ---- reload ---------------------------------------------------------------------------
 def _write_config(path: Path, sandbox: SandboxServer, password: str, **more: str) -> None:
     service = "".join(f'{k} = "{v}"\n' for k, v in _service(sandbox, password).items())

@@ -137,6 +137,30 @@ def test_interleaved_copies_on_two_connections_are_paired_by_their_headers(
     assert got == ["70", "75", "MR"]
 
 
+def test_a_response_copied_ahead_of_its_request_on_another_connection_is_paired(
+    make_daemon: Any, copier_of: Any, payer: SwitchPayer
+) -> None:
+    """Two copy connections (one per direction, as a router copies them) are two
+    streams: a response may get ahead of its request. It waits a moment for it."""
+    d = tap_daemon(make_daemon)
+    requests_, responses = copier_of(d), copier_of(d)
+    req = b.request_bytes(pcn="REJ75", rxs=(b.Rx(rx_number="000000000033"),))
+    counted = d.bridge.metrics.tap_exchanges
+    responses.send(payer.answer(req))
+    wait_until(  # the response is in (waiting, or given up) before its request is sent
+        lambda: (
+            getattr(d.wire.tap, "early_responses", 0)
+            + counted.labels("tap", "unmatched_response")._value.get()
+        ),
+        what="the response read",
+    )
+    requests_.send(req)
+    wait_until(lambda: len(_claims(d)) == 1, what="the exchange paired")
+    assert _claims(d)[0]["reject_codes"] == "75"
+    assert counted.labels("tap", "unmatched_response")._value.get() == 0
+    assert getattr(d.wire.tap, "early_responses", 0) == 0
+
+
 def test_copied_reversals_reach_the_service_and_refused_ones_do_not(
     make_daemon: Any, copier_of: Any, payer: SwitchPayer
 ) -> None:

@@ -88,6 +88,44 @@ def test_an_appeal_denied_after_an_acknowledged_denial_comes_back(desk: Desk) ->
     assert items_by_pa(desk.worklist())["APPD01"]["pa"]["label"] == "Appeal denied"
 
 
+@pytest.mark.parametrize(
+    ("outcome", "group", "label"),
+    [
+        ("Unfavorable", "denied", "Archived: denied"),
+        ("Favorable", "approved", "Archived: approved"),
+        ("Pending", "failed", "Archived before a decision"),
+        ("Unknown", "failed", "Archived without a decision"),
+    ],
+)
+def test_an_archived_pa_keeps_what_the_pharmacist_has_not_seen(
+    desk: Desk, outcome: str, group: str, label: str
+) -> None:
+    """A prescriber's office archives a PA once it is decided, often within minutes. A
+    denial (or approval) nobody has seen yet stays in "Needs you" when it is archived,
+    and when the archived callback comes before the decision's (out of order); an
+    acknowledged one does not come back for being archived: nothing new happened."""
+    decided = "PA Response" if outcome != "Unknown" else "Sent to Plan"
+    desk.callback("ARCH01", decided, outcome, period=APPROVAL)
+    desk.callback("ARCH01", "Archived", outcome, period=APPROVAL)
+    item = items_by_pa(desk.worklist()).get("ARCH01")
+    assert item is not None, "an unseen decision vanished when its PA was archived"
+    assert (item["attention"], item["pa"]["label"]) == (group, label)
+    assert "Acknowledge" in item["pa"]["next_step"]
+    approved = outcome == "Favorable"
+    assert (item["pa"]["expiration_date"] is not None) == approved
+    # out of order: the archive first, the decision after it
+    desk.callback("ARCH02", "Archived", outcome)
+    desk.callback("ARCH02", decided, outcome)
+    assert _group(desk, "ARCH02") == group
+    # acknowledged, then archived: nothing new for the pharmacist when it was decided
+    # (a PA archived while the plan was still working on it needs them again)
+    desk.callback("ARCH03", decided, outcome)
+    desk.acknowledge("ARCH03")
+    desk.callback("ARCH03", "Archived", outcome)
+    assert _group(desk, "ARCH03") == (group if outcome == "Pending" else None)
+    assert desk.page("ARCH03")["pa"]["label"] == label
+
+
 def test_an_acknowledgement_covers_only_what_the_pharmacist_saw(desk: Desk) -> None:
     desk.callback("SEEN01", "PA Response", "Favorable")
     seen = desk.page("SEEN01")["pa"]["cursor"]

@@ -30,6 +30,7 @@ from .store.users import purge_sessions
 
 __all__ = [
     "anchor_path",
+    "check_reset",
     "cli_actor",
     "parse_when",
     "purge",
@@ -73,21 +74,67 @@ def anchor_path(settings: Settings) -> Path:
     return settings.storage.path.parent / "audit-anchors.jsonl"
 
 
+def _anchor_lines(path: Path) -> list[dict[str, Any]]:
+    """The anchor file's lines that are JSON objects (none when it does not exist)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            a = json.loads(line)
+            if isinstance(a, dict):
+                out.append(a)
+    return out
+
+
 def read_anchors(path: Path) -> list[tuple[int, str]]:
     """Every (seq, hash) in the anchor file (none when it does not exist); lines that
     are not an anchor are skipped."""
     out: list[tuple[int, str]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
+    for a in _anchor_lines(path):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            a = json.loads(line)
             if a.get("reset"):  # a restore: the anchors before it were another chain's
                 out.clear()
             out.append((int(a["seq"]), str(a["hash"])))
     return out
+
+
+def last_reset(path: Path) -> dict[str, Any] | None:
+    """The anchor file's last ``reset`` line (a restore), or None."""
+    found: dict[str, Any] | None = None
+    for a in _anchor_lines(path):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            if a.get("reset"):
+                found = {"seq": int(a["seq"]), "hash": str(a["hash"]), "at": a.get("at")}
+    return found
+
+
+def check_reset(db: Database, path: Path) -> tuple[str | None, str | None]:
+    """(problem, note) about the anchor file's last ``reset`` line. ``restore`` writes
+    one naming the restored chain's head, its own ``restore`` entry, and the anchors
+    before it are not checked; so a reset line that names an entry that is not a
+    restore was appended to hide entries cut from the chain's end (a file made
+    append-only takes an appended line too)."""
+    reset = last_reset(path)
+    if reset is None:
+        return None, None
+    seq, at = reset["seq"], reset["at"]
+    floor = audit.head(db).floor_seq
+    entry = audit.entry_at(db, seq) if seq > floor else None
+    if seq > floor and (entry is None or entry.action != "restore"):
+        return (
+            f"the anchor file's reset line ({at}) names entry {seq}, which is not a"
+            " restore: entries were removed from the chain's end and a reset line"
+            " appended to hide it",
+            None,
+        )
+    return None, (
+        f"the database was restored at {at} (entry {seq}): the anchors before that reset"
+        " line name the chain it replaced and are not checked; compare it with your"
+        " restores"
+    )
 
 
 def write_anchor(store: Store, path: Path, last: dict[str, Any]) -> bool:

@@ -4,6 +4,7 @@ is itself an audit entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -53,7 +54,7 @@ def audit() -> None:
 def audit_verify(config_path: str | None, extra: tuple[str, ...], as_json: bool) -> None:
     """Walk the chain: exit 0 when every entry fits, else 1 naming the first entry that
     does not (changed, removed, inserted), or the anchor the chain no longer reaches."""
-    from .audit_trail import anchor_path, read_anchors
+    from .audit_trail import anchor_path, check_reset, read_anchors
     from .store import audit as table
 
     settings, db = _open(config_path, write=False)
@@ -65,18 +66,34 @@ def audit_verify(config_path: str | None, extra: tuple[str, ...], as_json: bool)
             click.echo(f"error: --anchor {a!r} is not SEQ:HASH", err=True)
             sys.exit(2)
         anchors.append((int(seq), digest))
+    from .store import DatabaseError, PgError
+
     try:
         v = table.verify(db, anchors)
+        reset_problem, reset_note = check_reset(db, path) if v.problem is None else (None, None)
+        if reset_problem is not None:
+            v = dataclasses.replace(v, problem=reset_problem)
+    except (DatabaseError, PgError) as e:  # its tables changed or gone
+        click.echo(f"audit: FAILED: cannot read the audit log: {e}".splitlines()[0])
+        click.echo(f"anchors: {len(anchors)} in {path}, not checked")
+        sys.exit(1)
     finally:
         db.conn.close()
     if as_json:
-        click.echo(json.dumps({**v.__dict__, "anchors": len(anchors), "anchor_file": str(path)}))
+        click.echo(
+            json.dumps(
+                {**v.__dict__, "anchors": len(anchors), "anchor_file": str(path),
+                 "restored": reset_note}
+            )
+        )  # fmt: skip
     elif v.problem is None:
         span = f"entries {v.first_seq}-{v.last_seq}" if v.entries else "no entries yet"
         click.echo(f"audit: ok: {v.entries} chained ({span}), head {v.head_hash}")
         click.echo(f"anchors checked: {len(anchors)} ({path})")
         if v.unchained:
             click.echo(f"note: {v.unchained} entries from before the chain started are not chained")
+        if reset_note is not None:
+            click.echo(f"note: {reset_note}")
     else:
         where = f"entry {v.bad_seq}" if v.bad_seq is not None else "the chain's end"
         click.echo(f"audit: FAILED at {where}: {v.problem}")
@@ -111,20 +128,29 @@ def audit_export(config_path: str | None, since: str, output: str) -> None:
     except ValueError as e:
         click.echo(f"error: --since: {e}", err=True)
         sys.exit(2)
+    from .store import DatabaseError, PgError
+
     _settings, db = _open(config_path, write=True)
     n = 0
     try:
-        out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+        try:
+            out = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
+        except OSError as e:
+            click.echo(f"error: --output {output}: {e.strerror or e}", err=True)
+            sys.exit(1)
         try:
             for line in export_lines(db, since_iso):
                 out.write(line + "\n")
                 n += 1
+            with_transaction(
+                db, lambda tx: record(tx, "audit.export", None, f"{n} entries since {since_iso}")
+            )
+        except (DatabaseError, PgError) as e:  # its tables changed or gone
+            click.echo(f"error: cannot read the audit log: {e}".splitlines()[0], err=True)
+            sys.exit(1)
         finally:
             if out is not sys.stdout:
                 out.close()
-        with_transaction(
-            db, lambda tx: record(tx, "audit.export", None, f"{n} entries since {since_iso}")
-        )
     finally:
         db.conn.close()
     if output != "-":

@@ -200,6 +200,17 @@ def _queue_where(config_path: str | None) -> str:
     return f"{where} (storage in {config_path})"
 
 
+def require_database(config_path: str | None, settings: Any) -> None:
+    """A SQLite database that is not there is said, exit 1, never made: a typo in
+    ``storage.path``, or no --config outside the daemon's directory, would otherwise
+    get a new database no daemon reads."""
+    if settings.storage.database_url() is None and not settings.storage.path.exists():
+        click.echo(
+            f"error: no database at {_queue_where(config_path)}; has the daemon run?", err=True
+        )
+        sys.exit(1)
+
+
 def _queue_write(config_path: str | None, fn: Any) -> bool:
     from .store import DatabaseError, PgError, files
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option
+from .cli_daemon import config_option, require_database
 
 __all__ = ["keys"]
 
@@ -27,13 +27,14 @@ def _settings(config_path: str | None) -> Any:
 
 
 def reseal_all(store: Any, say: Any, batch: int = 200) -> int:
-    """Every PHI value not sealed with the current key, sealed with it, ``batch`` rows
-    per short transaction (the daemon's writes go on between them)."""
+    """Every stored value not sealed with the current key (PHI, and the people's TOTP
+    keys), sealed with it, ``batch`` rows per short transaction (the daemon's writes
+    go on between them)."""
     from .store import crypto
 
     keys = store.keys
     total = 0
-    for col in crypto.PHI_COLUMNS:
+    for col in crypto.SEALED_COLUMNS:
         after: Any = None
         done = 0
         while True:
@@ -48,6 +49,55 @@ def reseal_all(store: Any, say: Any, batch: int = 200) -> int:
             say(f"{col.table}.{col.column}: {done} value(s) sealed with key {keys.current_id}")
         total += done
     return total
+
+
+#: a serving daemon looks at its key file at most once a second (``Keyring``): after
+#: this long it seals with the new key, and what it sealed with the older one meanwhile
+#: is committed
+DAEMONS_TAKE_IT_S = 2.5
+#: passes after the first, for what daemons sealed with the older key meanwhile
+MORE_PASSES = 3
+
+
+def reseal_until_done(
+    store: Any, say: Any, *, wait_s: float = DAEMONS_TAKE_IT_S, passes: int = MORE_PASSES
+) -> int:
+    """:func:`reseal_all`, then again after the daemons took the key file as it is now,
+    until a pass finds nothing left (at most ``passes`` more)."""
+    total = reseal_all(store, say)
+    for _ in range(passes):
+        time.sleep(wait_s)
+        n = reseal_all(store, say)
+        total += n
+        if n == 0:
+            break
+    return total
+
+
+def retire_unused(store: Any, key_file: Path | None, say: Any) -> None:
+    """Say which keys seal no stored value any more, and forget their check rows (a
+    key file without them is then still this database's); say which still do."""
+    from .store import crypto
+
+    keys = store.keys
+    counts = crypto.count_by_key(store.reader())
+    where = f" from {key_file}" if key_file is not None else ""
+    for kid in crypto.checked_ids(store.reader()):
+        if kid == keys.current_id:
+            continue
+        if counts.get(kid, 0) == 0:
+            store.write(lambda db, k=kid: crypto.forget_check(db, k))
+            say(
+                f"keys: key {kid} seals no stored value now: remove it{where} once no"
+                " backup you keep needs it"
+            )
+    left = {k: n for k, n in counts.items() if k not in (keys.current_id, "plain")}
+    for kid, n in left.items():
+        say(
+            f"keys: {n} value(s) are still sealed with key {kid}: a daemon that has not read"
+            " the new key file (another host's?) seals with it; copy the file there, then"
+            " `pa-bridge keys rotate --reseal`"
+        )
 
 
 @click.group()
@@ -70,12 +120,20 @@ def keys() -> None:
     help="Add the new key without sealing with it yet (a fleet: copy the file to "
     "every daemon's host, then run `keys rotate` again).",
 )
-def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool) -> None:
+@click.option(
+    "--reseal",
+    is_flag=True,
+    help="Add no key: seal with the current key every value still sealed with an older "
+    "one (a fleet, after copying the key file to every host; or when doctor shows values "
+    "under older keys).",
+)
+def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, reseal: bool) -> None:
     """Add a new key and make it the one that seals; then seal every stored value
     under it, in small transactions, while the daemon serves (it reads the changed key
-    file by itself). Older keys stay in the file: backups made before need them."""
+    file by itself). Older keys stay in the file: backups made before need them; a key
+    that seals no stored value any more is said, and may go once no backup needs it."""
     from .audit_trail import record
-    from .encryption import KeyProblem, key_source, open_store
+    from .encryption import KeyProblem, key_source
     from .store import crypto
 
     settings = _settings(config_path)
@@ -93,14 +151,19 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool) -> 
             )
             sys.exit(2)
         key_file = src.path
-    lines = []
-    if key_file.exists():
-        text = key_file.read_text(encoding="ascii")
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if reseal and stage:
+        click.echo("error: --reseal adds no key; --stage adds one: give one of them", err=True)
+        sys.exit(2)
+    lines = _key_lines(key_file)
+    if (lines and not stage) or reseal:  # the database is sealed again: it must be there
+        require_database(config_path, settings)
+    if reseal:
+        _reseal(settings, key_file)
+        return
     staged = [ln for ln in lines if ln.endswith(" staged")]
     if not lines:
         kid, key = crypto.new_key()
-        crypto.write_keyring(key_file, [crypto.key_line(kid, key)])
+        _write_keys(key_file, [crypto.key_line(kid, key)])
         click.echo(f"keys: created {key_file} with key {kid}")
         return
     if staged and not stage:
@@ -112,26 +175,88 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool) -> 
         kid, key = crypto.new_key()
         lines.append(crypto.key_line(kid, key, staged=stage))
         click.echo(f"keys: added key {kid} to {key_file}" + (" (staged)" if stage else ""))
-    crypto.write_keyring(key_file, lines)
+    _write_keys(key_file, lines)
     if stage:
         click.echo("copy the file to every daemon's host, then run `pa-bridge keys rotate` again")
         return
-    settings.encryption.key_file = key_file.resolve()
-    try:
-        store = open_store(settings, create_default=False)
-    except KeyProblem as e:
-        click.echo(f"error: encryption key: {e}", err=True)
-        sys.exit(1)
+    store = _open_with(settings, key_file)
     try:
         started = time.monotonic()
-        n = reseal_all(store, click.echo)
+        n = reseal_until_done(store, click.echo)
         store.write(
             lambda db: record(db, "keys.rotate", kid, f"{n} value(s) sealed with the new key")
         )
+        click.echo(
+            f"keys: {n} value(s) sealed with key {kid} in {time.monotonic() - started:.1f} s"
+        )
+        click.echo("the older keys stay in the file: backups made before today need them")
+        retire_unused(store, key_file, click.echo)
     finally:
         store.close()
-    click.echo(f"keys: {n} value(s) sealed with key {kid} in {time.monotonic() - started:.1f} s")
-    click.echo("the older keys stay in the file: backups made before today need them")
+
+
+def _key_lines(key_file: Path) -> list[str]:
+    """The key lines of ``key_file`` (none when it is not there yet); a file that is
+    not a key file, or cannot be read, is said (exit 1) before anything is written."""
+    from .store import crypto
+
+    if not key_file.exists():
+        return []
+    try:
+        text = key_file.read_text(encoding="ascii")
+    except UnicodeDecodeError:
+        click.echo(f"error: key file {key_file}: not a pa-bridge key file", err=True)
+        sys.exit(1)
+    except OSError as e:
+        click.echo(f"error: key file {key_file}: cannot read it ({e.strerror or e})", err=True)
+        sys.exit(1)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if lines:
+        try:
+            crypto.Keyring(key_file, f"key file {key_file}")  # its lines, checked
+        except crypto.KeyProblem as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+    return lines
+
+
+def _write_keys(key_file: Path, lines: list[str]) -> None:
+    from .store import crypto
+
+    try:
+        crypto.write_keyring(key_file, lines)
+    except OSError as e:
+        click.echo(f"error: cannot write {key_file}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
+def _open_with(settings: Any, key_file: Path) -> Any:
+    """The database opened with the keys in ``key_file``; a key problem is one line,
+    exit 1."""
+    from .encryption import KeyProblem, open_store
+
+    settings.encryption.key_file = key_file.resolve()
+    try:
+        return open_store(settings, create_default=False)
+    except KeyProblem as e:
+        click.echo(f"error: encryption key: {e}", err=True)
+        sys.exit(1)
+
+
+def _reseal(settings: Any, key_file: Path) -> None:
+    """``keys rotate --reseal``: no new key, every value under the current one."""
+    from .audit_trail import record
+
+    store = _open_with(settings, key_file)
+    try:
+        assert store.keys is not None  # open_store loads them
+        kid = store.keys.current_id
+        n = reseal_until_done(store, click.echo)
+        store.write(lambda db: record(db, "keys.reseal", kid, f"{n} value(s) sealed"))
+        click.echo(f"keys: {n} value(s) sealed with key {kid}")
+        retire_unused(store, key_file, click.echo)
+    finally:
+        store.close()
 
 
 @keys.command("encrypt-existing")

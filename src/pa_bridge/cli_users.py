@@ -11,14 +11,15 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option
+from .cli_daemon import config_option, require_database
 
 __all__ = ["users"]
 
 
 def open_ops_store(config_path: str | None) -> Any:
     """The database with its key (``users`` seals TOTP secrets, ``keys`` re-seals):
-    errors printed, exit 2 for the config, 1 for the rest."""
+    errors printed, exit 2 for the config, 1 for the rest (a database that is not
+    there among them)."""
     from .config import ConfigError, load_ops_settings
     from .encryption import open_store
     from .store import StoreError
@@ -30,6 +31,7 @@ def open_ops_store(config_path: str | None) -> Any:
         for p in e.problems:
             click.echo(f"config error: {p}", err=True)
         sys.exit(2)
+    require_database(config_path, settings)
     try:
         return settings, open_store(settings)
     except KeyProblem as e:

@@ -8,6 +8,7 @@ secrets are reported as present or missing, the database only by counts.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import socket
@@ -39,6 +40,7 @@ from .client import (
 from .config import (
     ConfigError,
     Settings,
+    as_list,
     is_loopback,
     load_settings,
     parse_listen,
@@ -283,7 +285,7 @@ def check_backup_tools(server_major: int) -> Check:
     return ok("backup tools", f"pg_dump {version} ({tool})")
 
 
-def check_database(s: Settings) -> list[Check]:
+def check_database(s: Settings, config_path: str | None = None) -> list[Check]:
     url = s.storage.database_url()
     if url is not None:
         return check_postgres(url)
@@ -316,7 +318,7 @@ def check_database(s: Settings) -> list[Check]:
                 "create it for the service user, or fix storage.path",
             )
         )
-    half_done = interrupted_restore(path)
+    half_done = interrupted_restore(path, config_path)
     if half_done is not None:  # serve refuses to start until it is finished
         out.append(fail("database restore", half_done.what, half_done.how))
     if not path.exists():
@@ -872,6 +874,11 @@ def _get_json(url: str, *, verify: bool = True) -> Any:
         return None
 
 
+#: the ``/healthz`` field that says the running daemon serves that listener (any other
+#: listener: the daemon itself)
+_SERVED_BY = {"callbacks.listen": "callbacks", "tap.listen": "wire", "inline.listen": "wire"}
+
+
 def check_listeners(s: Settings) -> list[Check]:
     """Each address the daemon listens on is free now, or held by the daemon this
     configuration runs (its intake ``/healthz`` answers as pa-bridge, and on SQLite it
@@ -879,6 +886,12 @@ def check_listeners(s: Settings) -> list[Check]:
     listens = [("intake.listen", s.intake.listen), ("callbacks.listen", s.callbacks.listen)]
     if s.sandbox_enabled:
         listens.append(("sandbox.listen", s.sandbox.listen))
+    # the tap and inline listeners (issue 30), and the sandbox's switch inline uses when
+    # it names none
+    wire = [("tap.listen", s.tap.listen), ("inline.listen", s.inline.listen)]
+    listens += [(key, listen) for key, listen in wire if listen is not None]
+    if s.inline.listen is not None and not as_list(s.inline.switch) and s.sandbox_enabled:
+        listens.append(("sandbox.switch_listen", s.sandbox.switch_listen))
     intake_host, intake_port = parse_listen(s.intake.listen)
     running = _get_json(f"http://{_loopback_for(intake_host)}:{intake_port}/healthz")
     ours = isinstance(running, dict) and "daemon_id" in running
@@ -900,7 +913,7 @@ def check_listeners(s: Settings) -> list[Check]:
             out.append(
                 fail(name, f"{listen} cannot be bound: {os.strerror(problem)}", f"fix {key}")
             )
-        elif ours and (key != "callbacks.listen" or running.get("callbacks")):
+        elif ours and running.get(_SERVED_BY.get(key, "daemon_id")):
             out.append(
                 ok(name, f"{listen} is held by this pa-bridge (daemon {running['daemon_id']})")
             )
@@ -915,6 +928,103 @@ def check_listeners(s: Settings) -> list[Check]:
                 )
             )
     return out
+
+
+#: how long the switch check listens after a TLS handshake for a refusal
+_AFTER_HANDSHAKE_S = 0.5
+
+
+def check_switch(s: Settings) -> list[Check]:
+    """Each ``inline.switch`` address (issue 30) takes a connection within
+    ``inline.connect_timeout_seconds``, and with ``switch_tls`` completes a TLS
+    handshake verified as the relay verifies it. Nothing is sent."""
+    st = s.inline
+    if st.listen is None:
+        return []
+    from .tap.runner import switch_tls
+
+    try:
+        ctx = switch_tls(s)
+    except (OSError, ssl.SSLError) as e:
+        return [
+            fail(
+                "switch",
+                f"TLS to the switch cannot be set up: {e}",
+                "check inline.switch_ca_file, switch_cert_file and switch_key_file",
+            )
+        ]
+    out: list[Check] = []
+    for address in as_list(st.switch):
+        name = f"switch {address}"
+        try:
+            out.append(
+                ok(
+                    name,
+                    _reach_switch(address, ctx, st.switch_server_name, st.connect_timeout_seconds),
+                )
+            )
+        except ssl.SSLCertVerificationError as e:
+            out.append(
+                fail(
+                    name,
+                    f"TLS: the switch's certificate is not trusted: {e.verify_message}",
+                    "set inline.switch_ca_file to the switch's CA (or switch_server_name to the"
+                    " name in its certificate)",
+                )
+            )
+        except (ssl.SSLError, _ClosedAfterHandshake) as e:
+            out.append(
+                fail(
+                    name,
+                    f"TLS: {getattr(e, 'reason', None) or e}",
+                    "does the switch speak TLS here, and want a client certificate?"
+                    " (inline.switch_tls, switch_cert_file, switch_key_file)",
+                )
+            )
+        except TimeoutError:
+            out.append(
+                fail(
+                    name,
+                    f"unreachable: no answer within {st.connect_timeout_seconds:g} s",
+                    "check inline.switch and the store's route to the switch",
+                )
+            )
+        except OSError as e:
+            why = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+            out.append(
+                fail(
+                    name, f"unreachable: {why}", "check inline.switch (host:port, as written down)"
+                )
+            )
+    return out
+
+
+class _ClosedAfterHandshake(Exception):
+    """The switch closed the connection right after the TLS handshake."""
+
+
+def _reach_switch(
+    address: str, ctx: ssl.SSLContext | None, server_name: str | None, timeout: float
+) -> str:
+    """Connect to the switch (and shake hands) as the relay does; what it took."""
+    host, port = parse_listen(address)
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        if ctx is None:
+            return f"reachable (plain TCP, {round((time.monotonic() - started) * 1000)} ms)"
+        name = server_name or host
+        with ctx.wrap_socket(raw, server_hostname=name) as tls:
+            ms = round((time.monotonic() - started) * 1000)
+            # TLS 1.3: a switch refuses a client certificate after the handshake
+            tls.settimeout(_AFTER_HANDSHAKE_S)
+            try:
+                if tls.recv(1) == b"":
+                    raise _ClosedAfterHandshake(
+                        "the switch closed the connection right after the handshake"
+                    )
+            except TimeoutError:
+                pass  # it waits for a claim, as a switch does
+            return f"reachable ({tls.version()}, certificate verified for {name}, {ms} ms)"
 
 
 def check_forward_url(s: Settings) -> list[Check]:
@@ -1000,9 +1110,10 @@ def run_checks(config_path: str | None, *, now: float | None = None) -> list[Che
         )
         return checks
     checks += check_secrets(settings)
-    checks += check_database(settings)
+    checks += check_database(settings, config_path)
     checks += check_tls(settings, now=t)
     checks += check_listeners(settings)
+    checks += check_switch(settings)
     checks += check_security(settings)
     checks += check_service(settings)
     checks += check_forward_url(settings)
@@ -1035,8 +1146,18 @@ def check_security(s: Settings) -> list[Check]:
         db = None  # check_database said why
     try:
         return _check_security(s, src, db, out)
-    except (DatabaseError, PgError):  # an older schema: the daemon migrates it at start
-        out.append(
+    except (DatabaseError, PgError) as e:
+        if not _migrations_pending(s):  # every table is there by its schema: one went
+            out.append(
+                fail(
+                    "audit log",
+                    f"cannot read the audit log: {e}".splitlines()[0],
+                    "its tables (or the keys' and people's) were changed or removed:"
+                    " `pa-bridge audit verify`; restore a backup",
+                )
+            )
+            return out
+        out.append(  # an older schema: the daemon migrates it at start
             warn(
                 "encryption key",
                 "the database's schema is older: checked at the daemon's start",
@@ -1049,8 +1170,23 @@ def check_security(s: Settings) -> list[Check]:
             db.conn.close()
 
 
+def _migrations_pending(s: Settings) -> bool:
+    """Whether the database misses migrations this version has (or cannot say)."""
+    from .store import StoreError
+
+    url = s.storage.database_url()
+    try:
+        if url is not None:
+            applied = files.pg_facts(url, BACKUP_MARK).applied
+        else:
+            applied = files.inspect_file(Path(s.storage.path), BACKUP_MARK).applied
+    except (StoreError, DatabaseError, PgError):
+        return True
+    return applied is None or any(n not in applied for n in migrations.known())
+
+
 def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Check]:
-    from .audit_trail import anchor_path, read_anchors
+    from .audit_trail import anchor_path, check_reset, read_anchors
     from .store import audit, crypto, users
 
     sealed = db is not None and crypto.has_sealed(db)
@@ -1114,13 +1250,16 @@ def _check_security(s: Settings, src: Any, db: Any, out: list[Check]) -> list[Ch
                     warn(
                         "PHI at rest",
                         f"{said} (older keys)",
-                        "pa-bridge keys rotate re-seals them",
+                        "`pa-bridge keys rotate --reseal` seals them with the current key (no new key)",
                     )
                 )
     out.extend(_check_people(s, db, users))
     if db is not None:
         path = anchor_path(s)
         v = audit.verify(db, read_anchors(path))
+        if v.problem is None:
+            problem, _note = check_reset(db, path)
+            v = dataclasses.replace(v, problem=problem)
         if v.problem is not None:
             out.append(
                 fail(

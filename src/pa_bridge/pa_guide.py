@@ -275,24 +275,34 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
         "warn",
         overdue=_CALL_PLAN,
     ),
-    # ---- archived (both workflows)
+    # ---- archived (both workflows). A prescriber's office archives a PA once it is
+    # decided, often within minutes: the decision keeps its group, so a denial or an
+    # approval nobody has seen yet stays in "Needs you" (issue 26's verification);
+    # archiving alone is not news (callbacks/ingest.py), so an acknowledged decision
+    # does not come back for it.
     ("Archived", "Favorable"): Guide(
         "Archived: approved",
-        "The PA was approved, then archived.",
-        "Nothing to do; the approval stands until its expiration date.",
+        "The PA was approved, then archived; the approval stands until its expiration date.",
+        "Send the claim again if that is not done yet: it should now pay. "
+        "Acknowledge it here once done.",
         "ok",
+        "approved",
     ),
     ("Archived", "Unfavorable"): Guide(
         "Archived: denied",
         "The PA was denied, then archived.",
-        "Nothing to do, unless the patient still needs the drug.",
-        "info",
+        "Tell the patient and the prescriber if that is not done yet: the prescriber can "
+        "appeal or change the drug. Acknowledge it here once done.",
+        "bad",
+        "denied",
     ),
     ("Archived", "Pending"): Guide(
         "Archived before a decision",
         "The PA was archived before the plan decided.",
-        "If the patient still needs the drug, call the prescriber's office.",
+        "If the patient still needs the drug, call the prescriber's office. "
+        "Acknowledge it here once done.",
         "warn",
+        "failed",
     ),
     ("Archived", "Cancelled"): Guide(
         "Archived: cancelled", "The PA was cancelled and archived.", "Nothing to do.", "info"
@@ -300,8 +310,10 @@ GUIDE: dict[tuple[str, str | None], Guide] = {
     ("Archived", "Unknown"): Guide(
         "Archived without a decision",
         "The PA was archived with no decision from the plan.",
-        "If the patient still needs the drug, call the prescriber's office.",
+        "If the patient still needs the drug, call the prescriber's office. "
+        "Acknowledge it here once done.",
         "warn",
+        "failed",
     ),
     ("Archived", "Unsent"): Guide(
         "Archived, never sent",

@@ -171,10 +171,13 @@ class HalfDoneRestore:
         return f"{self.what}. {self.how}"
 
 
-def interrupted_restore(db: str | os.PathLike[str]) -> HalfDoneRestore | None:
+def interrupted_restore(
+    db: str | os.PathLike[str], config: str | os.PathLike[str] | None = None
+) -> HalfDoneRestore | None:
     """A restore of the SQLite file ``db`` that was interrupted (its journal
     ``<db>.restoring`` is there), or None. ``serve`` refuses to start and ``doctor``
-    FAILs with it: serving then would make a new, empty database."""
+    FAILs with it: serving then would make a new, empty database. ``config``: the
+    config file the command was given, for the command that finishes it."""
     db_p = Path(db)
     try:
         journal = json.loads(_journal_path(db_p).read_text())
@@ -187,8 +190,8 @@ def interrupted_restore(db: str | os.PathLike[str]) -> HalfDoneRestore | None:
     where = f" (the database it replaces is moved aside to {aside})" if aside else ""
     return HalfDoneRestore(
         f"a restore of {backup} into {db_p} was interrupted{where}",
-        f"finish it before starting the daemon: `pa-bridge restore --config <config> {backup}`"
-        " (the same file again)",
+        "finish it before starting the daemon: `pa-bridge restore"
+        f"{'' if config is None else f' --config {config}'} {backup}` (the same file again)",
     )
 
 

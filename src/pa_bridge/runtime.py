@@ -207,7 +207,7 @@ class Daemon:
             self.store = open_store(s)  # with its encryption key (decision 0033)
             log_event("daemon.database_ready", engine="postgresql", url=redact_url(url))
         else:
-            half_done = interrupted_restore(s.storage.path)
+            half_done = interrupted_restore(s.storage.path, self.config_path)
             if half_done is not None:  # serving now would make a new, empty database
                 raise RestoreError(str(half_done))
             check_database_path(Path(s.storage.path))

@@ -11,6 +11,7 @@ that does not exist: a password typed into the name field is never recorded).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -18,7 +19,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +57,24 @@ PENDING_S = 300.0
 _HASHER = argon2.PasswordHasher()  # argon2id, the library's current parameters
 #: verified against for a name that does not exist, so the answer takes as long
 _DUMMY_HASH = _HASHER.hash(secrets.token_urlsafe(16))
+#: passwords checked at once in this process: each check holds 64 MiB and a CPU for
+#: a while, so a burst of sign-ins (16 at once made the daemon 1.1 GB, and a claim
+#: wait 1.2 s) is told to try again instead, and a lock-out is reached after at most
+#: one guess more than it allows
+VERIFY_SLOTS = 2
+_VERIFYING = threading.BoundedSemaphore(VERIFY_SLOTS)
+
+
+@contextlib.contextmanager
+def _verifying() -> Iterator[None]:
+    """A slot to check a password in, or :class:`SignInRefused` (503) at once: a
+    request never waits for one, so the intake threads stay free for claims."""
+    if not _VERIFYING.acquire(blocking=False):
+        raise SignInRefused(503, "sign_in_busy", "too many sign-ins at once: try again", 1)
+    try:
+        yield
+    finally:
+        _VERIFYING.release()
 
 
 def hash_password(password: str) -> str:
@@ -136,6 +155,9 @@ class People:
         self.totp_required = c.totp == "required" or (c.totp == "auto" and self.exposed)
         self._any: tuple[float, bool] = (0.0, False)
         self._lock = threading.Lock()
+        #: the lock (its end) whose refusals the audit log has an entry for, per name:
+        #: one entry per lock, not one per refused attempt
+        self._locked_said: dict[str, float] = {}
 
     # ---- whether the console asks for a person -------------------------------------
     def required(self) -> bool:
@@ -164,7 +186,11 @@ class People:
         until = row["locked_until"]
         if until is not None and until > now:
             wait = int(until - now) + 1
-            self._audit(f"user:{row['name']}", "sign_in.locked", f"{wait} s left", remote)
+            with self._lock:
+                said = self._locked_said.get(row["name"]) == until
+                self._locked_said[row["name"]] = until
+            if not said:
+                self._audit(f"user:{row['name']}", "sign_in.locked", f"{wait} s left", remote)
             raise SignInRefused(
                 429,
                 "locked",
@@ -174,16 +200,22 @@ class People:
 
     def _failed(self, row: UserRow, now: float, remote: str | None, what: str) -> SignInRefused:
         """Count a failure; lock the name after ``lockout_after`` in a row, for
-        ``lockout_minutes`` doubled with each further failure (at most an hour)."""
+        ``lockout_minutes`` doubled with each further failure (at most an hour). The
+        count is the database's, read in the write: failures checked at the same time
+        each count."""
         c = self.settings.console
-        count = row["failed_count"] + 1
-        until = None
-        if count >= c.lockout_after:
-            until = now + min(MAX_LOCK_S, c.lockout_minutes * 60 * 2 ** (count - c.lockout_after))
+
+        def lock_for(count: int) -> float | None:
+            if count < c.lockout_after:
+                return None
+            return now + min(
+                MAX_LOCK_S, float(c.lockout_minutes * 60 * 2 ** (count - c.lockout_after))
+            )
+
         at = now_iso(now)
 
         def job(db: Database) -> None:
-            users.record_failure(db, row["name"], until, at)
+            count, until = users.record_failure(db, row["name"], lock_for, at)
             detail = f"{what}; {count} in a row" + ("; locked" if until else "")
             audit.add(
                 db, f"user:{row['name']}", "sign_in.failed", None, detail, at=at, remote=remote
@@ -198,21 +230,32 @@ class People:
         now = self.clock()
         row = users.get(self.store.reader(), name.strip()) if name.strip() else None
         if row is None or row["source"] != "local" or not row["password_hash"]:
-            try:
-                _HASHER.verify(_DUMMY_HASH, password or "-")
-            except argon2.exceptions.VerificationError:
-                pass
+            with _verifying():
+                try:
+                    _HASHER.verify(_DUMMY_HASH, password or "-")
+                except argon2.exceptions.VerificationError:
+                    pass
             self._audit("unknown", "sign_in.failed", "no such name", remote)
             raise SignInRefused(401, "sign_in_failed", "the name, password or code is not right")
         if row["disabled"]:
             self._audit(f"user:{row['name']}", "sign_in.refused", "disabled", remote)
             raise SignInRefused(401, "sign_in_failed", "the name, password or code is not right")
         self._refuse_locked(row, now, remote)
-        try:
-            _HASHER.verify(row["password_hash"], password)
-        except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
-            raise self._failed(row, now, remote, "wrong password") from None
-        rehash = _HASHER.check_needs_rehash(row["password_hash"])
+        with _verifying():
+            # read again in the slot: a guess checked meanwhile may have locked the name
+            fresh = users.get(self.store.reader(), row["name"])
+            pw_hash = None if fresh is None or fresh["disabled"] else fresh["password_hash"]
+            if fresh is None or pw_hash is None:
+                raise SignInRefused(
+                    401, "sign_in_failed", "the name, password or code is not right"
+                )
+            row = fresh
+            self._refuse_locked(row, now, remote)
+            try:
+                _HASHER.verify(pw_hash, password)
+            except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
+                raise self._failed(row, now, remote, "wrong password") from None
+        rehash = _HASHER.check_needs_rehash(pw_hash)
         if self.totp_required:
             token = secrets.token_urlsafe(32)
             self.store.write(

@@ -652,7 +652,14 @@ class CallbackIntake:
             fax_latest = 0
         else:
             fax_latest = row["fax_failed_latest"]
-        news = moved or bool(fresh)
+        # archiving a decided PA keeps its outcome: nothing new for the pharmacist
+        archived = (
+            row is not None
+            and status[0] == "Archived"
+            and status[1] is not None
+            and status[1] == row["plan_outcome"]
+        )
+        news = (moved and not archived) or bool(fresh)
         state: pas.CallbackState = {
             "workflow_status": status[0],
             "plan_outcome": status[1],

@@ -589,9 +589,15 @@ def create_sandbox_app(config: SandboxConfig | None = None) -> Flask:
             counts = {k: int(data.get(k) or 0) for k in ("stall", "cut", "swap")}
             seconds = data.get("stall_seconds")
             stall_seconds = float(seconds) if seconds not in (None, "") else None
+            if min(counts.values()) < 0 or (stall_seconds is not None and stall_seconds < 0):
+                raise ValueError("negative")
         except (TypeError, ValueError):
-            return _errors(400, (400020, "stall, cut and swap are counts", "switch"))
-        if data.get("clear"):
+            return _errors(
+                400,
+                (400020, "stall, cut and swap are counts (0 or more), stall_seconds too", "switch"),
+            )
+        clear = data.get("clear")
+        if clear is True or str(clear).strip().lower() in ("true", "1", "yes", "on"):
             switch.clear()
         if counts["stall"]:
             switch.stall(counts["stall"], stall_seconds)

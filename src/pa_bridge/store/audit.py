@@ -31,6 +31,7 @@ __all__ = [
     "Verified",
     "add",
     "entries_since",
+    "entry_at",
     "entry_hash",
     "head",
     "purge_before",
@@ -246,6 +247,12 @@ def verify(db: Database, anchors: Iterable[tuple[int, str]] = (), batch: int = 5
                 late[0],
             )
     return Verified(n, first, last, prev, unchained)
+
+
+def entry_at(db: Database, seq: int) -> Entry | None:
+    """The chained entry ``seq`` (None: not there, e.g. removed by retention)."""
+    row = db.conn.execute(f"SELECT {_COLS} FROM audit WHERE seq = ?", [seq]).fetchone()  # noqa: S608
+    return None if row is None else _entry(row)
 
 
 def entries_since(db: Database, since_iso: str, batch: int = 5000) -> Iterator[Entry]:

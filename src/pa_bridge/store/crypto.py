@@ -38,11 +38,14 @@ from ._db import Database
 
 __all__ = [
     "PHI_COLUMNS",
+    "SEALED_COLUMNS",
     "KeyProblem",
     "Keyring",
     "SealError",
     "check_keys",
+    "checked_ids",
     "count_by_key",
+    "forget_check",
     "key_line",
     "keys_of",
     "new_key",
@@ -355,6 +358,15 @@ PHI_COLUMNS: tuple[PhiColumn, ...] = (
 )
 
 
+#: every sealed column: the PHI, and the people's TOTP keys (``store/users.py``). A
+#: rotation re-seals them all, and a key may leave the file only once none holds a
+#: value it sealed.
+SEALED_COLUMNS: tuple[PhiColumn, ...] = (
+    *PHI_COLUMNS,
+    PhiColumn("users", "totp_secret", "name", "name", text=True),
+)
+
+
 def aad_row(col: PhiColumn, row_value: object) -> object:
     """What a dead letter is sealed with: its id is not known before its insert, so
     the table alone."""
@@ -396,6 +408,21 @@ def record_check(db: Database, keys: Keyring) -> None:
     )
 
 
+def checked_ids(db: Database) -> list[str]:
+    """The key ids with a check row (each sealed values here at some time)."""
+    rows = db.conn.execute(
+        "SELECT key FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+        [CHECK_PREFIX, CHECK_PREFIX + "\x7f"],
+    ).fetchall()
+    return [str(r[0])[len(CHECK_PREFIX) :] for r in rows]
+
+
+def forget_check(db: Database, kid: str) -> None:
+    """Remove key ``kid``'s check row (a write job): it seals no stored value any more,
+    so the key file may lose it without the start refusing the file."""
+    db.conn.execute("DELETE FROM meta WHERE key = ?", [CHECK_PREFIX + kid])
+
+
 def has_sealed(db: Database) -> bool:
     """Whether any key ever sealed a value here (a check row exists)."""
     row = db.conn.execute(
@@ -421,9 +448,10 @@ def _walk(db: Database, col: PhiColumn, batch: int) -> Iterator[list[tuple[Any, 
 
 
 def count_by_key(db: Database, batch: int = 2000) -> dict[str, int]:
-    """How many stored PHI values each key id sealed, and how many are ``plain``."""
+    """How many stored values (PHI and TOTP keys) each key id sealed, and how many
+    are ``plain``."""
     counts: dict[str, int] = {}
-    for col in PHI_COLUMNS:
+    for col in SEALED_COLUMNS:
         for rows in _walk(db, col, batch):
             for _k, _r, value in rows:
                 kid = key_id(value if col.text else bytes(value)) or "plain"

@@ -4,9 +4,10 @@ secret: the secret itself is never stored. A TOTP secret is sealed like PHI."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypedDict, cast
 
-from ._db import Database
+from ._db import Database, is_postgres
 from ._rows import all_rows, first_row
 from .crypto import seal_text, unseal_text
 
@@ -119,12 +120,27 @@ def update(db: Database, name: str, now: str, **values: Any) -> bool:
     return cur.rowcount > 0
 
 
-def record_failure(db: Database, name: str, locked_until: float | None, now: str) -> None:
+def record_failure(
+    db: Database, name: str, lock_for: Callable[[int], float | None], now: str
+) -> tuple[int, float | None]:
+    """One more failure (a write job): the count after it, and the lock
+    ``lock_for(count)`` sets (None: none). A lock already set for longer stays: a guess
+    checked at the same time never shortens or lifts one."""
+    lock = " FOR UPDATE" if is_postgres(db) else ""
+    row = db.conn.execute(
+        f"SELECT failed_count, locked_until FROM users WHERE name = ?{lock}",  # noqa: S608 - fixed SQL
+        [name],
+    ).fetchone()
+    if row is None:
+        return 0, None
+    count = int(row[0]) + 1
+    until = lock_for(count)
+    keep = None if row[1] is None else float(row[1])
     db.conn.execute(
-        "UPDATE users SET failed_count = failed_count + 1, locked_until = ?, updated_at = ?"
-        " WHERE name = ?",
-        [locked_until, now, name],
+        "UPDATE users SET failed_count = ?, locked_until = ?, updated_at = ? WHERE name = ?",
+        [count, until if until is not None and (keep is None or until > keep) else keep, now, name],
     )
+    return count, until
 
 
 def record_success(db: Database, name: str, now: str, totp_step: int | None = None) -> None:

@@ -7,8 +7,12 @@ message framed by the ``tap.framing`` profile, the request before its response.
 Requests and responses are paired by the matching rule of decision 0040 (header and
 prescription numbers), not by their order alone: copies of several claims may be
 interleaved, on one connection or several (e.g. requests on one, responses on
-another). A request whose response does not arrive within ``pair_timeout_seconds``
-is dropped, counted and logged; so is a response that answers no request seen.
+another). Two connections are two streams: a response copied on one may get ahead of
+its request on the other, so a response that answers no request yet waits up to
+:data:`RESPONSE_WAIT_SECONDS` for a request from another connection (on its own
+connection, its request came before it or not at all). A request whose response does not arrive within
+``pair_timeout_seconds`` is dropped, counted and logged; so is a response whose
+request does not come within that wait.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -24,12 +29,15 @@ from ncpdp.framing import Framing, FramingError
 from ..logs import log_event
 from ..metrics import Metrics
 from .exchanges import ExchangeTaker, Taken
-from .matching import Waiting, read
+from .matching import Message, Waiting, answers, read
 from .peers import Networks, peer_allowed, peer_name
 
 __all__ = ["TapListener"]
 
 _READ = 65_536
+#: how long a response copied ahead of its request (on another connection) waits for
+#: it; short, so that a stale response never meets a later request it would answer
+RESPONSE_WAIT_SECONDS = 5.0
 
 
 class TapListener:
@@ -56,6 +64,10 @@ class TapListener:
         self.clock = clock
         #: requests waiting for their response (with their bytes and sender)
         self._requests: Waiting[tuple[bytes, str]] = Waiting()
+        #: responses that came before their request: (when, response, bytes, sender,
+        #: connection)
+        self._responses: deque[tuple[float, Message, bytes, str, object]] = deque()
+        self.response_wait = min(pair_timeout, RESPONSE_WAIT_SECONDS)
         self._work: set[asyncio.Future[Taken]] = set()
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -73,7 +85,7 @@ class TapListener:
                 if not data:
                     break
                 for frame in deframer.feed(data):
-                    self.copy(frame.payload, name)
+                    self.copy(frame.payload, name, writer)
         except FramingError as e:
             log_event("tap.framing", level=logging.WARNING, peer=name, error=str(e))
         except (OSError, ConnectionError):
@@ -84,9 +96,10 @@ class TapListener:
                 log_event("tap.bytes_outside_frames", peer=name, bytes=deframer.skipped)
             log_event("tap.disconnected", peer=name)
 
-    def copy(self, payload: bytes, peer: str) -> None:
+    def copy(self, payload: bytes, peer: str, source: object = None) -> None:
         """One copied message: a request waits for its response; a response is paired
-        with the oldest request it answers and the exchange is taken in."""
+        with the oldest request it answers and the exchange is taken in. ``source``:
+        the connection it came on (a response waits only for a request from another)."""
         now = self.clock()
         self._expire(now)
         message = read(payload)
@@ -95,19 +108,32 @@ class TapListener:
             log_event("tap.unreadable", level=logging.WARNING, peer=peer, bytes=len(payload))
             return
         if message.is_request:
-            self._requests.add(now, message, (payload, peer))
+            early = next(
+                (r for r in self._responses if r[4] is not source and answers(message, r[1])),
+                None,
+            )
+            if early is None:
+                self._requests.add(now, message, (payload, peer))
+            else:  # its response came first, on another connection
+                self._responses.remove(early)
+                self._take(message, payload, peer, early[1], early[2])
             return
         paired = self._requests.pair(message)
         if paired is None:
-            self._count("unmatched_response")
-            log_event(
-                "tap.unmatched_response",
-                level=logging.WARNING,
-                peer=peer,
-                transaction_code=message.transaction_code,
-            )
+            self._responses.append((now, message, payload, peer, source))
             return
         request, (request_payload, request_peer) = paired
+        self._take(request, request_payload, request_peer, message, payload)
+
+    def _take(
+        self,
+        request: Message,
+        request_payload: bytes,
+        request_peer: str,
+        message: Message,
+        payload: bytes,
+    ) -> None:
+        """Take the exchange in on the executor."""
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(
             self.executor,
@@ -119,6 +145,15 @@ class TapListener:
         work.add_done_callback(self._work.discard)
 
     def _expire(self, now: float) -> None:
+        while self._responses and now - self._responses[0][0] > self.response_wait:
+            _, response, _, peer, _ = self._responses.popleft()
+            self._count("unmatched_response")
+            log_event(
+                "tap.unmatched_response",
+                level=logging.WARNING,
+                peer=peer,
+                transaction_code=response.transaction_code,
+            )
         for request, (_, peer) in self._requests.expired(now, self.pair_timeout):
             self._count("unpaired_request")
             log_event(
@@ -133,8 +168,14 @@ class TapListener:
         """Copied requests waiting for their response."""
         return len(self._requests)
 
+    @property
+    def early_responses(self) -> int:
+        """Copied responses waiting for their request (they came first)."""
+        return len(self._responses)
+
     def expire(self) -> None:
-        """Drop requests whose response has not come (called now and then)."""
+        """Drop requests whose response has not come, and responses whose request has
+        not (called now and then)."""
         self._expire(self.clock())
 
     def _count(self, result: str) -> None:

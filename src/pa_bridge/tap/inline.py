@@ -111,6 +111,7 @@ class InlineRelay:
         answer_executor: Executor,
         background_executor: Executor,
         budget_ms: int = 1500,
+        safety_margin_ms: int = 100,
         switch_timeout: float = 30.0,
         retransmit_seconds: float = 120.0,
         allow: Networks = (),
@@ -122,7 +123,11 @@ class InlineRelay:
         self.metrics = metrics
         self.answer_executor = answer_executor
         self.background_executor = background_executor
-        self.budget_s = budget_ms / 1000.0
+        #: how long a 70/75/76 answer waits for its outcomes message, from the switch's
+        #: answer: the budget less ``outcomes.safety_margin_ms`` kept back for writing
+        #: the answer, so that the payer's bytes go back within the budget, as the
+        #: local API's answer does
+        self.budget_s = max(1, budget_ms - safety_margin_ms) / 1000.0
         self.switch_timeout = switch_timeout
         self.window = retransmit_seconds
         self.allow = allow

@@ -144,6 +144,7 @@ class WireListeners:
                 answer_executor=self.answer_executor,
                 background_executor=self.background_executor,
                 budget_ms=s.outcomes.budget_ms,
+                safety_margin_ms=s.outcomes.safety_margin_ms,
                 switch_timeout=st.switch_timeout_seconds,
                 retransmit_seconds=st.retransmit_seconds,
                 allow=_networks(as_list(st.allow)),

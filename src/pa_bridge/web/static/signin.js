@@ -40,6 +40,7 @@
     if (err && err.code === "locked") { return "Too many failed sign-ins. " + err.message.charAt(0).toUpperCase() + err.message.slice(1) + "."; }
     if (err && err.code === "sign_in_expired") { return "The sign-in took too long. Start again."; }
     if (err && err.code === "sign_in_failed") { return "The name, password or code is not right."; }
+    if (err && err.code === "sign_in_busy") { return "Many sign-ins are under way. Try again in a moment."; }
     return "pa-bridge could not sign you in (HTTP " + r.status + ").";
   }
 
