@@ -208,7 +208,7 @@ def test_fail_open_when_pa_bridge_itself_is_stuck(make_daemon: Any, switch: Sand
             assert rejected.raw == switch.sent[-1]  # the budget ran out: the payer's bytes
             # within the budget, the switch's time and the writing included (the
             # relay keeps outcomes.safety_margin_ms back, as the local API does)
-            assert waited <= d.bridge.settings.outcomes.budget_ms / 1000, waited
+            assert waited <= d.use_cases.settings.outcomes.budget_ms / 1000, waited
             paid = c.exchange(b.request_bytes(pcn="PAYER2"))
             assert paid.raw == switch.sent[-1]
     finally:

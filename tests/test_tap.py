@@ -145,7 +145,7 @@ def test_a_response_copied_ahead_of_its_request_on_another_connection_is_paired(
     d = tap_daemon(make_daemon)
     requests_, responses = copier_of(d), copier_of(d)
     req = b.request_bytes(pcn="REJ75", rxs=(b.Rx(rx_number="000000000033"),))
-    counted = d.bridge.metrics.tap_exchanges
+    counted = d.use_cases.metrics.tap_exchanges
     responses.send(payer.answer(req))
     wait_until(  # the response is in (waiting, or given up) before its request is sent
         lambda: (
