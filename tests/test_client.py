@@ -950,3 +950,15 @@ def test_outcomes_go_through_the_proxy_when_one_applies(monkeypatch: pytest.Monk
             result = c.outcomes(rejected_vars(), fallback_message="o")
     assert result.source == "outcomes", result.error
     assert proxy.requests[0].path == "http://pa.invalid/outcomes"
+
+
+def test_a_cookie_the_service_sets_never_rides_on_a_later_call() -> None:
+    """One pharmacy's login must never ride on another's call: a ``Set-Cookie`` in any
+    answer is kept: no call after it sends it back."""
+    cookie = {"Set-Cookie": "session=pharmacy-a; Path=/"}
+    with FakeHttpServer(Reply(body=JSON_OK, headers=cookie)) as fake, fake_client(fake.url) as c:
+        first = c.outcomes(rejected_vars(), fallback_message="o")
+        second = c.outcomes(rejected_vars(), fallback_message="o")
+    assert first.source == second.source == "outcomes", (first.error, second.error)
+    sent = [{k.lower() for k in r.headers} for r in fake.requests]
+    assert len(sent) == 2 and not any("cookie" in h for h in sent)

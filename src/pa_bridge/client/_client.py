@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from http.cookiejar import CookieJar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -35,7 +35,7 @@ from ._errors import (
     UnreachableError,
 )
 from ._mapping import claim_minimum_missing, frame_claim, outcome_variables
-from ._outcomes import OutcomesCall, post_outcomes
+from ._outcomes import OUTCOMES_HEADERS, OutcomesCall, post_outcomes
 from ._tls import is_tls_failure, verify_context
 from ._urls import dedup, pa_id_from_url
 
@@ -44,6 +44,14 @@ __all__ = ["PaServiceClient", "transport_error"]
 log = logging.getLogger("pa_bridge.client")
 _USER_AGENT = "pa-bridge"
 _login_url = dashboard_login_url
+
+
+class _NoCookies(CookieJar):
+    """A jar that keeps no cookie (one pharmacy's login must never ride on another's
+    call), without reading the answers' ``Set-Cookie`` to decide so."""
+
+    def extract_cookies(self, response: object, request: object) -> None:
+        return None
 
 
 def transport_error(exc: httpx.TransportError, what: str) -> ServiceError:
@@ -114,9 +122,10 @@ class PaServiceClient:
             headers={"User-Agent": _USER_AGENT, "Connection": "close"},
             limits=httpx.Limits(max_connections=outcomes_workers * 2 + 4),
             # no cookies kept: one pharmacy's login must never ride on another's call
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+            cookies=_NoCookies(),
         )
         self._outcomes_url = httpx.URL(outcomes_url)
+        self._outcomes_headers = httpx.Headers({**self._http.headers, **OUTCOMES_HEADERS})
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=outcomes_workers, thread_name_prefix="pa-outcomes"
         )
@@ -337,7 +346,12 @@ class PaServiceClient:
             if self._closed:
                 raise BadOutcome("closed: client is closed")
             call.future = self._pool.submit(
-                post_outcomes, self._http, self._outcomes_url, form, call.deadline
+                post_outcomes,
+                self._http,
+                self._outcomes_url,
+                self._outcomes_headers,
+                form,
+                call.deadline,
             )
         except Exception as exc:  # the contract is: never raise
             call.fail(exc)
