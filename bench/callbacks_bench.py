@@ -1,6 +1,7 @@
 """Acknowledged callbacks per second and latency with 16 concurrent senders, next to
-the ceiling: a bare Flask endpoint on the same WSGI server (hypercorn, with as many
-threads as pa-bridge's callback listener) measured in the same run. Every callback is
+the ceiling: a bare Flask endpoint that commits nothing, on the same server as
+pa-bridge's callback receiver (``WsgiServer``, as many threads), measured in the same
+run. Every callback is
 distinct (its own delivery id), so each one is a real commit with synchronous=FULL.
 Target: >= 0.85x of the ceiling.
 
@@ -47,7 +48,7 @@ from bench._common import (
     run_clients,
     wait_healthy,
 )
-from pa_bridge.callbacks.framing import IN_FLIGHT as THREADS  # the ceiling's threads
+from pa_bridge.wsgi import DEFAULT_THREADS as THREADS  # the receiver's threads, and the ceiling's
 
 SENDERS = 16
 ROUNDS = 5

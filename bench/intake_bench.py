@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,7 +57,7 @@ from bench._common import (
     tree_cpu_s,
     wait_healthy,
 )
-from pa_bridge.client import form_encode, outcome_variables
+from pa_bridge.client import outcome_variables
 from pa_bridge.sandbox import SANDBOX_API_KEY
 from tests import builders as b
 
@@ -73,7 +74,7 @@ COST_TARGET = 1.5  # times the floor's CPU per claim
 
 # The floor of any intake on this stack: a bare Flask endpoint on our server that reads
 # the claim, forwards one fixed outcomes form to the sandbox over a kept-alive
-# http.client connection (pa-bridge used http.client too until decision 0029) and answers.
+# http.client connection and answers.
 # No parsing, no storage.
 RELAY_APP = floor_app(
     """
@@ -106,13 +107,13 @@ RELAY_APP = floor_app(
 
 def outcomes_form() -> bytes:
     """The fixed outcomes form the relay forwards (a 75-reject of the builders' claim)."""
-    return form_encode(
+    return urlencode(
         outcome_variables(
             ncpdp.parse(b.request_bytes()),
             ncpdp.parse(b.response_bytes([b.REJECT_75])),
             api_key=SANDBOX_API_KEY,
         )
-    )
+    ).encode()
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """What a reconciliation pass costs (issue 28, decision 0031): the service's calls, the
 pass's time, and pa-bridge's CPU per PA, beside a baseline measured in the same run:
-the same changes delivered as callbacks (``CallbackService.receive_many``, 50 a
+the same changes delivered as callbacks (``CallbackIntake.receive_many``, 50 a
 commit, as the listener hands them over).
 
 The service is the sandbox in a child process, holding N approved PAs; pa-bridge's
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from bench._common import free_port, machine_facts
-from pa_bridge.callbacks.ingest import CallbackService
+from pa_bridge.callbacks.ingest import CallbackIntake
 from pa_bridge.client import RequestsResource
 from pa_bridge.config import load_settings
 from pa_bridge.metrics import Metrics
@@ -83,7 +83,7 @@ def main(n: int = 2000) -> None:
         print(f"# reconcile_bench: {n} PAs, batch 50; {machine_facts()}")
         with tempfile.TemporaryDirectory() as tmp:
             store = _store(Path(tmp) / "a.sqlite3", made)
-            ingest = CallbackService(store, forward=True)
+            ingest = CallbackIntake(store, forward=True)
             api = RequestsResource(url)
             rec = Reconciler(
                 settings, store, api, ingest, metrics=Metrics(), default_api_id=SANDBOX_API_ID
@@ -99,7 +99,7 @@ def main(n: int = 2000) -> None:
             objs = [o for i in range(0, n, 50) for o in api.search_requests(
                 [u.split("token_id=")[1] for _, u in made[i:i + 50]], api_id=SANDBOX_API_ID)]  # fmt: skip
             store2 = _store(Path(tmp) / "b.sqlite3", made)
-            ingest2 = CallbackService(store2, forward=True)
+            ingest2 = CallbackIntake(store2, forward=True)
             bodies: list[tuple[bytes, str | None]] = [
                 (json.dumps({"request": o}).encode(), "application/json") for o in objs
             ]

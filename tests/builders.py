@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import ncpdp
 from ncpdp import RequestHeader, ResponseHeader, Segment, TransactionGroup, Transmission
@@ -342,3 +343,9 @@ def batch_bytes(
         batch_trailer(len(transmissions) + 2 if count is None else count, batch_number=number)
     )
     return between.join(records)
+
+
+def exchange_json(request: bytes, response: bytes, **extra: Any) -> dict[str, Any]:
+    """The body of ``POST /v1/claims`` for an exchange: raw NCPDP in JSON strings, one
+    character per byte (the separators escaped by JSON), and ``extra`` fields."""
+    return {"request": request.decode("latin-1"), "response": response.decode("latin-1"), **extra}

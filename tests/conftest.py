@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,45 @@ def make_app(tmp_path: Path, sandbox: Any) -> Iterator[Any]:
         app.extensions["pa_bridge"].close()
         client.close()
         store.close()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """The system Chromium driven by Playwright (skipped without it). Two made-up host
+    names resolve to 127.0.0.1 inside it (``attacker.test``, ``rebind.test``), for the
+    cross-origin tests: no traffic leaves the machine."""
+    if CHROMIUM is None:
+        pytest.skip("no system Chromium on PATH (`make browser` installs it with apt-get)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        br = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--host-resolver-rules=MAP attacker.test 127.0.0.1, MAP rebind.test 127.0.0.1",
+            ],
+        )
+        try:
+            yield br
+        finally:
+            br.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A page of its own in the module's Chromium (1280x800)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    pg.set_default_timeout(15_000)
+    try:
+        yield pg
+    finally:
+        context.close()

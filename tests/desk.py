@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pa_bridge.app import create_app
-from pa_bridge.callbacks.ingest import CallbackService
+from pa_bridge.callbacks.ingest import CallbackIntake
 from pa_bridge.client import PaServiceClient
 from pa_bridge.config import load_settings
 from pa_bridge.store import Store, now_iso
@@ -61,7 +61,7 @@ class Desk:
         self.app = create_app(settings, store=self.store, client=self.client, clock=self.clock)
         self.http = self.app.test_client()
         self.services = self.app.extensions["pa_bridge"]
-        self.ingest = CallbackService(self.store, forward=False)
+        self.ingest = CallbackIntake(self.store, forward=False)
         self.pending_alert_hours = settings.intake.pending_alert_hours
         self.expiring_days = settings.worklist.expiring_days
         self.expiring_reminder_days = settings.worklist.expiring_reminder_days

@@ -3,6 +3,7 @@ real subprocess, and a small recording fake of the PA service."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 from click.testing import Result
@@ -210,3 +211,18 @@ class RecordingService:
 
     def __exit__(self, *exc: object) -> None:
         self.server.stop()
+
+
+@functools.cache
+def _described_app() -> Any:
+    from pa_bridge.web.intake import create_intake_app
+
+    return create_intake_app(cast(Any, None), tokens=[], max_body_bytes=1 << 20)
+
+
+def document(max_body_bytes: int = 1_048_576) -> dict[str, Any]:
+    """The intake app's OpenAPI document (``web.openapi.document``, in an app's context)."""
+    from pa_bridge.web.openapi import document as make
+
+    with _described_app().app_context():
+        return make(max_body_bytes)

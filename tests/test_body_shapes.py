@@ -30,21 +30,19 @@ _PA = [
 ]  # fmt: skip
 
 
-def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
-
-
 def test_claim_answers_keep_their_keys_in_order(make_app: Any) -> None:
     c = make_app()
-    paid = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID])))
+    paid = c.post("/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID])))
     assert list(paid.json()) == ["claim_id", *_TX, "elapsed_ms"]
     assert paid.text.startswith('{"claim_id":"')  # compact, as jsonify writes it
 
-    reject = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    reject = c.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    )
     assert list(reject.json()) == ["claim_id", *_TX, "outcomes_elapsed_ms", "elapsed_ms"]
 
     req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
-    two = c.post("/v1/claims", json=_claim(req, b.response_bytes([b.PAID, b.REJECT_MR])))
+    two = c.post("/v1/claims", json=b.exchange_json(req, b.response_bytes([b.PAID, b.REJECT_MR])))
     body = two.json()
     assert list(body) == ["claim_id", *_TX, "transactions", "elapsed_ms"]
     assert [list(t) for t in body["transactions"]] == [["index", *_TX], ["index", *_TX]]
@@ -60,7 +58,7 @@ def test_pa_answers_keep_their_keys_in_order_and_their_nulls(make_daemon: Any) -
     d = make_daemon()
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
         claim = c.post(
-            "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+            "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
         ).json()
         created = c.post(f"/v1/claims/{claim['claim_id']}/pa")
         assert created.status_code == 201

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from pa_bridge.app import create_app
-from pa_bridge.callbacks.ingest import CallbackService, parse_callback
+from pa_bridge.callbacks.ingest import CallbackIntake, parse_callback
 from pa_bridge.client import PaServiceClient
 from pa_bridge.config import load_settings
 from pa_bridge.store import PgStore, Store, now_iso, pas
@@ -58,7 +58,7 @@ class CbChain(Chain):
 
     def __init__(self, app: Any, sandbox: Any, stores: list[str]) -> None:
         super().__init__(app, sandbox)
-        self.ingest = CallbackService(self.services.store, forward=False, pharmacies=stores)
+        self.ingest = CallbackIntake(self.services.store, forward=False, pharmacies=stores)
 
     def callback(
         self, pa_id: str, status: str = "New", outcome: str | None = None, **kw: Any
@@ -143,17 +143,17 @@ def test_the_pharmacy_ids_and_an_11_digit_ndc_are_read_from_the_body() -> None:
 def test_a_store_is_picked_only_among_the_configured_ones(tmp_path: Path) -> None:
     store = Store(tmp_path / "unused.sqlite3")
     try:
-        chain = CallbackService(store, forward=False, pharmacies=[f" {A}", NPI_A])
-        single = CallbackService(store, forward=False)
+        chain = CallbackIntake(store, forward=False, pharmacies=[f" {A}", NPI_A])
+        single = CallbackIntake(store, forward=False)
 
         def body(**pharmacy: Any) -> Any:
             return parse_callback(callback_body("P1", "New", pharmacy=pharmacy))
 
-        assert chain.store_of(body(ncpdpid=A, npi=NPI_A)) == A  # the NCPDP id first
-        assert chain.store_of(body(ncpdpid=C, npi=int(NPI_A))) == NPI_A  # a number too
-        assert chain.store_of(body(ncpdpid=C)) is None  # not a store of this deployment
-        assert chain.store_of(body(ncpdpid=A[:-1])) is None  # text, not a prefix
-        assert single.store_of(body(ncpdpid=A)) is None  # a single store: nothing filters
+        assert chain.pharmacy_of(body(ncpdpid=A, npi=NPI_A)) == A  # the NCPDP id first
+        assert chain.pharmacy_of(body(ncpdpid=C, npi=int(NPI_A))) == NPI_A  # a number too
+        assert chain.pharmacy_of(body(ncpdpid=C)) is None  # not a store of this deployment
+        assert chain.pharmacy_of(body(ncpdpid=A[:-1])) is None  # text, not a prefix
+        assert single.pharmacy_of(body(ncpdpid=A)) is None  # a single store: nothing filters
     finally:
         store.close()
 
@@ -329,7 +329,7 @@ def test_a_callback_naming_both_ids_matches_a_claim_sent_with_its_npi(
 
 
 def test_the_pharmacy_agrees_on_either_of_a_callbacks_ids() -> None:
-    from pa_bridge.callbacks.ingest import fields_agree
+    from pa_bridge.pa_rules import fields_agree
 
     claim = {"bin": "610014", "provider": N, "ndc": CLAIM_NDC}
     assert fields_agree({"bin": "610014", "provider": "7777777", "provider_alt": N}, claim)

@@ -1,7 +1,7 @@
 """The callback receiver over TLS (issue 32): under load, with slow handshakes beside
 it, and with a certificate that has expired or soon will (trustme). A daemon in this
-process, its listener in its own child as always; the senders verify the certificate
-as the PA service does."""
+process, the receiver its second listener (decision 0045); the senders verify the
+certificate as the PA service does."""
 
 from __future__ import annotations
 

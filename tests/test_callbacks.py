@@ -1,11 +1,9 @@
-"""The callback listener at the level of its parts, in this process: the child's app
-on a loopback HTTPS server (a test CA from trustme), the real hand-over over a Unix
-socket, and the ingest on a temporary store of each engine. The child process itself
-(its start, restarts, kill, stop) is tests/test_callback_front.py."""
+"""The callback receiver at the level of its parts, in this process: its Flask app on a
+loopback HTTPS server (a test CA from trustme) and the ingest on a temporary store of
+each engine. The daemon's listener (its start and stop) is tests/test_callback_front.py."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import sqlite3
@@ -23,26 +21,20 @@ import trustme
 from flask.testing import FlaskClient
 
 from pa_bridge.app import create_app, make_client
-from pa_bridge.callbacks.child import start_listener, tls_context_for
-from pa_bridge.callbacks.framing import (
-    IN_FLIGHT,
-    KIND_CALLBACK,
-    AsyncFrontChannel,
-    FrameServer,
-    Message,
-)
 from pa_bridge.callbacks.ingest import (
+    CallbackIntake,
     CallbackReceiver,
-    CallbackService,
     UnauthorizedLog,
-    is_newer,
     parse_callback,
 )
+from pa_bridge.callbacks.receiver import create_callback_app
 from pa_bridge.client import PaServiceClient
 from pa_bridge.config import Settings, load_settings
 from pa_bridge.metrics import Metrics
-from pa_bridge.service import Services
+from pa_bridge.pa_rules import is_newer
+from pa_bridge.service import UseCases
 from pa_bridge.store import PgStore, Store
+from pa_bridge.wsgi import DEFAULT_THREADS, WsgiServer, server_tls_context
 from tests.builders import PATIENT_FIRST, PATIENT_LAST
 from tests.real_shapes import callback_body, delete_event
 from tests.support import NO_SERVICE, wait_until
@@ -71,22 +63,26 @@ def ca() -> trustme.CA:
 
 
 class Listener:
-    """The callback listener as the daemon runs it, in this process: the child's app
-    and server (``start_listener``) on loopback with TLS, its channel to a real
-    ``FrameServer`` over a Unix socket, the receiver and ``CallbackService`` on a
-    temporary store, and the intake app on the same store and metrics, to read PAs.
-    Only the child process is missing (tests/test_callback_front.py has it)."""
+    """The callback receiver as the daemon runs it: its app and server on loopback with
+    TLS, the receiver and ``CallbackIntake`` on a temporary store, and the intake app
+    on the same store and metrics, to read PAs."""
 
     def __init__(self, settings: Settings, store: Store, verify: ssl.SSLContext) -> None:
         self.settings, self.store = settings, store
         self.metrics = Metrics()
-        self._made: list[tuple[PaServiceClient, Services]] = []
-        service = CallbackService(store, forward=False)  # forwarding: the daemon's test
+        self._made: list[tuple[PaServiceClient, UseCases]] = []
+        service = CallbackIntake(store, forward=False)  # forwarding: the daemon's test
         self.receiver = CallbackReceiver(service, self.metrics)
-        self.frames = FrameServer(self.receiver.handle).start()
-        assert self.frames.directory is not None
-        channel = AsyncFrontChannel(self.frames.directory, timeout_s=30.0)
-        self.server = start_listener(settings, channel, "127.0.0.1:0")
+        cb = settings.callbacks
+        app = create_callback_app(
+            self.receiver,
+            username=cb.username,
+            password=settings.secret(cb.password) if cb.password else "",
+            max_body_bytes=cb.max_body_bytes,
+        )
+        assert cb.tls_cert is not None and cb.tls_key is not None
+        tls = server_tls_context(cb.tls_cert, cb.tls_key)
+        self.server = WsgiServer(app, name="callbacks", ssl_context=tls).start()
         self.verify = verify
         self.http = httpx.Client(base_url=self.server.url, verify=verify, timeout=10)
         self.post, self.get, self.base_url = self.http.post, self.http.get, self.http.base_url
@@ -101,16 +97,15 @@ class Listener:
         return app.test_client()
 
     @property
-    def services(self) -> Services:
+    def services(self) -> UseCases:
         self.api  # noqa: B018 - built on first use
         return self._made[0][1]
 
     def stop(self) -> None:
         """What the daemon's stop does for the listener: the server (its requests in
-        flight finish), the hand-over, then the sum of a spell of 401s."""
+        flight finish), then the sum of a spell of 401s."""
         self.http.close()
         self.server.stop()
-        self.frames.stop()
         self.receiver.unauthorized_log.flush()
 
     def close(self) -> None:
@@ -186,8 +181,10 @@ def test_tls_is_real_and_at_least_1_2(listener: Listener) -> None:
     with pytest.raises(httpx.ConnectError):  # a client that does not trust our test CA
         httpx.post(f"{listener.base_url}/callbacks/pharmacy", content=b"{}")
     # the listener's context refuses anything older than TLS 1.2 ...
-    context = tls_context_for(listener.settings)
-    assert context is not None and context.minimum_version == ssl.TLSVersion.TLSv1_2
+    cb = listener.settings.callbacks
+    assert cb.tls_cert is not None and cb.tls_key is not None
+    context = server_tls_context(cb.tls_cert, cb.tls_key)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
     # ... and a real handshake negotiates 1.2 or newer
     import socket
 
@@ -455,7 +452,7 @@ def test_forward_webhook_is_called_through_the_queue(make_daemon: Any) -> None:
         )
         # the daemon marks the item delivered once it has read the webhook's answer
         items = wait_until(
-            lambda: [i for i in d.bridge.outbox.list() if i["status"] == "delivered"],
+            lambda: [i for i in d.use_cases.outbox.list() if i["status"] == "delivered"],
             what="queue item marked delivered",
         )
         assert items[0]["kind"] == "webhook"
@@ -537,12 +534,12 @@ def test_unauthenticated_attempts_are_logged_once_then_summed(
     assert lines[1].fields["count"] == 999 and lines[1].fields["remotes"] == ["127.0.0.1"]
 
 
-def test_the_daemons_child_serves_tls_and_credentials_and_its_stop_sums_the_401s(
+def test_the_daemon_serves_tls_and_credentials_and_its_stop_sums_the_401s(
     ca: trustme.CA, make_daemon: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The daemon's wiring of the same parts: the child process gets the TLS files and
-    the credentials through its pipe, the receiver counts on the intake's metrics,
-    and ``Daemon.stop`` writes the sum of a spell of 401s."""
+    """The daemon's wiring of the same parts: the receiver gets the TLS files and the
+    credentials, counts on the intake's metrics, and ``Daemon.stop`` writes the sum of
+    a spell of 401s."""
     cert = ca.issue_cert("127.0.0.1")
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
     cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
@@ -615,14 +612,14 @@ def test_the_listener_answers_other_paths_and_methods_in_the_error_shape(
     assert _count(listener, "callbacks") == 0 and _count(listener, "dead_letters") == 0
 
 
-def test_more_concurrent_callbacks_than_the_channel_hands_over_all_commit(
+def test_more_concurrent_callbacks_than_the_receiver_has_threads_all_commit(
     sqlite_listener: Listener,
 ) -> None:
-    # the child hands IN_FLIGHT callbacks to the daemon at once; three times as many
-    # senders at once must all be answered 200 after their commit: the rest wait their
-    # turn, none is refused
+    # the receiver runs DEFAULT_THREADS callbacks at once; three times as many senders
+    # at once must all be answered 200 after their commit: the rest wait their turn,
+    # none is refused
     listener = sqlite_listener
-    senders, each = 3 * IN_FLIGHT, 5
+    senders, each = 3 * DEFAULT_THREADS, 5
     statuses: list[int] = []
     start = threading.Barrier(senders)
 
@@ -644,23 +641,18 @@ def test_more_concurrent_callbacks_than_the_channel_hands_over_all_commit(
     assert _count(listener, "callbacks") == senders * each
 
 
-def test_a_callback_that_fails_gets_a_500_alone_and_its_batch_is_still_committed(
+def test_a_callback_that_fails_gets_a_500_and_the_receiver_keeps_serving(
     tmp_path: Path,
 ) -> None:
     with Store(tmp_path / "db.sqlite3") as store:
         # a damaged schema makes applying a callback fail with an error that is not
         # the database being unavailable; a dead letter does not touch that table
         store.write(lambda db: db.execute("DROP TABLE pa_history"))
-        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
-        replies = receiver.handle(
-            [
-                Message(KIND_CALLBACK, "application/json", _body("PF4", "New", delivery_id="d-1")),
-                Message(KIND_CALLBACK, "text/plain", b"not json"),
-            ]
-        )
-        assert [status for status, _ in replies] == [500, 200]
-        assert json.loads(replies[0][1])["error"]["code"] == "internal_error"
-        assert json.loads(replies[1][1]) == {"status": "dead_letter", "pa_id": None}
+        receiver = CallbackReceiver(CallbackIntake(store, forward=False), Metrics())
+        failed = receiver.receive(_body("PF4", "New", delivery_id="d-1"), "application/json")
+        kept = receiver.receive(b"not json", "text/plain")
+        assert failed[0] == 500 and json.loads(failed[1])["error"]["code"] == "internal_error"
+        assert kept == (200, json.dumps({"status": "dead_letter", "pa_id": None}).encode())
         assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
         assert store.query("SELECT count(*) AS n FROM callbacks")[0]["n"] == 0
 
@@ -670,60 +662,22 @@ def test_a_deeply_nested_callback_is_a_dead_letter_and_spares_its_batch(tmp_path
     it forever, and for the good callbacks committed with it (issue 19)."""
     deep = b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     with Store(tmp_path / "db.sqlite3") as store:
-        receiver = CallbackReceiver(CallbackService(store, forward=False), Metrics())
-        replies = receiver.handle(
+        service = CallbackIntake(store, forward=False)
+        results = service.receive_many(
             [
-                Message(KIND_CALLBACK, "application/json", _body("PN1", "New", delivery_id="n-1")),
-                Message(KIND_CALLBACK, "application/json", deep),
-                Message(KIND_CALLBACK, "application/json", _body("PN2", "New", delivery_id="n-2")),
+                (_body("PN1", "New", delivery_id="n-1"), "application/json"),
+                (deep, "application/json"),
+                (_body("PN2", "New", delivery_id="n-2"), "application/json"),
             ]
         )
-        assert [status for status, _ in replies] == [200, 200, 200]
-        assert json.loads(replies[1][1])["status"] == "dead_letter"
+        assert [getattr(r, "outcome", r) for r in results] == ["stored", "dead_letter", "stored"]
         assert store.query("SELECT count(*) AS n FROM dead_letters")[0]["n"] == 1
         assert {r["id"] for r in store.query("SELECT id FROM pas")} == {"PN1", "PN2"}
 
 
-def test_a_handler_that_fails_gets_500_for_its_batch_and_the_hand_over_keeps_serving() -> None:
-    """The daemon's end of the socket: a bug in ``handle`` answers 500 to the batch
-    and is logged; the next batch on the same connection is served."""
-    seen: list[list[Message]] = []
-
-    def handle(batch: list[Message]) -> list[tuple[int, bytes]]:
-        seen.append(batch)
-        if len(seen) == 1:
-            raise RuntimeError("a bug")
-        return [(200, b'{"status": "stored"}')] * len(batch)
-
-    frames = FrameServer(handle).start()
-    try:
-        assert frames.directory is not None and frames.alive
-        channel = AsyncFrontChannel(frames.directory, timeout_s=10)
-
-        async def twice() -> list[tuple[int, bytes]]:
-            first = await channel.ask(KIND_CALLBACK, "application/json", b"{}")
-            second = await channel.ask(KIND_CALLBACK, "text/plain", b"x" * 70000)
-            await channel.aclose()  # as the listener does at its stop
-            return [first, second]
-
-        (s1, p1), (s2, p2) = asyncio.run(twice())
-        assert s1 == 500 and json.loads(p1)["error"]["code"] == "internal_error"
-        assert (s2, p2) == (200, b'{"status": "stored"}')
-        # the frames carried kind, text and body whole (the second past one read)
-        assert seen[0] == [Message(KIND_CALLBACK, "application/json", b"{}")]
-        assert seen[1] == [Message(KIND_CALLBACK, "text/plain", b"x" * 70000)]
-    finally:
-        frames.stop()
-    assert not frames.alive
-    # once the daemon's end is gone, the child answers 503 so the service retries
-    gone = AsyncFrontChannel(frames.directory, timeout_s=5)
-    status, payload = asyncio.run(gone.ask(KIND_CALLBACK, "", b"{}"))
-    assert status == 503 and json.loads(payload)["error"]["code"] == "storage_unavailable"
-
-
 # ---- a commit batch of callbacks (one job, one statement keeps them all) --------------
 def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any) -> None:
-    service = CallbackService(store, forward=False)
+    service = CallbackIntake(store, forward=False)
     ev1 = [{"type": "REQUEST_FAX_FAILED", "time": "2026-11-23T10:00:05Z"}]
     ev2 = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]
     results = service.receive_many(
@@ -754,7 +708,7 @@ def test_a_batch_naming_one_pa_twice_merges_the_second_with_the_first(store: Any
 def test_a_callback_that_fails_in_a_batch_fails_alone(store: Any) -> None:
     """One PA's stored events are unreadable (a bug's effect): its callback fails, the
     others of the same commit batch are stored all the same."""
-    service = CallbackService(store, forward=False)
+    service = CallbackIntake(store, forward=False)
     assert service.receive_many([(_body("BROKEN", "New"), None)])[0].outcome == "stored"
     store.write(lambda db: db.execute("UPDATE pas SET events_json = '{' WHERE id = 'BROKEN'"))
     ev = [{"type": "DELETE", "time": "2026-11-23T10:00:09Z"}]

@@ -7,12 +7,10 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from pa_bridge import worklist
 from tests import builders as b
@@ -22,15 +20,11 @@ TOKEN = "console-test-token-1"
 PHI = (b.PATIENT_FIRST, b.PATIENT_LAST, b.PATIENT_DOB, b.CARDHOLDER_ID)
 
 
-def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
-
-
 def _post_75(url: str, *, token: str | None = None, **req: Any) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     r = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(b.request_bytes(**req), b.response_bytes([b.REJECT_75])),
+        json=b.exchange_json(b.request_bytes(**req), b.response_bytes([b.REJECT_75])),
         headers=headers,
         timeout=10,
     )
@@ -58,7 +52,7 @@ def test_worklist_lists_todays_pa_rejections_without_phi(make_daemon: Any) -> No
     answer = _post_75(url)
     httpx.post(
         f"{url}/v1/claims",
-        json=_claim(b.request_bytes(), b.response_bytes([b.PAID])),
+        json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID])),
         timeout=10,
     )
     _wait_answer_recorded(d, answer["claim_id"])
@@ -81,8 +75,8 @@ def test_worklist_lists_todays_pa_rejections_without_phi(make_daemon: Any) -> No
     assert data["pas"][0]["rx_number"] == "1234567"
 
     # tomorrow, yesterday's claims are off the list
-    assert worklist.claims_today(d.bridge, time.time() + 86_400) == []
-    assert worklist.pas_today(d.bridge, time.time() + 86_400) == []
+    assert worklist.claims_today(d.use_cases, time.time() + 86_400) == []
+    assert worklist.pas_today(d.use_cases, time.time() + 86_400) == []
 
 
 def test_several_transactions_give_one_row_per_pa_eligible_transaction(make_daemon: Any) -> None:
@@ -91,11 +85,11 @@ def test_several_transactions_give_one_row_per_pa_eligible_transaction(make_daem
     req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568", product_id="00093505699")))
     body = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(req, b.response_bytes([b.PAID, b.REJECT_MR])),
+        json=b.exchange_json(req, b.response_bytes([b.PAID, b.REJECT_MR])),
         timeout=10,
     ).json()
     _wait_answer_recorded(d, body["claim_id"])
-    rows = worklist.claims_today(d.bridge)
+    rows = worklist.claims_today(d.use_cases)
     assert [(r["transaction_index"], r["rx_number"], r["product_id"]) for r in rows] == [
         (1, "1234568", "00093505699")
     ]
@@ -123,42 +117,6 @@ def test_page_and_assets_are_public_but_the_json_needs_the_token(make_daemon: An
 
 
 # ---- the page, in Chromium --------------------------------------------------------------------
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no system Chromium on PATH (`make browser` installs it with apt-get)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        br = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-            ],
-        )
-        try:
-            yield br
-        finally:
-            br.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    pg.set_default_timeout(15_000)
-    try:
-        yield pg
-    finally:
-        context.close()
 
 
 def _watch_requests(page: Any, origin: str) -> list[str]:
@@ -301,7 +259,7 @@ def test_a_failed_submit_is_explained_in_plain_words(make_daemon: Any, page: Any
     url = d.intake_server.url
     body = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)),
             b.response_bytes([b.REJECT_MR]),
         ),
@@ -338,7 +296,7 @@ def _post_mr(url: str, rx: str, *, group: str = "SYNGRP01", token: str | None = 
     req = b.request_bytes(group_id=group, rxs=(b.Rx(rx_number=rx),))
     r = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(req, b.response_bytes([b.REJECT_MR])),
+        json=b.exchange_json(req, b.response_bytes([b.REJECT_MR])),
         headers=headers,
         timeout=10,
     )
@@ -445,7 +403,7 @@ def test_worklist_groups_what_needs_the_pharmacist_until_acknowledged(
         assert word not in json.dumps(data)
 
     # a PA without a decision 72 hours after it was started is waiting too long
-    later = worklist.needs_action(d.bridge, time.time() + 73 * 3600)
+    later = worklist.needs_action(d.use_cases, time.time() + 73 * 3600)
     assert [i["pa"]["pa_id"] for i in later if i["attention"] == "pending_too_long"] == [pending]
 
     # acknowledging takes it off the list, records who and when
@@ -603,7 +561,7 @@ def test_the_green_line_never_contradicts_the_red_box(make_daemon: Any, page: An
     # a failed submit: the red box says why, the green line does not say "Submitting"
     body = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)),
             b.response_bytes([b.REJECT_MR]),
         ),
@@ -638,7 +596,7 @@ def test_the_fallback_note_says_what_the_stored_answer_says(
     d = make_daemon()
     url = d.intake_server.url
     # the outcomes service answers HTTP 500 for BIN 999997 in the sandbox
-    body = _claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+    body = b.exchange_json(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
     answer = httpx.post(f"{url}/v1/claims", json=body, timeout=10).json()
     assert answer["message_source"] == "fallback"
     page.goto(f"{url}/")
@@ -706,7 +664,7 @@ def test_no_sideways_scroll_at_800_px(browser: Any, make_daemon: Any, tmp_path: 
     outcome = b.Outcome(status="R", reject_codes=("75", "76", "MR", "AG"), messages=(long_message,))
     httpx.post(
         f"{url}/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(rx_number="000009999998"),)), b.response_bytes([outcome])
         ),
         timeout=10,
@@ -1031,7 +989,7 @@ def _long_message_claim(url: str, rx: str, ndc: str) -> None:
     outcome = b.Outcome(status="R", reject_codes=("75", "MR"), messages=(message,))
     r = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(rx_number=rx, product_id=ndc),)),
             b.response_bytes([outcome]),
         ),
@@ -1052,7 +1010,7 @@ def test_identifiers_never_wrap_at_1280_and_400_px_even_after_a_failed_submit(
     pa_ids = [_submit(url, _post_mr(url, f"00000719980{i}"))["pa_id"] for i in range(2)]
     failing = httpx.post(
         f"{url}/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(rx_number="000007199777", product_id="00000000000"),)),
             b.response_bytes([b.REJECT_MR]),
         ),

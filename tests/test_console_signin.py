@@ -18,7 +18,6 @@ from pa_bridge.config import load_settings
 from pa_bridge.runtime import Daemon
 from tests import builders as b
 from tests.support import wait_until
-from tests.test_console import browser  # noqa: F401 - the module's Chromium
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +74,7 @@ def _sign_in(page: Any, url: str, password: str, secret: str, clock: Clock) -> N
 
 def test_sign_in_with_totp_open_a_pa_idle_log_off_and_sign_out(
     daemon: tuple[Daemon, Clock],
-    browser: Any,  # noqa: F811 - the fixture imported above
+    browser: Any,
     cli: Any,
     tmp_path: Path,
 ) -> None:

@@ -6,42 +6,13 @@ inside the browser (``--host-resolver-rules``): no traffic leaves the machine.""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from flask import Flask
 
 from pa_bridge.runtime import WsgiServer
 from tests import builders as b
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no system Chromium on PATH (`make browser` installs it with apt-get)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        br = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--host-resolver-rules=MAP attacker.test 127.0.0.1, MAP rebind.test 127.0.0.1",
-            ],
-        )
-        try:
-            yield br
-        finally:
-            br.close()
 
 
 def _rejected_claim(url: str) -> str:

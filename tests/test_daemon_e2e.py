@@ -18,16 +18,13 @@ from tests.support import DaemonProcess, RecordingService, free_port, wait_until
 pytestmark = pytest.mark.slow
 
 
-def _claim(req: bytes, resp: bytes) -> dict[str, str]:
-    return {"request": req.decode("latin-1"), "response": resp.decode("latin-1")}
-
-
 def test_embedded_default_end_to_end_without_phi_in_logs(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path, env={"PA_BRIDGE_SANDBOX__STEP_SECONDS": "0.1"}).start()
     try:
         with httpx.Client(base_url=d.url, timeout=10) as api:
             r = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             )
             claim = r.json()
             assert claim["message_source"] == "outcomes" and claim["button_label"]
@@ -46,7 +43,7 @@ def test_embedded_default_end_to_end_without_phi_in_logs(tmp_path: Path) -> None
             wait_until(favorable, what="New -> PA Request -> PA Response (Favorable)")
 
             paid = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))
+                "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
             )
             assert paid.status_code == 200
             r = api.post(
@@ -117,7 +114,7 @@ backoff_max_seconds = 0.5
                 rx = b.Rx(rx_number=f"00000400000{i}")
                 r = api.post(
                     "/v1/claims",
-                    json=_claim(b.request_bytes(rxs=(rx,)), b.response_bytes([b.PAID])),
+                    json=b.exchange_json(b.request_bytes(rxs=(rx,)), b.response_bytes([b.PAID])),
                 )
                 assert r.status_code == 200
             for raw in b2s:
@@ -155,7 +152,8 @@ def test_sandbox_pa_links_still_open_after_a_restart(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path, env=env).start()
     try:
         claim = httpx.post(
-            f"{d.url}/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+            f"{d.url}/v1/claims",
+            json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
         ).json()
         pa = httpx.post(f"{d.url}/v1/claims/{claim['claim_id']}/pa").json()
         assert httpx.get(pa["url"]).status_code == 200

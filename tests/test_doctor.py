@@ -181,7 +181,7 @@ def test_database_checks_read_but_never_migrate(tmp_path: Path, doctor: Doctor) 
     r = doctor(cfg)
     assert r.exit_code == 0, r.stdout
     later = migrations.known()[1:]
-    assert later[0] == "m002_callbacks"
+    assert later[0] == "m002_callbacks" and later[-1] == "m011_idempotency_created"
     assert f"warn  database schema: {len(later)} migration(s) pending: {', '.join(later)}" in (
         r.stdout
     )

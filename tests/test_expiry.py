@@ -17,17 +17,16 @@ import jsonschema_rs
 import pytest
 
 from pa_bridge.app import create_app, make_client
-from pa_bridge.callbacks.ingest import CallbackService
+from pa_bridge.callbacks.ingest import CallbackIntake
 from pa_bridge.config import load_settings
 from pa_bridge.service.expiry import ExpiryWatch
 from pa_bridge.store import PgStore, Store
 from pa_bridge.store.expiry import expiry_date
-from pa_bridge.web.openapi import document
 from pa_bridge.webhooks import verify
 from tests.conftest import AppClient
 from tests.fakes import FakeHttpServer, Reply
 from tests.real_shapes import request_object
-from tests.support import NO_SERVICE, wait_until
+from tests.support import NO_SERVICE, document, wait_until
 
 SECRET = "whsec-expiring-0123456789"
 
@@ -79,7 +78,7 @@ class Pharmacy:
         self.app = AppClient(
             create_app(self.settings, store=self.store, client=self.client, clock=self.clock)
         )
-        self.ingest = CallbackService(self.store, forward=True)
+        self.ingest = CallbackIntake(self.store, forward=True)
         self.watch = ExpiryWatch(self.settings, self.store, forward=True, clock=self.clock)
 
     def callback(self, pa_id: str, status: str, outcome: str | None = None, **extra: Any) -> None:

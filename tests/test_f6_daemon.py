@@ -15,10 +15,6 @@ from tests.ncpdp.samples import LITERAL_D0_HEADER_REJECT, LITERAL_D0_NO_GROUP_75
 IIN = "61001400"
 
 
-def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
-
-
 def _f6_request(**kw: Any) -> bytes:
     return b.request_bytes(version="F6", bin=IIN, **kw)
 
@@ -34,7 +30,7 @@ def api(make_daemon: Any) -> Any:
 def _f6_75(api: httpx.Client) -> dict[str, Any]:
     r = api.post(
         "/v1/claims",
-        json=_claim(_f6_request(), b.response_bytes([b.REJECT_75], version="F6")),
+        json=b.exchange_json(_f6_request(), b.response_bytes([b.REJECT_75], version="F6")),
     )
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
@@ -57,11 +53,11 @@ def test_an_f6_75_reject_gets_a_pa(api: httpx.Client) -> None:
 def test_an_f6_mr_reject_and_an_f6_paid_claim(api: httpx.Client) -> None:
     mr = api.post(
         "/v1/claims",
-        json=_claim(_f6_request(), b.response_bytes([b.REJECT_MR], version="F6")),
+        json=b.exchange_json(_f6_request(), b.response_bytes([b.REJECT_MR], version="F6")),
     ).json()
     assert mr["message_source"] == "payer" and mr["pa_eligible"] is True
     paid = api.post(
-        "/v1/claims", json=_claim(_f6_request(), b.response_bytes([b.PAID], version="F6"))
+        "/v1/claims", json=b.exchange_json(_f6_request(), b.response_bytes([b.PAID], version="F6"))
     ).json()
     assert paid["pa_eligible"] is False and paid["transaction_status"] == "P"
 
@@ -82,7 +78,7 @@ def test_an_f6_transmission_with_two_claims_is_refused_even_when_its_counts_agre
     assert request[22:23] == b"2"  # 109-A9 says two
     response = b.response_bytes([b.REJECT_75, b.REJECT_75], version="F6")
     before = api.get("/v1/pa").json()["cursor"]
-    r = api.post("/v1/claims", json=_claim(request, response))
+    r = api.post("/v1/claims", json=b.exchange_json(request, response))
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "malformed_claim" and error["detail"]["field_id"] == "A9"
@@ -98,13 +94,17 @@ def test_an_f6_transmission_with_two_claims_is_refused_even_when_its_counts_agre
 
 def test_a_75_sent_without_its_group_is_not_turned_into_an_accept(api: httpx.Client) -> None:
     """Real claims: a payer's 75 with no group separator, header saying accepted."""
-    body = api.post("/v1/claims", json=_claim(b.request_bytes(), LITERAL_D0_NO_GROUP_75)).json()
+    body = api.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), LITERAL_D0_NO_GROUP_75)
+    ).json()
     assert body["transaction_status"] == "R"
     assert body["reject_codes"] == ["75"] and body["pa_eligible"] is True
 
 
 def test_a_header_level_reject_without_group_is_rejected(api: httpx.Client) -> None:
-    body = api.post("/v1/claims", json=_claim(b.request_bytes(), LITERAL_D0_HEADER_REJECT)).json()
+    body = api.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), LITERAL_D0_HEADER_REJECT)
+    ).json()
     assert body["transaction_status"] == "R" and body["pa_eligible"] is False
 
 

@@ -22,10 +22,7 @@ PAYER_75 = "PRIOR AUTHORIZATION REQUIRED CALL HELP DESK"
 
 def _claim(rx: str, outcomes: list[b.Outcome]) -> dict[str, str]:
     rxs = tuple(b.Rx(rx_number=f"{rx}{i}") for i in range(len(outcomes)))
-    return {
-        "request": b.request_bytes(rxs=rxs).decode("latin-1"),
-        "response": b.response_bytes(outcomes).decode("latin-1"),
-    }
+    return b.exchange_json(b.request_bytes(rxs=rxs), b.response_bytes(outcomes))
 
 
 @pytest.mark.slow

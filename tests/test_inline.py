@@ -21,7 +21,6 @@ from pa_bridge.sandbox.switch import SandboxSwitch
 from tests import builders as b
 from tests.dispensing import DispensingClient, SwitchDown
 from tests.support import wait_until
-from tests.test_console import browser, page  # noqa: F401 - the console's Chromium fixtures
 
 #: the framing profiles, each with its [framing.<name>] table (None: the built-in)
 PROFILES: dict[str, tuple[Framing, dict[str, Any] | None]] = {
@@ -209,7 +208,7 @@ def test_fail_open_when_pa_bridge_itself_is_stuck(make_daemon: Any, switch: Sand
             assert rejected.raw == switch.sent[-1]  # the budget ran out: the payer's bytes
             # within the budget, the switch's time and the writing included (the
             # relay keeps outcomes.safety_margin_ms back, as the local API does)
-            assert waited <= d.bridge.settings.outcomes.budget_ms / 1000, waited
+            assert waited <= d.use_cases.settings.outcomes.budget_ms / 1000, waited
             paid = c.exchange(b.request_bytes(pcn="PAYER2"))
             assert paid.raw == switch.sent[-1]
     finally:
@@ -217,7 +216,7 @@ def test_fail_open_when_pa_bridge_itself_is_stuck(make_daemon: Any, switch: Sand
         blocker.join()
     # nothing was lost: both are taken in once the database moves again
     wait_until(lambda: len(_exchanges(d)) == 2, what="both claims taken in after all")
-    assert d.bridge.metrics.inline_answers.labels("fallback")._value.get() == 1
+    assert d.use_cases.metrics.inline_answers.labels("fallback")._value.get() == 1
 
 
 def test_messages_we_cannot_read_pass_unchanged(make_daemon: Any, switch: SandboxSwitch) -> None:
@@ -307,7 +306,7 @@ def test_a_retransmission_gets_one_answer_and_is_taken_in_once(
         assert _fq(answer.payload) == REPLACEMENTS["75"]
         # the switch answers both; the second answer is not delivered
         wait_until(lambda: len(switch.sent) == 2, what="both answers sent by the switch")
-        dropped = d.bridge.metrics.inline_answers.labels("dropped")
+        dropped = d.use_cases.metrics.inline_answers.labels("dropped")
         wait_until(lambda: dropped._value.get() == 1, what="the surplus answer dropped")
         with pytest.raises(SwitchDown, match="in time"):
             c.receive(timeout=0.3)
@@ -381,7 +380,7 @@ def test_a_failing_switch_address_is_paused_and_the_next_one_serves(
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: refused
         d = inline_daemon(make_daemon, f"{dead},{switch.address}")
-        failures = d.bridge.metrics.inline_switch_failures.labels("path_unreachable")
+        failures = d.use_cases.metrics.inline_switch_failures.labels("path_unreachable")
         with client_for(d) as c:
             assert c.exchange(b.request_bytes()).raw == switch.sent[-1]
         assert failures._value.get() == 1
@@ -417,7 +416,7 @@ def test_a_stop_mid_claim_looks_like_a_switch_outage(
 def test_the_console_shows_an_inline_claim_with_its_submit_pa_button(
     make_daemon: Any,
     switch: SandboxSwitch,
-    page: Any,  # noqa: F811 - the fixture imported above
+    page: Any,
 ) -> None:
     from playwright.sync_api import expect
 
@@ -479,5 +478,5 @@ def test_a_switch_that_cannot_be_reached_closes_the_connection_at_once(make_daem
             # this client's own 20 s): it fails over without waiting
             with pytest.raises(SwitchDown, match=r"closed|broken"):
                 c.exchange(b.request_bytes())
-        failures = d.bridge.metrics.inline_switch_failures
+        failures = d.use_cases.metrics.inline_switch_failures
         assert failures.labels("path_unreachable")._value.get() == 1

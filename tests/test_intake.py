@@ -15,10 +15,6 @@ from tests.conftest import AppClient
 from tests.support import wait_until
 
 
-def _claim(request: bytes, response: bytes, **extra: Any) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1"), **extra}
-
-
 @pytest.fixture
 def api(make_daemon: Any, daemon_storage: dict[str, Any]) -> Any:
     d = make_daemon(storage=daemon_storage)
@@ -35,7 +31,9 @@ def app(make_app: Any, daemon_storage: dict[str, Any]) -> Any:
 
 
 def test_reject_75_gets_the_outcomes_message(app: AppClient) -> None:
-    r = app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    r = app.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["message_source"] == "outcomes"
@@ -47,7 +45,8 @@ def test_reject_75_gets_the_outcomes_message(app: AppClient) -> None:
 
 def test_outcomes_failure_falls_back_to_the_payer_message(app: AppClient) -> None:
     r = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+        "/v1/claims",
+        json=b.exchange_json(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75])),
     )
     body = r.json()
     assert body["message_source"] == "fallback"
@@ -57,7 +56,7 @@ def test_outcomes_failure_falls_back_to_the_payer_message(app: AppClient) -> Non
 
 def test_mr_answers_at_once_with_submit_pa(app: AppClient) -> None:
     body = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
     ).json()
     assert body["message_source"] == "payer"
     assert body["pa_eligible"] is True and body["button_label"] == "Submit PA"
@@ -65,9 +64,11 @@ def test_mr_answers_at_once_with_submit_pa(app: AppClient) -> None:
 
 
 def test_paid_claim_is_reported_through_the_queue(api: httpx.Client) -> None:
-    body = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
+    body = api.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
+    ).json()
     assert body["pa_eligible"] is False and body["message_source"] == "payer"
-    outbox = api.daemon.bridge.outbox  # type: ignore[attr-defined]
+    outbox = api.daemon.use_cases.outbox  # type: ignore[attr-defined]
     wait_until(
         lambda: outbox.list() and outbox.list()[0]["status"] == "delivered", what="report delivered"
     )
@@ -78,7 +79,7 @@ def test_a_paid_claims_report_is_handed_over_as_its_stored_exchange_reads(app: A
     re-read, no re-parse); they are exactly what the stored exchange gives after a
     restart, and the hand-off is used once."""
     req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
-    body = _claim(
+    body = b.exchange_json(
         req, b.response_bytes([b.PAID, b.PAID]), metadata={"prescriber_fax": "5551234567"}
     )
     claim_id = app.post("/v1/claims", json=body).json()["claim_id"]
@@ -99,7 +100,7 @@ def test_several_transactions_are_answered_each(app: AppClient) -> None:
         rxs=(b.Rx(), b.Rx(rx_number="000001234568"), b.Rx(rx_number="000001234569"))
     )
     resp = b.response_bytes([b.PAID, b.REJECT_75, b.REJECT_MR])
-    body = app.post("/v1/claims", json=_claim(req, resp)).json()
+    body = app.post("/v1/claims", json=b.exchange_json(req, resp)).json()
     assert [t["message_source"] for t in body["transactions"]] == ["payer", "outcomes", "payer"]
     assert [t["pa_eligible"] for t in body["transactions"]] == [False, True, True]
     assert body["transaction_status"] == "P"  # the top level is the first transaction
@@ -110,7 +111,7 @@ def test_malformed_claim_is_400_with_the_parser_position_and_nothing_stored(
 ) -> None:
     raw = b.request_bytes()
     broken = raw[:100] + b"\x1c\x1c" + raw[100:]
-    r = app.post("/v1/claims", json=_claim(broken, b.response_bytes([b.PAID])))
+    r = app.post("/v1/claims", json=b.exchange_json(broken, b.response_bytes([b.PAID])))
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["code"] == "malformed_claim"
@@ -125,7 +126,7 @@ def test_malformed_claim_is_400_with_the_parser_position_and_nothing_stored(
 
 def test_submit_pa_once_and_the_second_click_returns_the_same_pa(app: AppClient) -> None:
     claim = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     first = app.post(f"/v1/claims/{claim['claim_id']}/pa")
     assert first.status_code == 201
@@ -140,12 +141,14 @@ def test_submit_pa_once_and_the_second_click_returns_the_same_pa(app: AppClient)
 def test_submit_pa_errors(app: AppClient) -> None:
     r = app.post("/v1/claims/nope/pa")
     assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_claim"
-    paid = app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID]))).json()
+    paid = app.post(
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
+    ).json()
     r = app.post(f"/v1/claims/{paid['claim_id']}/pa")
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_pa_eligible"
     bad_ndc = app.post(
         "/v1/claims",
-        json=_claim(
+        json=b.exchange_json(
             b.request_bytes(rxs=(b.Rx(product_id="00000000000"),)), b.response_bytes([b.REJECT_MR])
         ),
     ).json()
@@ -159,7 +162,7 @@ def test_submit_pa_errors(app: AppClient) -> None:
 
 def test_reversal_reaches_the_service_and_the_pa_shows_delete(api: httpx.Client) -> None:
     claim = api.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     pa = api.post(f"/v1/claims/{claim['claim_id']}/pa").json()
     r = api.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
@@ -176,7 +179,7 @@ def test_reversal_reaches_the_service_and_the_pa_shows_delete(api: httpx.Client)
 
 def test_pa_feed_cursor_returns_only_changes(api: httpx.Client) -> None:
     claim = api.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     pa = api.post(f"/v1/claims/{claim['claim_id']}/pa").json()
     wait_until(
@@ -219,14 +222,16 @@ def _pieces(data: bytes, size: int = 64) -> Any:
 def test_chunked_bodies_are_accepted_and_refused_over_the_limit(make_daemon: Any) -> None:
     # issue 19: a small chunked body got a generic 400; over the limit is 413 however framed
     d = make_daemon(intake={"max_body_bytes": 4096})
-    claim = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]))).encode()
+    claim = json.dumps(b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))).encode()
     headers = {"Content-Type": "application/json"}
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
         r = c.post("/v1/claims", content=_pieces(claim), headers=headers)
         assert r.request.headers["transfer-encoding"] == "chunked"
         assert r.status_code == 200, r.text
         assert r.json()["message_source"] == "payer" and r.json()["pa_eligible"] is False
-        big = json.dumps(_claim(b.request_bytes(), b.response_bytes([b.PAID]), x="y" * 5000))
+        big = json.dumps(
+            b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]), x="y" * 5000)
+        )
         r = c.post("/v1/claims", content=_pieces(big.encode()), headers=headers)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "body_too_large"
@@ -240,7 +245,7 @@ def test_chunked_bodies_are_accepted_and_refused_over_the_limit(make_daemon: Any
 
 def test_bearer_token_is_required_when_configured(make_app: Any) -> None:
     app = make_app(intake={"tokens": ["tok-one-0a1b2c3d", "tok-two-4e5f6a7b"]})
-    body = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
+    body = b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
     r = app.post("/v1/claims", json=body)
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     r = app.post("/v1/claims", json=body, headers={"Authorization": "Bearer wrong"})
@@ -268,11 +273,12 @@ def test_healthz_reports_components(api: httpx.Client, engine: str) -> None:
 
 
 def test_metrics_count_decisions_and_queue(app: AppClient) -> None:
-    app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])))
+    app.post("/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])))
     app.post(
-        "/v1/claims", json=_claim(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75]))
+        "/v1/claims",
+        json=b.exchange_json(b.request_bytes(bin="999997"), b.response_bytes([b.REJECT_75])),
     )
-    app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_MR])))
+    app.post("/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_MR])))
     r = app.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
@@ -292,7 +298,7 @@ def test_a_malformed_claim_error_names_the_place_not_the_bytes(app: AppClient) -
     # meets the patient's name where a segment id should be
     i = req.index(b"\x1e\x1cAM01") if b"\x1e\x1cAM01" in req else req.index(b"AM01")
     broken = req[:i] + b"\x1e\x1c" + b.PATIENT_LAST.encode() + req[i + 6 :]
-    r = app.post("/v1/claims", json=_claim(broken, b.response_bytes()))
+    r = app.post("/v1/claims", json=b.exchange_json(broken, b.response_bytes()))
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "malformed_claim" and "byte offset" in err["message"]
@@ -304,7 +310,7 @@ def test_deeply_nested_json_is_a_400_everywhere(app: AppClient) -> None:
     deep = "[" * 1000 + "]" * 1000
     body = '{"request": ' + deep + "}"
     claim_id = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()["claim_id"]
     for path in ("/v1/claims", "/v1/reversals", f"/v1/claims/{claim_id}/pa"):
         r = app.post(path, content=body, headers={"Content-Type": "application/json"})
@@ -328,12 +334,12 @@ def test_transaction_counts_must_agree(app: AppClient) -> None:
     }
     before = app.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]
     for name, (req, resp) in cases.items():
-        r = app.post("/v1/claims", json=_claim(req, resp))
+        r = app.post("/v1/claims", json=b.exchange_json(req, resp))
         assert r.status_code == 400, (name, r.status_code, r.text[:300])
         assert r.json()["error"]["code"] == "malformed_claim", name
     after = app.store.query("SELECT count(*) AS n FROM exchanges")[0]["n"]
     assert after == before  # nothing half-stored
-    ok = app.post("/v1/claims", json=_claim(two, b.response_bytes([b.REJECT_75, b.PAID])))
+    ok = app.post("/v1/claims", json=b.exchange_json(two, b.response_bytes([b.REJECT_75, b.PAID])))
     assert ok.status_code == 200 and len(ok.json()["transactions"]) == 2
 
 
@@ -350,7 +356,7 @@ def test_a_b2_without_what_finds_the_claim_is_a_400(app: AppClient) -> None:
 
 def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> None:
     claim = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     r = app.post("/v1/reversals", json={"request": b.request_bytes(code="B2").decode("latin-1")})
     assert r.status_code in (200, 202)
@@ -359,7 +365,7 @@ def test_submit_pa_after_the_claim_was_reversed_is_refused(app: AppClient) -> No
     assert app.store.query("SELECT count(*) AS n FROM pas")[0]["n"] == 0
     # the claim billed again after the reversal can have its PA
     again = app.post(
-        "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+        "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     ).json()
     assert app.post(f"/v1/claims/{again['claim_id']}/pa").status_code == 201
 
@@ -370,7 +376,7 @@ def test_the_answers_deferred_record_is_seen_at_once_by_its_readers(app: AppClie
     PostgreSQL it is committed at once, by itself, for the fleet's other daemons."""
     app.store.defer_seconds = 3600.0  # only a flush or another commit writes it
     on_sqlite = not isinstance(app.store, PgStore)
-    body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+    body = b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75]))
     key = {"Idempotency-Key": "5e0b8a52-3c1d-4a7e-9f26-6d1c0b9e4f13"}
     first = app.post("/v1/claims", json=body, headers=key).json()
 

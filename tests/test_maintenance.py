@@ -23,11 +23,7 @@ DAY = 86400.0
 
 
 def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {
-        "request": request.decode("latin-1"),
-        "response": response.decode("latin-1"),
-        "metadata": {"patient_note": "synthetic"},
-    }
+    return b.exchange_json(request, response, metadata={"patient_note": "synthetic"})
 
 
 def _row(store: Store, table: str, key: str, value: Any) -> dict[str, Any] | None:

@@ -17,9 +17,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from pa_bridge.web.intake import create_intake_app
-from pa_bridge.web.openapi import document
 from tests import builders as b
-from tests.support import wait_until
+from tests.support import document, wait_until
 
 #: The local API table of PRODUCT.md (docs/ of the shared workspace).
 PRODUCT_TABLE = {
@@ -133,10 +132,6 @@ class Checked:
         return r
 
 
-def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
-
-
 def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
     d = make_daemon()
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
@@ -145,14 +140,14 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
             "post",
             "/v1/claims",
             "/v1/claims",
-            json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])),
+            json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
         ).json()
         req = b.request_bytes(rxs=(b.Rx(), b.Rx(rx_number="000001234568")))
         api.call(
             "post",
             "/v1/claims",
             "/v1/claims",
-            json=_claim(req, b.response_bytes([b.PAID, b.REJECT_MR])),
+            json=b.exchange_json(req, b.response_bytes([b.PAID, b.REJECT_MR])),
         )
         api.call("post", "/v1/claims", "/v1/claims", json={"request": "x", "response": "y"})
         api.call(
@@ -169,7 +164,9 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
         api.call("post", sub, f"/v1/claims/{one['claim_id']}/pa", json={"transaction": 0})
         api.call("post", sub, f"/v1/claims/{one['claim_id']}/pa", json={"transaction": 9})
         api.call("post", sub, "/v1/claims/nope/pa")
-        paid = c.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.PAID])))
+        paid = c.post(
+            "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
+        )
         api.call("post", sub, f"/v1/claims/{paid.json()['claim_id']}/pa")
 
         wait_until(
@@ -209,15 +206,15 @@ def test_real_answers_validate_against_the_document(make_daemon: Any) -> None:
         api.call("get", "/v1/pa", "/v1/pa", params={"claim_id": "nope"})
         api.call("get", "/v1/pa", "/v1/pa", params={"since": str(int(listed["cursor"]) + 9)})
         keyed = {"Idempotency-Key": "openapi-claim-1"}
-        body = _claim(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
+        body = b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_MR]))
         api.call("post", "/v1/claims", "/v1/claims", json=body, headers=keyed)
         api.call("post", "/v1/claims", "/v1/claims", json=body, headers=keyed)
-        other = _claim(b.request_bytes(), b.response_bytes([b.PAID]))
+        other = b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID]))
         assert (
             api.call("post", "/v1/claims", "/v1/claims", json=other, headers=keyed).status_code
             == 422
         )
-        cut = _claim(b.request_bytes()[:70], b.response_bytes([b.REJECT_75]))
+        cut = b.exchange_json(b.request_bytes()[:70], b.response_bytes([b.REJECT_75]))
         api.call("post", "/v1/claims", "/v1/claims", json=cut)
 
         rev = api.call(
@@ -275,7 +272,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         assert d.intake_server is not None
         with httpx.Client(base_url=d.intake_server.url, timeout=10) as c:
             claim = c.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             ).json()
             c.post(f"/v1/claims/{claim['claim_id']}/pa")
         yield d

@@ -118,10 +118,6 @@ def _api(d: Any) -> httpx.Client:
     return httpx.Client(base_url=d.intake_server.url, timeout=10)
 
 
-def _claim(req: bytes, resp: bytes) -> dict[str, str]:
-    return {"request": req.decode("latin-1"), "response": resp.decode("latin-1")}
-
-
 # ---- the database's health ----------------------------------------------------------------
 def test_another_process_closing_its_connection_leaves_the_wal(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
@@ -185,7 +181,7 @@ def _assert_health_matches_the_document(body: dict[str, Any], status: int) -> No
     """An integrator validating /healthz against /openapi.json accepts this answer."""
     import jsonschema_rs
 
-    from pa_bridge.web.openapi import document
+    from tests.support import document
 
     doc = document()
     declared = doc["paths"]["/healthz"]["get"]["responses"][str(status)]
@@ -546,7 +542,8 @@ def test_a_service_echoing_our_form_never_reaches_the_answer_or_the_log(
         )
         with _api(d) as api:
             claim = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             ).json()
             r = api.post(f"/v1/claims/{claim['claim_id']}/pa")
     finally:

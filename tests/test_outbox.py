@@ -5,6 +5,7 @@ from typing import Any
 from pa_bridge.config import QueueSettings
 from pa_bridge.outbox import DeliveryFailed, Outbox, enqueue
 from pa_bridge.store import Store
+from pa_bridge.store.outbox import retry_item
 
 
 class Clock:
@@ -72,10 +73,11 @@ def test_permanent_failure_stays_visible_and_can_be_redriven(store: Store) -> No
     assert ob.drain_once() == 0  # failed items are not retried by themselves
     assert ob.depth()[0] == 1
     state["fail"] = False
-    assert ob.retry(item)
+    # what `pa-bridge queue retry` does: the store's statement, then the queue's pass
+    assert store.write(lambda db: retry_item(db, item, clock()))
     assert ob.drain_once() == 1
     assert ob.list()[0]["status"] == "delivered"
-    assert not ob.retry(item)  # nothing to re-drive once delivered
+    assert not store.write(lambda db: retry_item(db, item, clock()))  # delivered: nothing to do
 
 
 def test_unexpected_exception_keeps_item_pending(store: Store) -> None:

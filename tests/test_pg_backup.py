@@ -376,3 +376,23 @@ def test_restore_counts_daemons_that_go_by_the_urls_application_name(database: s
         assert pa_bridge_sessions(named) == 1
     with connect(_with_password(database)):
         assert pa_bridge_sessions(named) == 1  # a daemon on the plain URL counts too
+
+
+def test_the_copy_a_restore_kept_can_be_restored_within_the_same_second(
+    database: str, tmp_path: Path
+) -> None:
+    """Restoring the ``pa-bridge-before-restore-<time>.dump`` a restore just kept, in
+    the same second (the clock fixed here), keeps the database it replaces beside it
+    under a name of its own instead of refusing: the name was taken by the very file
+    being restored."""
+    url = _with_password(database)
+    with PgStore(url):
+        pass  # pa-bridge's tables
+    dump = tmp_path / "pa-bridge.dump"
+    pg_tools.dump_database(url, dump, mark=(BACKUP_MARK, "2026-11-27T00:00:00Z"))
+    second = 1_800_000_000.0  # one fixed second for both restores
+    first = pg_tools.restore_dump(url, dump, mark_key=BACKUP_MARK, clock=lambda: second)
+    assert first.before is not None and first.before.name.endswith("Z.dump")
+    again = pg_tools.restore_dump(url, first.before, mark_key=BACKUP_MARK, clock=lambda: second)
+    assert again.before is not None and again.before != first.before
+    assert again.before.name.endswith("Z-2.dump") and first.before.is_file()

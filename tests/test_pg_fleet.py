@@ -293,8 +293,6 @@ def test_maintenance_runs_once_across_the_fleet(fleet: list[PgStore]) -> None:
 
 
 # ---- whole daemons ---------------------------------------------------------------------
-def _claim(request: bytes, response: bytes) -> dict[str, Any]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
 
 
 def test_two_clicks_on_two_daemons_give_one_pa(make_daemon: Any, pg_url: str) -> None:
@@ -324,7 +322,7 @@ def test_two_clicks_on_two_daemons_give_one_pa(make_daemon: Any, pg_url: str) ->
         with httpx.Client(timeout=20) as c:
             claim = c.post(
                 f"{urls[0]}/v1/claims",
-                json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75])),
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             ).json()
         go = threading.Barrier(8)
         answers: list[httpx.Response] = []
@@ -665,7 +663,7 @@ def test_healthz_on_postgresql_shows_the_database_and_the_fleets_queue(
     with httpx.Client(timeout=10) as c:
         r = c.post(
             f"{one.intake_server.url}/v1/claims",
-            json=_claim(b.request_bytes(), b.response_bytes([b.PAID])),
+            json=b.exchange_json(b.request_bytes(), b.response_bytes([b.PAID])),
         )
         assert r.status_code == 200
         answers = [c.get(f"{d.intake_server.url}/healthz") for d in (one, two)]

@@ -38,10 +38,7 @@ def _entry(pid: str) -> dict[str, str]:
 
 def _claim(provider: str, outcome: b.Outcome = b.REJECT_75, **kw: Any) -> dict[str, str]:
     req = b.request_bytes(provider_id=provider, provider_qualifier="07", **kw)
-    return {
-        "request": req.decode("latin-1"),
-        "response": b.response_bytes([outcome]).decode("latin-1"),
-    }
+    return b.exchange_json(req, b.response_bytes([outcome]))
 
 
 def _b2(provider: str) -> dict[str, str]:

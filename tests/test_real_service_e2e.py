@@ -28,11 +28,11 @@ PHYSICIAN_FAX = "6145550199"
 
 
 def _claim(claim: b.Claim, outcome: b.Outcome = b.REJECT_75) -> dict[str, Any]:
-    return {
-        "request": b.request_bytes(claim).decode("latin-1"),
-        "response": b.response_bytes([outcome]).decode("latin-1"),
-        "metadata": {"physician_fax": PHYSICIAN_FAX},
-    }
+    return b.exchange_json(
+        b.request_bytes(claim),
+        b.response_bytes([outcome]),
+        metadata={"physician_fax": PHYSICIAN_FAX},
+    )
 
 
 def _status(api: httpx.Client, pa_id: str) -> tuple[str | None, str | None]:

@@ -25,10 +25,6 @@ STX, ETX = b"\x02", b"\x03"
 PBM_BINS = ["004336", "003858", "999999"]
 
 
-def _claim(request: bytes, response: bytes) -> dict[str, str]:
-    return {"request": request.decode("latin-1"), "response": response.decode("latin-1")}
-
-
 @pytest.mark.parametrize("bin_", PBM_BINS)
 @pytest.mark.parametrize(
     "frame",
@@ -45,7 +41,7 @@ def test_a_pbm_claim_framed_as_pharmacies_send_it_is_answered_and_submitted(
 ) -> None:
     app: AppClient = make_app()
     req = frame(b.request_bytes(bin=bin_))
-    r = app.post("/v1/claims", json=_claim(req, frame(b.response_bytes([b.REJECT_MR]))))
+    r = app.post("/v1/claims", json=b.exchange_json(req, frame(b.response_bytes([b.REJECT_MR]))))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["pa_eligible"] is True and body["button_label"] == "Submit PA"
@@ -64,7 +60,7 @@ def test_a_continued_payer_message_is_shown_joined(make_app: Any) -> None:
         "NCPDP REJECT: TRANSACTION CODE (103-A3) IS INVALID. SUBMIT CLAIM AND REVERSAL SEPARATELY"
     )
     outcome = b.Outcome(status="R", reject_codes=("MR",), messages=(b.continued(text),))
-    r = app.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([outcome])))
+    r = app.post("/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes([outcome])))
     assert r.status_code == 200, r.text
     assert r.json()["message"] == text
 
@@ -75,7 +71,9 @@ def test_a_framed_pbm_reversal_reaches_the_service(make_daemon: Any, bin_: str) 
     with httpx.Client(base_url=d.intake_server.url, timeout=10) as api:
         claim = api.post(
             "/v1/claims",
-            json=_claim(STX + b.request_bytes(bin=bin_) + ETX, b.response_bytes([b.REJECT_MR])),
+            json=b.exchange_json(
+                STX + b.request_bytes(bin=bin_) + ETX, b.response_bytes([b.REJECT_MR])
+            ),
         ).json()
         pa = api.post(f"/v1/claims/{claim['claim_id']}/pa")
         assert pa.status_code == 201, pa.text

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pa_bridge.callbacks.ingest import CallbackService
+from pa_bridge.callbacks.ingest import CallbackIntake
 from pa_bridge.sandbox import (
     SANDBOX_API_ID,
     SANDBOX_API_KEY,
@@ -346,7 +346,7 @@ def test_a_read_back_applies_the_callbacks_ordering_rule(store_url: str) -> None
     not move the PA back, and is not applied at all: no history, no change."""
     store = PgStore(store_url) if store_url.startswith("postgresql://") else Store(store_url)
     try:
-        ingest = CallbackService(store, forward=False)
+        ingest = CallbackIntake(store, forward=False)
         (stored,) = ingest.receive_many(
             [(callback_body("RC28AA", "PA Response", "Favorable"), None)]
         )

@@ -73,7 +73,7 @@ def test_a_b2_delivered_while_the_database_is_locked_answers_200_and_is_sent_onc
                 what="the delivery recorded once the lock is gone",
             )
             # a retry of the drain finds it delivered: the B2 went out once
-            d.bridge.outbox.drain_once()
+            d.use_cases.outbox.drain_once()
             assert len(claims) == 1
 
 

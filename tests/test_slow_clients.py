@@ -30,10 +30,6 @@ IDLE = 500  # connections per listener that send nothing
 DRIP_S = 2.0
 
 
-def _claim(req: bytes, resp: bytes) -> dict[str, str]:
-    return {"request": req.decode("latin-1"), "response": resp.decode("latin-1")}
-
-
 def _callback(pa_id: str) -> bytes:
     return json.dumps(
         {"request": {"id": pa_id, "workflow_status": "New", "delivery_id": f"slow-{pa_id}"}}
@@ -124,7 +120,8 @@ def test_500_slow_and_500_idle_connections_on_each_listener(
         with httpx.Client(base_url=d.url, timeout=30) as api:
             # the warm path first: the sandbox's outcomes interface has been called once
             warm = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             )
             assert warm.status_code == 200
             for c in crowds:
@@ -135,7 +132,8 @@ def test_500_slow_and_500_idle_connections_on_each_listener(
                 assert c.still_open() == SLOW + IDLE
             t0 = time.monotonic()
             r = api.post(
-                "/v1/claims", json=_claim(b.request_bytes(), b.response_bytes([b.REJECT_75]))
+                "/v1/claims",
+                json=b.exchange_json(b.request_bytes(), b.response_bytes([b.REJECT_75])),
             )
             claim_s = time.monotonic() - t0
             assert r.status_code == 200, r.text
@@ -347,3 +345,29 @@ def test_an_intake_port_in_use_stops_the_start_naming_the_key(make_daemon: Any) 
                 service=NO_SERVICE,
             )
     assert f"intake.listen 127.0.0.1:{port}" in str(e.value)
+
+
+def test_uvicorns_protocol_still_has_what_the_header_guard_overrides() -> None:
+    """``wsgi._GuardedHttp`` overrides uvicorn's ``HttpToolsProtocol`` (decision 0046):
+    this fails when a uvicorn release renames or drops what it overrides, before the
+    header deadline silently stops holding (the tests above say so by behaviour)."""
+    import inspect
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from pa_bridge.wsgi import _GuardedHttp
+
+    overridden = {
+        name
+        for name, value in vars(_GuardedHttp).items()
+        if (callable(value) and not name.startswith("_")) or name in ("connection_made",)
+    }
+    assert overridden >= {"on_url", "on_header", "on_headers_complete", "on_message_begin"}
+    for name in overridden:
+        theirs = getattr(HttpToolsProtocol, name, None)
+        assert callable(theirs), name
+        ours = inspect.signature(getattr(_GuardedHttp, name))
+        assert list(inspect.signature(theirs).parameters) == list(ours.parameters), name
+    # what the guard reads of the protocol: its loop and its transport
+    assert "self.loop =" in inspect.getsource(HttpToolsProtocol.__init__)
+    assert "self.transport =" in inspect.getsource(HttpToolsProtocol.connection_made)

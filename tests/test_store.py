@@ -118,6 +118,26 @@ def test_a_job_that_swallows_a_failed_statement_never_loses_the_batch(store: Sto
         store.write(lambda db: db.execute("DELETE FROM audit"))
 
 
+def test_the_pipeline_cursor_waits_through_psycopgs_private_method(pg_url: str) -> None:
+    """``store/_pg_pipeline.py`` calls psycopg's ``Cursor._fetch_pipeline`` (decision
+    0046): this fails when psycopg renames or removes it, or when a pipelined
+    statement's ``rowcount`` and ``description`` no longer wait for its result."""
+    import psycopg
+
+    from pa_bridge.store._pg_pipeline import PRIVATE_METHOD, PipelineCursor
+
+    assert callable(getattr(psycopg.Cursor, PRIVATE_METHOD, None))
+    with psycopg.connect(pg_url, autocommit=True, cursor_factory=PipelineCursor) as conn:
+        conn.execute("CREATE TABLE pipelined (n integer)")
+        conn.execute("INSERT INTO pipelined VALUES (1), (2), (3)")
+        with conn.pipeline():
+            updated = conn.execute("UPDATE pipelined SET n = n + 1 WHERE n > 1")
+            selected = conn.execute("SELECT n FROM pipelined ORDER BY n")
+            assert updated.rowcount == 2
+            assert [c.name for c in selected.description or ()] == ["n"]
+            assert selected.fetchall() == [(1,), (3,), (4,)]
+
+
 def test_writes_survive_reopen(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
     s = Store(path)

@@ -28,10 +28,6 @@ from tests.support import DaemonProcess, pa_bridge_process
 pytestmark = pytest.mark.slow
 
 
-def _claim(req: bytes, resp: bytes) -> dict[str, str]:
-    return {"request": req.decode("latin-1"), "response": resp.decode("latin-1")}
-
-
 class Load:
     """Claims (paid and rejected), submit PA on the rejected ones, and callbacks, from
     three threads; records what was acknowledged and every 5xx."""
@@ -62,7 +58,7 @@ class Load:
                 reject = n % 2 == 0
                 resp = b.response_bytes([b.REJECT_75] if reject else [b.PAID])
                 req = b.request_bytes(rxs=(b.Rx(rx_number=rx),))
-                r = api.post("/v1/claims", json=_claim(req, resp))
+                r = api.post("/v1/claims", json=b.exchange_json(req, resp))
                 if r.status_code >= 500:
                     self._bad("claim", r)
                     continue
@@ -153,7 +149,9 @@ def test_commands_while_serving_under_load_lose_nothing(tmp_path: Path) -> None:
                     ran.append("sqlite3 shell")
                 assert wal.exists(), "the WAL vanished after another process's connection"
             # the daemon still takes and keeps work after all of that
-            after = api.post("/v1/claims", json=_claim(b.request_bytes(), b.response_bytes()))
+            after = api.post(
+                "/v1/claims", json=b.exchange_json(b.request_bytes(), b.response_bytes())
+            )
             assert after.status_code == 200
             load.claims.add(after.json()["claim_id"])
         assert not load.server_errors, load.server_errors[:5]

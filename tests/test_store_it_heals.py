@@ -82,7 +82,7 @@ def test_a_reversal_refused_for_our_credentials_is_queued_held_and_sent_at_the_n
         body = r.json()
         assert body["status"] == "pending" and "store IT" in body["message"]
         assert body["last_error"].startswith("credentials:")
-        (item,) = wrong.bridge.outbox.list()
+        (item,) = wrong.use_cases.outbox.list()
         assert item["status"] == "held" and item["held_for"] == "configuration"
         health = api.get("/healthz").json()
         assert "queue_held_for_configuration" in health["degraded"]
@@ -91,7 +91,7 @@ def test_a_reversal_refused_for_our_credentials_is_queued_held_and_sent_at_the_n
         assert health["queue_held_for"] == {"restore": 0, "configuration": 1, "pharmacy": 0}
         metrics = api.get("/metrics").text
         assert 'pa_bridge_queue_held{held_for="configuration"} 1.0' in metrics
-    wrong.bridge.outbox.drain_once()  # not retried by itself while nothing changed
+    wrong.use_cases.outbox.drain_once()  # not retried by itself while nothing changed
     assert queue_items.state(wrong.store.reader(), item["id"]) == (
         Status.HELD,
         item["last_error"],
@@ -105,7 +105,7 @@ def test_a_reversal_refused_for_our_credentials_is_queued_held_and_sent_at_the_n
         sandbox={"enabled": False},
     )
     wait_until(
-        lambda: fixed.bridge.outbox.list()[0]["status"] == "delivered",
+        lambda: fixed.use_cases.outbox.list()[0]["status"] == "delivered",
         what="the held reversal sent at start",
     )
     assert [c["username"] for c in _b2s(service)] == [SANDBOX_USERNAME]
@@ -269,13 +269,13 @@ def test_reload_applies_credentials_and_tokens_and_sends_what_was_held(
         _write_config(cfg, service, SANDBOX_PASSWORD, token=TOKEN_NEW, level="WARNING")
         assert d.reload() is True
         wait_until(
-            lambda: d.bridge.outbox.list()[0]["status"] == "delivered",
+            lambda: d.use_cases.outbox.list()[0]["status"] == "delivered",
             what="the held reversal sent after the reload",
         )
         assert len(_b2s(service)) == 1
         assert api.get("/v1/pa", headers=old).status_code == 401
         assert api.get("/v1/pa", headers=new).status_code == 200
-        # the claim route, served before Flask, takes the new token too
+        # POST /v1/claims, the hot path, takes the new token too
         claim = {
             "request": b.request_bytes().decode("latin-1"),
             "response": b.response_bytes([b.PAID]).decode("latin-1"),
@@ -463,7 +463,7 @@ def test_a_rolling_change_leaves_a_stores_reports_to_a_daemon_that_lists_it(
         return [c for c in calls if c["interface"] == "outcomes" and c["username"] == STORES[Y][0]]
 
     def statuses(d: Daemon | None = None) -> list[str]:
-        return sorted(i["status"] for i in (d or a).bridge.outbox.list(limit=1000))
+        return sorted(i["status"] for i in (d or a).use_cases.outbox.list(limit=1000))
 
     try:
         a = make_daemon(
@@ -477,19 +477,19 @@ def test_a_rolling_change_leaves_a_stores_reports_to_a_daemon_that_lists_it(
         )
         write_b(X)
         daemon_b = daemon_on_file(b_cfg)
-        a.bridge.outbox.stop()  # A's queue paused: B is the one to take Y's reports
+        a.use_cases.outbox.stop()  # A's queue paused: B is the one to take Y's reports
         with httpx.Client(base_url=a.intake_server.url, timeout=20) as api:
             for _ in range(20):
                 assert api.post("/v1/claims", json=_paid(Y)).status_code == 200
             wait_until(lambda: statuses() == ["held"] * 20, what="B to hold Y's 20 reports")
-            held = a.bridge.outbox.list(limit=1000)
+            held = a.use_cases.outbox.list(limit=1000)
             assert {i["held_for"] for i in held} == {f"pharmacy:{Y}"}
             assert reports_for_y() == []  # B sent nothing for Y
-            a.bridge.outbox.start()  # A drains again: it lists Y
+            a.use_cases.outbox.start()  # A drains again: it lists Y
             wait_until(lambda: statuses() == ["delivered"] * 20, what="A to send them")
             assert len(reports_for_y()) == 20  # each once, with Y's own credentials
 
-            a.bridge.outbox.stop()
+            a.use_cases.outbox.stop()
             for _ in range(10):
                 assert api.post("/v1/claims", json=_paid(Y)).status_code == 200
         wait_until(lambda: statuses().count("held") == 10, what="B to hold the next 10")

@@ -145,7 +145,7 @@ def test_a_response_copied_ahead_of_its_request_on_another_connection_is_paired(
     d = tap_daemon(make_daemon)
     requests_, responses = copier_of(d), copier_of(d)
     req = b.request_bytes(pcn="REJ75", rxs=(b.Rx(rx_number="000000000033"),))
-    counted = d.bridge.metrics.tap_exchanges
+    counted = d.use_cases.metrics.tap_exchanges
     responses.send(payer.answer(req))
     wait_until(  # the response is in (waiting, or given up) before its request is sent
         lambda: (
@@ -187,7 +187,7 @@ def test_copied_reversals_reach_the_service_and_refused_ones_do_not(
         ],
         what="the PA deleted by the service (its DELETE callback)",
     )
-    skipped = d.bridge.metrics.tap_exchanges.labels("tap", "skipped")._value.get()
+    skipped = d.use_cases.metrics.tap_exchanges.labels("tap", "skipped")._value.get()
     assert skipped == 1
 
 
@@ -200,7 +200,7 @@ def test_copies_that_do_not_pair_are_counted_not_taken_in(
     copier.send(payer.answer(b.request_bytes(pcn="OTHER")))  # a response for no request
     copier.send(lonely)  # a request whose response never comes
     copier.send(b"NOT NCPDP")
-    counted = d.bridge.metrics.tap_exchanges
+    counted = d.use_cases.metrics.tap_exchanges
     wait_until(lambda: counted.labels("tap", "unpaired_request")._value.get() == 1)
     assert counted.labels("tap", "unmatched_response")._value.get() == 1
     assert counted.labels("tap", "unreadable")._value.get() == 1
@@ -221,6 +221,6 @@ def test_a_copied_retransmission_is_taken_in_once(
     copier.send(req, answer)
     wait_until(lambda: len(_claims(d)) == 1)
     copier.send(req, answer)  # the dispensing system sent it again
-    counted = d.bridge.metrics.tap_exchanges
+    counted = d.use_cases.metrics.tap_exchanges
     wait_until(lambda: counted.labels("tap", "retransmit")._value.get() == 1)
     assert len(_claims(d)) == 1

@@ -18,10 +18,9 @@ import jsonschema_rs
 import pytest
 
 from pa_bridge.config import ConfigError, load_settings
-from pa_bridge.web.openapi import document
 from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
-from tests.support import NO_SERVICE, wait_until
+from tests.support import NO_SERVICE, document, wait_until
 
 SECRET = "whsec-0123456789abcdef"
 
@@ -79,7 +78,7 @@ def test_three_changes_give_three_signed_bodies_each_describing_its_change(
         )
         hook.open.set()
         wait_until(
-            lambda: len([i for i in d.bridge.outbox.list() if i["status"] == "delivered"]) == 3,
+            lambda: len([i for i in d.use_cases.outbox.list() if i["status"] == "delivered"]) == 3,
             what="three deliveries",
         )
         by_id = {r.headers["pa-bridge-delivery"]: r for r in hook.server.requests}
@@ -114,14 +113,14 @@ def test_a_receiver_4xx_fails_the_delivery_for_good(make_daemon: Any, status: in
         url = f"{d.callback_server.url}/callbacks/pharmacy"
         assert httpx.post(url, content=_callback("WH16BB", "PA Request")).status_code == 200
         items = wait_until(
-            lambda: [i for i in d.bridge.outbox.list() if i["status"] == "failed"],
+            lambda: [i for i in d.use_cases.outbox.list() if i["status"] == "failed"],
             what="the webhook failed for good",
         )
         assert items[0]["kind"] == "webhook" and items[0]["retrying"] is False
         assert items[0]["next_attempt_at"] is None and f"HTTP {status}" in items[0]["last_error"]
-        d.bridge.outbox.drain_once()  # another pass of the queue sends nothing
+        d.use_cases.outbox.drain_once()  # another pass of the queue sends nothing
         assert len(hook.server.requests) == 1
-        assert d.bridge.outbox.list()[0]["attempts"] == 1
+        assert d.use_cases.outbox.list()[0]["attempts"] == 1
 
 
 @pytest.mark.parametrize("status", [408, 429, 503])
@@ -132,7 +131,7 @@ def test_a_receiver_busy_or_down_is_retried(make_daemon: Any, status: int) -> No
         url = f"{d.callback_server.url}/callbacks/pharmacy"
         assert httpx.post(url, content=_callback("WH16CC", "PA Request")).status_code == 200
         wait_until(lambda: len(hook.server.requests) >= 2, what="a second attempt")
-        item = d.bridge.outbox.list()[0]
+        item = d.use_cases.outbox.list()[0]
         assert item["retrying"] is True and item["status"] == "failed"
         # the same change keeps its delivery id on every attempt
         assert len({r.headers["pa-bridge-delivery"] for r in hook.server.requests}) == 1
@@ -167,7 +166,7 @@ def test_an_item_queued_by_an_older_version_is_delivered_with_the_pa_as_it_is(
         d.store.write(lambda db: enqueue(db, Kind.WEBHOOK, {"pa_id": "WH16DD", "change_seq": seq}))
         hook.open.set()
         wait_until(
-            lambda: len([i for i in d.bridge.outbox.list() if i["status"] == "delivered"]) == 2,
+            lambda: len([i for i in d.use_cases.outbox.list() if i["status"] == "delivered"]) == 2,
             what="both delivered",
         )
         old = [

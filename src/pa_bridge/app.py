@@ -1,6 +1,6 @@
 """The composition root of the use cases, and the intake app built on it.
 
-:func:`build_services` gives each use case what it needs and registers the queue's
+:func:`build_use_cases` gives each use case what it needs and registers the queue's
 deliverers; :func:`create_app` is the intake app on a store and a client, the same
 app the daemon serves, for tests (``app.test_client()``) and embedding. The daemon
 (runtime.py) adds the scheduler, the callback listener, the sandbox and the
@@ -15,21 +15,21 @@ from typing import Any
 
 from flask import Flask
 
-from .callbacks.ingest import CallbackService
+from .callbacks.ingest import CallbackIntake
 from .client import PaServiceClient, RequestsResource
 from .config import Settings
 from .metrics import Metrics
 from .outbox import Outbox
-from .service import ClaimIntake, Deliveries, PaService, Reversals, Services
+from .service import ClaimIntake, Deliveries, PaService, Reversals, UseCases
 from .service.pharmacies import Pharmacies
 from .service.reconcile import Reconciler
 from .store import Store
 from .web.intake import create_intake_app
 
-__all__ = ["build_services", "create_app", "make_client", "make_reconciler"]
+__all__ = ["build_use_cases", "create_app", "make_client", "make_reconciler"]
 
 
-def build_services(
+def build_use_cases(
     settings: Settings,
     store: Store,
     client: PaServiceClient,
@@ -37,19 +37,19 @@ def build_services(
     metrics: Metrics,
     clock: Callable[[], float] = time.time,
     outbox: Outbox | None = None,
-) -> Services:
+) -> UseCases:
     """The composition root of the use cases: each gets what it needs, the queue gets
     its deliverers; nothing below calls back up. ``outbox``: the queue, when it had to
     exist before the client (the daemon's callback receiver wakes it)."""
     metrics.watch_store(store, clock)
-    stores = Pharmacies.from_settings(settings)
+    pharmacies = Pharmacies.from_settings(settings)
     if outbox is None:
         outbox = Outbox(store, None, settings.queue, clock=clock)
-    pas = PaService(store, client, metrics, clock=clock, pharmacies=stores)
-    deliveries = Deliveries(settings, store, client, pas, clock=clock, pharmacies=stores)
+    pas = PaService(store, client, metrics, clock=clock, pharmacies=pharmacies)
+    deliveries = Deliveries(settings, store, client, pas, clock=clock, pharmacies=pharmacies)
     deliveries.register(outbox)
-    outbox.can_serve = stores.serves  # items held for a store this daemon lists
-    return Services(
+    outbox.can_serve = pharmacies.serves  # items held for a store this daemon lists
+    return UseCases(
         settings=settings,
         store=store,
         metrics=metrics,
@@ -62,12 +62,12 @@ def build_services(
             wake_queue=outbox.wake,
             report_ready=deliveries.report_ready,
             clock=clock,
-            pharmacies=stores,
+            pharmacies=pharmacies,
         ),
         pas=pas,
-        reversals=Reversals(store, outbox, clock=clock, pharmacies=stores),
+        reversals=Reversals(store, outbox, clock=clock, pharmacies=pharmacies),
         deliveries=deliveries,
-        pharmacies=stores,
+        pharmacies=pharmacies,
         clock=clock,
     )
 
@@ -110,7 +110,7 @@ def make_client(settings: Settings, sandbox_url: str | None = None) -> PaService
 def make_reconciler(
     settings: Settings,
     store: Store,
-    callbacks: CallbackService,
+    callbacks: CallbackIntake,
     *,
     metrics: Metrics,
     sandbox_url: str | None = None,
@@ -159,13 +159,13 @@ def create_app(
     clock: Callable[[], float] = time.time,
     health: Callable[[], dict[str, Any]] | None = None,
 ) -> Flask:
-    """The intake app (local API, console, OpenAPI) over new services on ``store``
+    """The intake app (local API, console, OpenAPI) over new use cases on ``store``
     and ``client``; they are ``app.extensions["pa_bridge"]`` (close them with
     ``.close()``). Nothing here starts a thread: the queue drains when told to
-    (``services.outbox.drain_once()``) unless a scheduler is given to it."""
-    services = build_services(settings, store, client, metrics=metrics or Metrics(), clock=clock)
+    (``use_cases.outbox.drain_once()``) unless a scheduler is given to it."""
+    use_cases = build_use_cases(settings, store, client, metrics=metrics or Metrics(), clock=clock)
     return create_intake_app(
-        services,
+        use_cases,
         tokens=settings.intake_tokens(),
         scoped_tokens=settings.scoped_intake_tokens(),
         max_body_bytes=settings.intake.max_body_bytes,

@@ -120,7 +120,7 @@ def _sandbox_url(settings: Settings) -> str | None:
 def _here(settings: Settings, pa_id: str | None, wait_s: float) -> dict[str, Any]:
     """The pass (or the one PA) in this process."""
     from .app import make_reconciler
-    from .callbacks.ingest import CallbackService
+    from .callbacks.ingest import CallbackIntake
     from .metrics import Metrics
     from .store import PgStore, Store, StoreError
 
@@ -134,7 +134,7 @@ def _here(settings: Settings, pa_id: str | None, wait_s: float) -> dict[str, Any
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
-    service = CallbackService(
+    service = CallbackIntake(
         store,
         forward=bool(settings.callbacks.forward_url),
         pharmacies=[p.provider_id for p in settings.pharmacies],

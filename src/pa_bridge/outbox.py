@@ -414,14 +414,6 @@ class Outbox:
         self.store.flush()  # deliveries' records may be deferred (decision 0025)
         return list_items(self.store.reader(), status, limit)
 
-    def retry(self, item_id: int) -> bool:
-        self.store.flush()
-        now = self.clock()
-        ok = self.store.write(lambda db: retry_item(db, item_id, now))
-        if ok:
-            self.wake()
-        return ok
-
     def depth(self) -> tuple[int, float | None]:
         """(pending + failed items, age in seconds of the oldest one)."""
         self.store.flush()

@@ -277,6 +277,10 @@ def restore_dump(
     if current:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
         before = file_p.parent / f"pa-bridge-before-restore-{stamp}.dump"
+        n = 1
+        while before.exists():  # restoring, within the same second, the one just kept
+            n += 1
+            before = file_p.parent / f"pa-bridge-before-restore-{stamp}-{n}.dump"
         dump_database(url, before, mark=(mark_key, now_iso(clock())), say=tell)
         tell(f"the current database is kept in {before}")
     bare, env = _login(url)

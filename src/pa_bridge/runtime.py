@@ -1,6 +1,5 @@
-"""The daemon: the process serving the intake API, running the scheduler, owning the
-database, and committing what its callback listener (a child process, decision 0008)
-hands over. Started by ``pa-bridge serve``."""
+"""The daemon: the process serving the intake API and the callback receiver (decision
+0045), running the scheduler, owning the database. Started by ``pa-bridge serve``."""
 
 from __future__ import annotations
 
@@ -18,10 +17,10 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .app import build_services, make_client, make_reconciler
+from .app import build_use_cases, make_client, make_reconciler
 from .audit_trail import schedule_anchors
-from .callbacks.ingest import CallbackReceiver, CallbackService
-from .callbacks.supervisor import CallbackFront
+from .callbacks.ingest import CallbackIntake, CallbackReceiver
+from .callbacks.receiver import create_callback_app
 from .client import PaServiceClient
 from .config import (
     RELOADABLE,
@@ -37,14 +36,14 @@ from .logs import log_event
 from .metrics import Metrics
 from .outbox import Hold, Outbox, held_summary, queue_summary
 from .restore import RestoreError, adopt_restored, interrupted_restore, lock_database_dir
-from .service import Services
+from .service import UseCases
 from .service.expiry import ExpiryWatch
 from .service.reconcile import Reconciler
 from .service.reconcile import health as reconcile_health
 from .service_health import ServiceHealth
 from .store import Status, Store, create_private, redact_url
 from .store.files import starts_with
-from .wsgi import Listening, WsgiServer, certificate_not_after
+from .wsgi import Listening, WsgiServer, certificate_not_after, server_tls_context
 
 #: a callback certificate this close to its end makes /healthz degraded (doctor warns
 #: at the same time)
@@ -54,7 +53,7 @@ __all__ = [
     "Daemon",
     "StartupError",
     "WsgiServer",  # re-exported for the tests
-    "build_services",
+    "build_use_cases",
     "check_database_path",
 ]
 
@@ -178,12 +177,12 @@ class Daemon:
         self.store: Store | None = None
         self.sandbox: Any = None
         self.client: PaServiceClient | None = None
-        self.bridge: Services | None = None
+        self.use_cases: UseCases | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.intake_server: WsgiServer | None = None
-        self.callback_server: CallbackFront | None = None
+        self.callback_server: WsgiServer | None = None
         self.callback_receiver: CallbackReceiver | None = None
-        self.callback_service: CallbackService | None = None
+        self.callback_intake: CallbackIntake | None = None
         self.intake_app: Any = None
         self._reload_lock = threading.Lock()
         self.reconciler: Reconciler | None = None
@@ -216,49 +215,49 @@ class Daemon:
             self.store = open_store(s)
             log_event("daemon.database_ready", path=str(s.storage.path))
         self._after_restore()
-        # Start the callback listener first: the sandbox needs its real address. It
+        # Start the callback receiver first: the sandbox needs its real address. It
         # commits with the store alone and wakes the queue, built first for it; the
-        # queue's deliverers are registered with the services, which need the client.
+        # queue's deliverers are registered with the use cases, which need the client.
         metrics = Metrics()
         outbox = Outbox(self.store, None, s.queue, clock=self.clock)
-        service = CallbackService(
+        intake = CallbackIntake(
             self.store,
             forward=bool(s.callbacks.forward_url),
             pharmacies=[p.provider_id for p in s.pharmacies],  # a callback-only PA's store
         )
-        receiver = CallbackReceiver(service, metrics, on_stored=outbox.wake)
-        self.callback_service, self.callback_receiver = service, receiver
-        self.callback_server = CallbackFront(s, receiver.handle).start()
+        receiver = CallbackReceiver(intake, metrics, on_stored=outbox.wake)
+        self.callback_intake, self.callback_receiver = intake, receiver
+        self.callback_server = self._start_callbacks(receiver)
         self._check_certificate()
         callback_url = s.callbacks.public_url or self._callback_url(self.callback_server)
         if s.sandbox_enabled:
             self._start_sandbox(callback_url)
         self.client = self._make_client()
-        self.bridge = build_services(
+        self.use_cases = build_use_cases(
             s, self.store, self.client, metrics=metrics, clock=self.clock, outbox=outbox
         )
-        self.bridge.outbox.observer = self.service_health.delivery
+        self.use_cases.outbox.observer = self.service_health.delivery
         metrics.watch_service(self.service_health)
         # what was held for our configuration is tried again: it may have changed
-        self.bridge.outbox.release(Hold.CONFIGURATION)
+        self.use_cases.outbox.release(Hold.CONFIGURATION)
         # issue 28: missed callbacks read back, and approvals about to lapse
         self.reconciler = make_reconciler(
             s,
             self.store,
-            service,
+            intake,
             metrics=metrics,
             sandbox_url=self.sandbox.url if self.sandbox is not None else None,
             clock=self.clock,
             on_change=outbox.wake,
         )
         self.expiry = ExpiryWatch(
-            s, self.store, forward=service.forward, clock=self.clock, on_change=outbox.wake
+            s, self.store, forward=intake.forward, clock=self.clock, on_change=outbox.wake
         )
         self.scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
-        self.bridge.outbox.start()
+        self.use_cases.outbox.start()
         self._extra_jobs(self.scheduler)
         if s.service.probe_seconds > 0:
             self.scheduler.add_job(
@@ -272,7 +271,7 @@ class Daemon:
         from .web.intake import create_intake_app
 
         app = self.intake_app = create_intake_app(
-            self.bridge,
+            self.use_cases,
             tokens=s.intake_tokens(),
             scoped_tokens=s.scoped_intake_tokens(),
             max_body_bytes=s.intake.max_body_bytes,
@@ -294,6 +293,26 @@ class Daemon:
             callbacks=self.callback_server.url,
             sandbox=self.sandbox.url if self.sandbox else None,
         )
+
+    def _start_callbacks(self, receiver: CallbackReceiver) -> WsgiServer:
+        """The callback receiver on ``callbacks.listen`` (TLS when configured)."""
+        s = self.settings
+        app = create_callback_app(
+            receiver,
+            username=s.callbacks.username,
+            password=s.secret(s.callbacks.password) if s.callbacks.password else "",
+            max_body_bytes=s.callbacks.max_body_bytes,
+        )
+        cert, key = s.callbacks.tls_cert, s.callbacks.tls_key
+        try:
+            tls = server_tls_context(cert, key) if cert is not None and key is not None else None
+            return WsgiServer.from_listen(
+                app, s.callbacks.listen, name="callbacks", ssl_context=tls
+            ).start()
+        except (OSError, ValueError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            errno = e.errno if isinstance(e, OSError) else None
+            raise OSError(errno, f"callbacks.listen {s.callbacks.listen}: {reason}") from e
 
     @staticmethod
     def _callback_url(server: Listening) -> str:
@@ -356,8 +375,8 @@ class Daemon:
                 self.sandbox.state.switch = self.switch
             switch = [(host, self.switch.port)]
             log_event("daemon.sandbox_switch_started", listen=self.switch.address)
-        assert self.bridge is not None
-        self.wire = WireListeners(s, self.bridge, switch=switch).start()
+        assert self.use_cases is not None
+        self.wire = WireListeners(s, self.use_cases, switch=switch).start()
 
     def _make_client(self) -> PaServiceClient:
         return make_client(self.settings, self.sandbox.url if self.sandbox is not None else None)
@@ -417,7 +436,7 @@ class Daemon:
         thread = getattr(sched, "_thread", None)
         if sched is None or not sched.running or (thread is not None and not thread.is_alive()):
             return False
-        if self.bridge is None or not self.bridge.outbox.running:
+        if self.use_cases is None or not self.use_cases.outbox.running:
             return False
         if self.store is None or not self.store.writer_alive:
             return False
@@ -437,12 +456,12 @@ class Daemon:
                 log_event("daemon.watchdog_withheld", level=logging.ERROR)
 
     def _health(self) -> dict[str, Any]:
-        """Merged into ``/healthz`` after the bridge's own checks: booleans decide
+        """Merged into ``/healthz`` after the use cases' own checks: booleans decide
         readiness (503 when one is false); ``degraded`` lists what works but needs
         store IT (answered 200, status ``degraded``)."""
         sched = self.scheduler is not None and self.scheduler.running
         # the queue's delivery thread counts as part of the scheduling
-        sched = sched and self.bridge is not None and self.bridge.outbox.running
+        sched = sched and self.use_cases is not None and self.use_cases.outbox.running
         problem = self.store.problem() if self.store is not None else "not started"
         if problem != self._db_problem:
             if problem is not None:
@@ -471,7 +490,7 @@ class Daemon:
             state = self._certificate_state()
             if state is not None:
                 degraded.append(f"callbacks_{state}")
-        if problem is None and self.bridge is not None:
+        if problem is None and self.use_cases is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
             out["queue"] = {
                 str(k): counts.get(k, 0) for k in (Status.PENDING, Status.FAILED, Status.HELD)
@@ -604,7 +623,7 @@ class Daemon:
         if restart:
             return False
         self._apply(new)
-        released = self.bridge.outbox.release(Hold.CONFIGURATION) if self.bridge else 0
+        released = self.use_cases.outbox.release(Hold.CONFIGURATION) if self.use_cases else 0
         secrets = ("pharmacies", "service.password", "service.api_key", "intake.tokens")
         if secrets_from_credentials_directory(new) and not any(k in changed for k in secrets):
             # store IT fixed a credential file and reloaded: systemd did not copy it again
@@ -629,10 +648,10 @@ class Daemon:
         from .service.pharmacies import Pharmacies
         from .web.intake import set_tokens
 
-        if self.bridge is not None:
-            self.bridge.pharmacies.replace(Pharmacies.from_settings(new))
-        if self.callback_service is not None:  # a callback-only PA's store
-            self.callback_service.pharmacies = frozenset(p.provider_id for p in new.pharmacies)
+        if self.use_cases is not None:
+            self.use_cases.pharmacies.replace(Pharmacies.from_settings(new))
+        if self.callback_intake is not None:  # a callback-only PA's store
+            self.callback_intake.pharmacies = frozenset(p.provider_id for p in new.pharmacies)
         if self.client is not None and self.sandbox is None:  # the sandbox's are its own
             self.client.credentials = Credentials(*new.own_credentials())
         if self.intake_app is not None:
@@ -683,8 +702,8 @@ class Daemon:
             self.reconciler.stop()  # a pass in progress ends at its next call
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
-        if self.bridge is not None:
-            self.bridge.close()
+        if self.use_cases is not None:
+            self.use_cases.close()
         if self.client is not None:
             self.client.close()
         if self.reconciler is not None:

@@ -19,9 +19,9 @@ import ncpdp
 
 from .client import pa_id_from_url
 from .pa_guide import GROUPS, Guide, guide, guide_table, overdue_step
-from .service import Services
+from .service import UseCases
 from .service.decisions import claim_key
-from .service.errors import BridgeError
+from .service.errors import InvalidRequest, NotFound, Unavailable
 from .service.expiry import EXPIRING_GUIDE, days_left, is_expiring, reminder_due, window
 from .service.pas import pa_json
 from .service.pharmacies import Scope, in_scope
@@ -330,19 +330,19 @@ def _pa_summary(
 
 
 def claims_today(
-    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+    use_cases: UseCases, now: float | None = None, pharmacies: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """One entry per PA-eligible transaction of each claim received today (local time),
     newest first, with the answer's message and button label and the PA if one exists:
     the claim's own, or the one the service answered for the same claim sent earlier
     (same claim key; ``pa_via`` says which). ``pharmacies``: only these stores'."""
-    t_now = bridge.clock() if now is None else now
+    t_now = use_cases.clock() if now is None else now
     start = local_day_start(t_now)
-    hours = bridge.settings.intake.pending_alert_hours
-    days = bridge.settings.worklist.expiring_days
+    hours = use_cases.settings.intake.pending_alert_hours
+    days = use_cases.settings.worklist.expiring_days
     cutoff = now_iso(t_now - hours * 3600)
-    bridge.store.flush()  # the answers' records may be deferred (decision 0025)
-    reader = bridge.store.reader()
+    use_cases.store.flush()  # the answers' records may be deferred (decision 0025)
+    reader = use_cases.store.reader()
     rows = exchanges.pa_eligible_claims_since(reader, start, MAX_ROWS, pharmacies)
     if not rows:
         return []
@@ -357,7 +357,7 @@ def claims_today(
         k: _pa_summary(p, t_now, hours, cutoff, days)
         for k, p in console_store.pas_by_claim_keys(reader, wanted).items()
     }
-    default_label = bridge.settings.intake.default_button_label
+    default_label = use_cases.settings.intake.default_button_label
     out: list[dict[str, Any]] = []
     for r in rows:
         answer = json.loads(r["answer_json"]) if r["answer_json"] else None
@@ -407,7 +407,7 @@ def claims_today(
     return out
 
 
-def _with_line(bridge: Services, row: Mapping[str, Any], pa: dict[str, Any]) -> dict[str, Any]:
+def _with_line(use_cases: UseCases, row: Mapping[str, Any], pa: dict[str, Any]) -> dict[str, Any]:
     lines = rx_lines(row["claim_id"], row.get("request_raw"))
     i = row["transaction_index"] or 0
     pa.update(lines[i] if i < len(lines) else {"rx_number": None, "product_id": None})
@@ -415,17 +415,17 @@ def _with_line(bridge: Services, row: Mapping[str, Any], pa: dict[str, Any]) -> 
 
 
 def pas_today(
-    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+    use_cases: UseCases, now: float | None = None, pharmacies: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """PAs created or changed today (local time), most recently changed first, each with
     the Rx number and product id of its claim when the claim is known."""
-    t_now = bridge.clock() if now is None else now
+    t_now = use_cases.clock() if now is None else now
     start = local_day_start(t_now)
-    hours = bridge.settings.intake.pending_alert_hours
-    days = bridge.settings.worklist.expiring_days
-    rows = pa_rows.touched_since(bridge.store.reader(), start, MAX_ROWS, pharmacies)
+    hours = use_cases.settings.intake.pending_alert_hours
+    days = use_cases.settings.worklist.expiring_days
+    rows = pa_rows.touched_since(use_cases.store.reader(), start, MAX_ROWS, pharmacies)
     cutoff = now_iso(t_now - hours * 3600)
-    return [_with_line(bridge, r, _pa_summary(r, t_now, hours, cutoff, days)) for r in rows]
+    return [_with_line(use_cases, r, _pa_summary(r, t_now, hours, cutoff, days)) for r in rows]
 
 
 #: At most this many worklist items in one answer (the counts still count them all).
@@ -433,7 +433,7 @@ MAX_ITEMS = 200
 
 
 def needs_action(
-    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+    use_cases: UseCases, now: float | None = None, pharmacies: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """What needs the pharmacist, most urgent group first, newest first in a group
     (at most ``MAX_ITEMS``).
@@ -445,32 +445,34 @@ def needs_action(
     acknowledged it as it is: news after what they acknowledged (a new status or
     outcome, an event not seen before), or another group, brings it back (decision
     0014)."""
-    t = bridge.clock() if now is None else now
-    return _needs_action(bridge, t, claims_today(bridge, t, pharmacies), pharmacies)[0]
+    t = use_cases.clock() if now is None else now
+    return _needs_action(use_cases, t, claims_today(use_cases, t, pharmacies), pharmacies)[0]
 
 
 def _needs_action(
-    bridge: Services,
+    use_cases: UseCases,
     t_now: float,
     claims: list[dict[str, Any]],
     pharmacies: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    hours = bridge.settings.intake.pending_alert_hours
-    wl = bridge.settings.worklist
+    hours = use_cases.settings.intake.pending_alert_hours
+    wl = use_cases.settings.worklist
     cutoff = now_iso(t_now - hours * 3600)
     # (attention, since, claim entry or PA row) for everything that needs the pharmacist
     found: list[tuple[str, str, dict[str, Any] | None, Mapping[str, Any] | None]] = [
         ("not_submitted", c["received_at"] or "", c, None) for c in claims if c["pa"] is None
     ]
-    horizon = now_iso(t_now - bridge.settings.storage.retention_days * 86_400)
+    horizon = now_iso(t_now - use_cases.settings.storage.retention_days * 86_400)
     rows: list[Mapping[str, Any]] = list(
-        console_store.pas_changed_since(bridge.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
+        console_store.pas_changed_since(use_cases.store.reader(), horizon, MAX_ROWS * 4, pharmacies)
     )
     # approvals about to lapse, however long ago they last changed (issue 28)
     seen = {r["id"] for r in rows}
     rows += [
         r
-        for r in expiry.in_window(bridge.store.reader(), *window(t_now, wl.expiring_days), MAX_ROWS)
+        for r in expiry.in_window(
+            use_cases.store.reader(), *window(t_now, wl.expiring_days), MAX_ROWS
+        )
         if r["id"] not in seen and (pharmacies is None or r["provider_id"] in pharmacies)
     ]
     flagged = [
@@ -480,7 +482,7 @@ def _needs_action(
     ]
     ids = {r["id"]: r["id"] for r, _ in flagged}
     ids.update({r["provisional_id"]: r["id"] for r, _ in flagged if r["provisional_id"]})
-    acks = console_store.latest_acknowledgements(bridge.store.reader(), ids)
+    acks = console_store.latest_acknowledgements(use_cases.store.reader(), ids)
     for r, a in flagged:
         if _listed(r, a, acks.get(r["id"]), t_now, wl.expiring_reminder_days):
             found.append((a, r["updated_at"] or "", None, r))
@@ -494,13 +496,13 @@ def _needs_action(
     # the stored requests only of claims whose Rx number is not in the cache yet
     with _LINES_LOCK:
         missing = sorted({r["claim_id"] for *_, r in found if r and r["claim_id"]} - _LINES.keys())
-    raws = console_store.claim_requests(bridge.store.reader(), missing) if missing else {}
+    raws = console_store.claim_requests(use_cases.store.reader(), missing) if missing else {}
     items: list[dict[str, Any]] = []
     for attention, since, claim, row in found:
         pa = None
         if row is not None:
             pa = _pa_summary(row, t_now, hours, cutoff, wl.expiring_days)
-            pa = _with_line(bridge, {**row, "request_raw": raws.get(row["claim_id"])}, pa)
+            pa = _with_line(use_cases, {**row, "request_raw": raws.get(row["claim_id"])}, pa)
             pa["acknowledged"] = acks.get(row["id"])
         key = "claim:" + claim["key"] if claim is not None else "pa:" + (pa or {})["pa_id"]
         items.append(
@@ -518,17 +520,17 @@ def _needs_action(
 
 
 def worklist(
-    bridge: Services, now: float | None = None, pharmacies: list[str] | None = None
+    use_cases: UseCases, now: float | None = None, pharmacies: list[str] | None = None
 ) -> dict[str, Any]:
     """Everything the console shows, in one answer (``pharmacies``: only these
     stores'; the answer lists the stores the caller may choose between)."""
-    t = bridge.clock() if now is None else now
-    claims = claims_today(bridge, t, pharmacies)
-    items, counts = _needs_action(bridge, t, claims, pharmacies)
+    t = use_cases.clock() if now is None else now
+    claims = claims_today(use_cases, t, pharmacies)
+    items, counts = _needs_action(use_cases, t, claims, pharmacies)
     return {
         "generated_at": now_iso(t),
         "day_start": local_day_start(t),
-        "pending_alert_hours": bridge.settings.intake.pending_alert_hours,
+        "pending_alert_hours": use_cases.settings.intake.pending_alert_hours,
         "counts": {**counts, "total": sum(counts.values())},
         "groups": [
             {
@@ -542,7 +544,7 @@ def worklist(
         ],
         "items": items,
         "claims": claims,
-        "pas": pas_today(bridge, t, pharmacies),
+        "pas": pas_today(use_cases, t, pharmacies),
         "guide": _GUIDE,
         "pharmacy": pharmacies[0] if pharmacies is not None and len(pharmacies) == 1 else None,
     }
@@ -551,29 +553,29 @@ def worklist(
 _GUIDE = guide_table()
 
 
-def pharmacy_choices(bridge: Services, scope: Scope = None) -> list[dict[str, str | None]]:
+def pharmacy_choices(use_cases: UseCases, scope: Scope = None) -> list[dict[str, str | None]]:
     """The stores the console's selector offers: the configured ones the caller may
     act for (empty for a single store)."""
     return [
         {"provider_id": p.provider_id, "name": p.name}
-        for p in bridge.pharmacies.all()
+        for p in use_cases.pharmacies.all()
         if scope is None or p.provider_id in scope
     ]
 
 
 def pa_page(
-    bridge: Services, pa_id: str, now: float | None = None, scope: Scope = None
+    use_cases: UseCases, pa_id: str, now: float | None = None, scope: Scope = None
 ) -> dict[str, Any]:
     """One PA for its console page: status words, history, events, acknowledgements,
     the claim it came from (Rx number, product id, drug name where known) and its links.
-    Raises :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA."""
-    t = bridge.clock() if now is None else now
-    hours = bridge.settings.intake.pending_alert_hours
-    full = bridge.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
-    bridge.store.flush()  # the claim's answer may be deferred (decision 0025)
-    row = bridge.pas.get_pa_row(pa_id)  # by any id it had (its provisional one too)
+    Raises :class:`~pa_bridge.service.errors.NotFound` for an unknown PA."""
+    t = use_cases.clock() if now is None else now
+    hours = use_cases.settings.intake.pending_alert_hours
+    full = use_cases.pas.get_pa(pa_id, scope).model_dump()  # 404 when unknown (or not ours)
+    use_cases.store.flush()  # the claim's answer may be deferred (decision 0025)
+    row = use_cases.pas.get_pa_row(pa_id)  # by any id it had (its provisional one too)
     assert row is not None
-    wl = bridge.settings.worklist
+    wl = use_cases.settings.worklist
     pa = _pa_summary(row, t, hours, None, wl.expiring_days)
     pa["links"] = full["links"]
     pa["urls"] = full["urls"]
@@ -581,14 +583,14 @@ def pa_page(
     pa["other_links"] = named_links(row["id"], full["urls"], full["links"], full["url"])
     pa["groups"] = {g.key: g.words for g in GROUPS}
     ids = [row["id"], *([row["provisional_id"]] if row["provisional_id"] else [])]
-    acks = console_store.acknowledgements(bridge.store.reader(), ids)
+    acks = console_store.acknowledgements(use_cases.store.reader(), ids)
     last = acks[-1] if acks else None
     if last is not None and _listed(row, pa["attention"], last, t, wl.expiring_reminder_days):
         last = None  # back on the worklist: the earlier acknowledgement no longer holds
     pa["acknowledged"] = last
     claim: dict[str, Any] | None = None
     if row["claim_id"]:
-        c = console_store.claim(bridge.store.reader(), row["claim_id"])
+        c = console_store.claim(use_cases.store.reader(), row["claim_id"])
         if c is not None:
             i = row["transaction_index"] or 0
             lines = rx_lines(c["id"], c["request_raw"])
@@ -624,7 +626,7 @@ def pa_page(
 
 
 def acknowledge(
-    bridge: Services,
+    use_cases: UseCases,
     pa_id: str,
     who: str,
     now: float | None = None,
@@ -636,36 +638,37 @@ def acknowledge(
     worklist group, and the cursor the pharmacist saw (``seen``, the PA's ``cursor``
     on their page; the PA's cursor now when not given). It leaves the worklist until
     news after that cursor, or another group, brings it back (decision 0014). Raises
-    :class:`~pa_bridge.bridge.BridgeError` 404 for an unknown PA, 400 for a ``seen``
-    that is not a cursor."""
-    t = bridge.clock() if now is None else now
-    row = bridge.pas.get_pa_row(pa_id)
+    :class:`~pa_bridge.service.errors.NotFound` for an unknown PA,
+    :class:`~pa_bridge.service.errors.InvalidRequest` for a ``seen`` that is not a
+    cursor."""
+    t = use_cases.clock() if now is None else now
+    row = use_cases.pas.get_pa_row(pa_id)
     if row is None or not in_scope(scope, row["provider_id"]):
-        raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+        raise NotFound("unknown_pa", "no PA with that id", {"pa_id": pa_id})
     cursor = int(row["change_seq"])
     if seen is not None:
         try:
             cursor = min(cursor, int(seen))
         except ValueError:
-            raise BridgeError(
-                400, "invalid_body", "'cursor' must be the PA's cursor as the page showed it"
+            raise InvalidRequest(
+                "invalid_body", "'cursor' must be the PA's cursor as the page showed it"
             ) from None
     attention = attention_of(
         row,
         t,
-        bridge.settings.intake.pending_alert_hours,
-        expiring_days=bridge.settings.worklist.expiring_days,
+        use_cases.settings.intake.pending_alert_hours,
+        expiring_days=use_cases.settings.worklist.expiring_days,
     )
     try:
         at = now_iso(t)
-        ack = bridge.store.write(
+        ack = use_cases.store.write(
             lambda db: console_store.acknowledge(
                 db, row["id"], who, attention, str(cursor), at, remote
             )
         )
     except StoreUnavailable as e:
-        raise BridgeError(
-            503, "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
+        raise Unavailable(
+            "storage_unavailable", "the acknowledgement could not be saved; try again", str(e)
         ) from None
     return {"pa_id": row["id"], "acknowledged": ack}
 

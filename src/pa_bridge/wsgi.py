@@ -17,9 +17,9 @@ of ``numthreads`` threads, only once its headers and its whole body are in:
   ``CONTENT_LENGTH`` over its limit;
 * a chunked body under the limit reaches the app with its ``CONTENT_LENGTH`` set.
 
-An ASGI app (``asgi=True``, the callback listener) runs on the loop itself and reads
-its body with :func:`read_body`. The socket is bound in :meth:`WsgiServer.start`, so a
-port in use fails there; port 0 binds a free port and ``url`` has the real one. TLS:
+Both listeners are Flask apps served this way, in the daemon's process (decision
+0045). The socket is bound in :meth:`WsgiServer.start`, so a port
+in use fails there; port 0 binds a free port and ``url`` has the real one. TLS:
 :func:`server_tls_context` (TLS 1.2 at least), HTTP/1.1 only.
 """
 
@@ -49,14 +49,10 @@ from .config import parse_listen
 __all__ = [
     "BODY_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_THREADS",
     "HEADER_TIMEOUT_S",
     "Listening",
-    "RequestBody",
     "WsgiServer",
-    "json_error",
-    "not_http",
-    "read_body",
-    "send_answer",
     "server_tls_context",
 ]
 
@@ -67,6 +63,8 @@ HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 #: The most a request's line and headers may take.
 MAX_HEAD_BYTES = 16 * 1024
+#: The threads that run a listener's app (the intake's and the callback receiver's).
+DEFAULT_THREADS = 16
 #: The body limit of an app that does not set ``MAX_CONTENT_LENGTH``.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 #: How much of a body over the limit is read and dropped, so that the client, still
@@ -470,9 +468,7 @@ def _bind(host: str, port: int, backlog: int) -> socket.socket:
 
 class WsgiServer(Listening):
     """A WSGI app served on ``host:port``, HTTPS with ``ssl_context`` (see
-    :func:`server_tls_context`). ``numthreads`` run the app; connections take none.
-    With ``asgi``, ``app`` is an ASGI app run on the event loop itself (it reads its
-    own body: :func:`read_body`)."""
+    :func:`server_tls_context`). ``numthreads`` run the app; connections take none."""
 
     def __init__(
         self,
@@ -481,7 +477,7 @@ class WsgiServer(Listening):
         port: int = 0,
         *,
         name: str = "wsgi",
-        numthreads: int = 16,
+        numthreads: int = DEFAULT_THREADS,
         ssl_context: ssl.SSLContext | None = None,
         shutdown_timeout: float = 5,
         max_body_bytes: int | None = None,
@@ -489,7 +485,6 @@ class WsgiServer(Listening):
         body_timeout_s: float = BODY_TIMEOUT_S,
         backlog: int = 1024,
         use_uvloop: bool = True,
-        asgi: bool = False,
     ) -> None:
         self.name = name
         self._app = app
@@ -507,7 +502,6 @@ class WsgiServer(Listening):
         self._body_timeout_s = body_timeout_s
         self._backlog = backlog
         self._use_uvloop = use_uvloop
-        self._asgi = asgi
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
         self._bound: tuple[str, int] | None = None
@@ -525,14 +519,12 @@ class WsgiServer(Listening):
         addr = sock.getsockname()
         self._bound = (str(addr[0]), int(addr[1]))
         executor = ThreadPoolExecutor(self._numthreads, thread_name_prefix=f"wsgi-{self.name}")
-        app: Any = self._app
-        if not self._asgi:
-            app = WsgiAdapter(
-                self._app,
-                executor,
-                max_body_bytes=self.max_body_bytes,
-                body_timeout_s=self._body_timeout_s,
-            )
+        app = WsgiAdapter(
+            self._app,
+            executor,
+            max_body_bytes=self.max_body_bytes,
+            body_timeout_s=self._body_timeout_s,
+        )
         protocol = type(
             "_Http",
             (_GuardedHttp,),
@@ -543,8 +535,7 @@ class WsgiServer(Listening):
             interface="asgi3",
             http=protocol,
             ws="none",
-            # an ASGI app hears of the stop (to close what it holds on the loop)
-            lifespan="on" if self._asgi else "off",
+            lifespan="off",
             log_config=None,
             access_log=False,
             proxy_headers=False,
@@ -584,6 +575,11 @@ class WsgiServer(Listening):
     @property
     def scheme(self) -> str:
         return "https" if self._ssl_context is not None else "http"
+
+    @property
+    def alive(self) -> bool:
+        """Started, and its event loop still runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop taking connections and finish the requests in flight."""

@@ -12,6 +12,7 @@ that does not exist: a password typed into the name field is never recorded).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -55,8 +56,16 @@ TOUCH_EVERY_S = 15.0
 PENDING_S = 300.0
 
 _HASHER = argon2.PasswordHasher()  # argon2id, the library's current parameters
-#: verified against for a name that does not exist, so the answer takes as long
-_DUMMY_HASH = _HASHER.hash(secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against for a name that does not exist, so the answer takes as long.
+    Made at the first such sign-in, not at import: hashing holds 64 MiB and a CPU for
+    about 0.15 s, which every start of the daemon and of every command paid (issue 31)."""
+    return _HASHER.hash(secrets.token_urlsafe(16))
+
+
 #: passwords checked at once in this process: each check holds 64 MiB and a CPU for
 #: a while, so a burst of sign-ins (16 at once made the daemon 1.1 GB, and a claim
 #: wait 1.2 s) is told to try again instead, and a lock-out is reached after at most
@@ -232,7 +241,7 @@ class People:
         if row is None or row["source"] != "local" or not row["password_hash"]:
             with _verifying():
                 try:
-                    _HASHER.verify(_DUMMY_HASH, password or "-")
+                    _HASHER.verify(_dummy_hash(), password or "-")
                 except argon2.exceptions.VerificationError:
                     pass
             self._audit("unknown", "sign_in.failed", "no such name", remote)

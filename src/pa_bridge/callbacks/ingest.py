@@ -1,25 +1,19 @@
-"""The daemon's side of the callback listener: read what the child hands over, commit
-many callbacks per commit, then say what to answer to each.
+"""The commit behind the callback receiver: what a body says, committing it (callbacks
+arriving together commit together), then what to answer.
 
 200 only after the callback is committed; 503 when it cannot be, so the service
 retries; authenticated bodies that are not the expected JSON are dead-lettered and
-acknowledged. The child's notices of a 401 or a 413 are counted (and the 401s logged
-without flooding the journal); nothing is stored for them.
+acknowledged. The receiver's 401s and 413s are counted (and the 401s logged without
+flooding the journal); nothing is stored for them.
 
 The body is the service's request object, wrapped (``{"request": {...}}``) or bare,
-as the real service sends it (docs/real-service-evidence.md): values may be strings
+as the real service sends it (the product's real-service-evidence.md): values may be strings
 where the type is a number or boolean, ``plan_outcome`` may be null, ``events`` is
 ``[]`` on a plain status change, there is no ``updated_at`` and no delivery id, and
 fields we do not know are tolerated.
 
-The ordering rule (decision 0005, also in the README): a callback moves a PA's
-*current* status only when it is newer. Newer means, in this order:
-
-1. a later place in the workflow: the workflow status (New < PA Request < PA Response
-   < ..., see ``WORKFLOW_RANK``), then the outcome (null < Pending < a determination);
-2. on the same place, a later event time (the latest parseable ``events[].time``, or
-   an ``updated_at`` if a body ever carries one), when both sides have one;
-3. otherwise arrival: the callback that arrives later wins.
+A callback moves a PA's current status only when it is newer: the ordering rule of
+:mod:`pa_bridge.pa_rules` (decision 0005).
 
 Every callback is still kept, once, in the PA's history in arrival order (with its
 event time). The PA's links (``html_url``, ``tokens[].html_url``, ``pdf_url``) are kept
@@ -39,38 +33,32 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
 from ..logs import log_event
 from ..metrics import Metrics
+from ..pa_rules import (
+    FAX_FAILURES,
+    PENDING_PREFIX,
+    digits_key,
+    fields_agree,
+    is_newer,
+    time_key,
+)
 from ..store import Database, Kind, Store, StoreUnavailable, expiry, now_iso, pa_history, pas
 from ..store import callbacks as kept
 from ..store.outbox import enqueue
 from ..webhooks import change_payload
-from .framing import (
-    KIND_CALLBACK,
-    KIND_TOO_LARGE,
-    KIND_UNAUTHORIZED,
-    Message,
-    internal_error_reply,
-    unavailable_reply,
-)
+from .replies import internal_error_reply, unavailable_reply
 
 __all__ = [
-    "FAX_FAILURES",
-    "PENDING_PREFIX",
-    "WORKFLOW_RANK",
     "CallbackReceiver",
     "CallbackResult",
-    "CallbackService",
+    "CallbackIntake",
     "CallbackShapeError",
     "ParsedCallback",
     "UnauthorizedLog",
-    "claim_match_fields",
-    "fields_agree",
-    "is_newer",
     "merge_details",
     "merge_events",
     "merge_links",
@@ -78,75 +66,7 @@ __all__ = [
 ]
 
 
-# ---- what a body says, and the ordering rule (pure) ----------------------------------
-#: Id prefix of a PA we submitted whose answer named none (the empty format), until
-#: its first callback brings the service's id.
-PENDING_PREFIX = "pending-"
-
-#: The event types of a failed fax (the service's documents use both spellings).
-FAX_FAILURES = frozenset({"REQUEST_FAX_FAILED", "REQUEST_FAX_FAILURE"})
-
-#: Place of each workflow status in its workflow (ePA and classic share New/Archived).
-WORKFLOW_RANK: dict[str, int] = {
-    "New": 0,
-    "Shared": 1,
-    "Shared \\ Accessed Online": 2,
-    "PA Request": 2,
-    "Question Request": 2,
-    "Sent to Plan": 3,
-    "Question Response": 3,
-    "PA Response": 4,
-    "Appealed": 5,
-    "Appeal Request": 5,
-    "Appeal Response": 6,
-    "Cancel Request Sent": 7,
-    "Provider Cancel": 8,
-    "Expired": 8,
-    "Failure": 8,
-    "Archived": 9,
-}
-_OUTCOME_RANK = {None: 0, "": 0, "Pending": 1, "Unsent": 1, "N/A": 2}
-
-
-def _outcome_rank(outcome: str | None) -> int:
-    return _OUTCOME_RANK.get(outcome, 2)
-
-
-def _time_key(value: str | None) -> datetime | None:
-    """An event time as an aware datetime, or None when it is not ISO 8601 (the
-    evidence's DELETE event carries the literal string "time")."""
-    if not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def is_newer(
-    new: tuple[str | None, str | None, str | None],
-    current: tuple[str | None, str | None, str | None],
-) -> bool:
-    """(event_time, workflow_status, plan_outcome) of a callback that arrives now vs the
-    PA's current: workflow order, then event times, then arrival (see the module doc).
-    A status we do not know has no place in the workflow: it is ordered by time and
-    arrival only."""
-    nt, ns, no = new
-    ct, cs, co = current
-    if cs is None:
-        return True
-    nr, cr = WORKFLOW_RANK.get(ns or ""), WORKFLOW_RANK.get(cs or "")
-    if nr is not None and cr is not None and nr != cr:
-        return nr > cr
-    if nr is not None and cr is not None and _outcome_rank(no) != _outcome_rank(co):
-        return _outcome_rank(no) > _outcome_rank(co)
-    ntk, ctk = _time_key(nt), _time_key(ct)
-    if ntk is not None and ctk is not None and ntk != ctk:
-        return ntk > ctk
-    return True  # arrival: the later one
-
-
+# ---- what a body says (pure) ---------------------------------------------------------
 class CallbackShapeError(ValueError):
     """Authenticated body that is not the expected JSON: goes to the dead letters."""
 
@@ -280,10 +200,6 @@ def merge_details(old_json: str | None, new: dict[str, Any]) -> str:
     return json.dumps(merged)
 
 
-def _digits_key(value: str | None) -> str:
-    return (value or "").strip().lstrip("0")
-
-
 def _callback_match(req: dict[str, Any], ids: tuple[str, ...]) -> dict[str, str]:
     """What a callback says about the claim behind it (no PHI): BIN, PCN, group,
     pharmacy id (``ids``: :func:`_pharmacy_ids`), NDC, Rx number, when it carries them."""
@@ -310,7 +226,7 @@ def _callback_match(req: dict[str, Any], ids: tuple[str, ...]) -> dict[str, str]
         out["ndc"] = ndc
     ref = _text(rx.get("prescription_reference"))
     if ref:
-        out["rx"] = _digits_key(ref)
+        out["rx"] = digits_key(ref)
     return out
 
 
@@ -331,42 +247,12 @@ def _pharmacy_ids(req: dict[str, Any]) -> tuple[str, ...]:
 def _ndc11(req: dict[str, Any]) -> str | None:
     """``prescription.ndc`` as the claim's 407-D7 would have it: 11 digits (an NDC
     written 5-4-2 with hyphens is the same code). ``drug_id`` is not read: the real
-    service sends a 6-digit drug id there (real-service-evidence.md)."""
+    service sends a 6-digit drug id there (the product's real-service-evidence.md)."""
     rx = req.get("prescription")
     if not isinstance(rx, dict) or isinstance(rx.get("ndc"), bool):
         return None
     ndc = (_text(rx.get("ndc")) or "").replace("-", "")
     return ndc if len(ndc) == 11 and ndc.isdigit() and ndc.isascii() else None
-
-
-def claim_match_fields(
-    bin_: str | None, pcn: str | None, group_id: str | None, provider: str | None,
-    ndc: str | None, rx_number: str | None,
-) -> dict[str, str]:  # fmt: skip
-    """The same identifiers from our side (the claim as sent, overrides applied)."""
-    out = {
-        "bin": (bin_ or "").strip().upper(),
-        "pcn": (pcn or "").strip().upper(),
-        "group_id": (group_id or "").strip().upper(),
-        "provider": (provider or "").strip(),
-        "ndc": (ndc or "").strip(),
-        "rx": _digits_key(rx_number),
-    }
-    return {k: v for k, v in out.items() if v}
-
-
-def fields_agree(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Both name the same BIN, and every other identifier both have is equal; the
-    pharmacy agrees when one of a side's ids (a callback may name its NCPDP id and its
-    NPI, ``provider_alt``) is one of the other's."""
-    if not a.get("bin") or a.get("bin") != b.get("bin"):
-        return False
-    if "provider" in a and "provider" in b:
-        mine = {a["provider"], a.get("provider_alt")} - {None}
-        if not mine & {b["provider"], b.get("provider_alt")}:
-            return False
-    skip = {"provider", "provider_alt"}
-    return all(a[k] == b[k] for k in (a.keys() & b.keys()) - skip)
 
 
 def merge_links(old_json: str | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -416,9 +302,9 @@ def parse_callback(body: bytes) -> ParsedCallback:
         if isinstance(e, dict) and _text(e.get("type")):
             # keep type and time only: remote_user may name a person
             events.append({"type": _text(e.get("type")), "time": _text(e.get("time"))})
-    timed = [(tk, e["time"]) for e in events if (tk := _time_key(e["time"])) is not None]
+    timed = [(tk, e["time"]) for e in events if (tk := time_key(e["time"])) is not None]
     updated = _text(req.get("updated_at"))
-    if _time_key(updated) is None:
+    if time_key(updated) is None:
         updated = None
     event_time = updated or (max(timed)[1] if timed else None)
     delivery = doc.get("delivery_id") or req.get("delivery_id")
@@ -493,7 +379,7 @@ class CallbackResult:
     pa_id: str | None = None
 
 
-class CallbackService:
+class CallbackIntake:
     """Commits callbacks: dedupe, the PA's history, the ordering rule, links, dead
     letters, and the webhook's queue item in the same transaction when forwarding.
 
@@ -514,7 +400,7 @@ class CallbackService:
         self.commit_timeout_s = commit_timeout_s
         self.pharmacies = frozenset(p.strip() for p in pharmacies)
 
-    def store_of(self, cb: ParsedCallback) -> str | None:
+    def pharmacy_of(self, cb: ParsedCallback) -> str | None:
         """The configured store the callback's pharmacy block names (NCPDP id first),
         or None: no ``[[pharmacies]]`` (a single store: nothing filters by store), no
         block, or a store this deployment does not list."""
@@ -798,7 +684,13 @@ class CallbackService:
         record = pas.insert_from_callback if row is None else pas.update_from_callback
         # the store and the NDC only where the PA has none (never over a submit's)
         record(
-            db, cb.pa_id, state, now=now, seq=seq, provider_id=self.store_of(cb), product_id=cb.ndc
+            db,
+            cb.pa_id,
+            state,
+            now=now,
+            seq=seq,
+            provider_id=self.pharmacy_of(cb),
+            product_id=cb.ndc,
         )
         if cb.details:  # the approval's end and the renewal links (issue 28)
             expiry.record_facts(
@@ -888,20 +780,20 @@ class UnauthorizedLog:
 
 
 class CallbackReceiver:
-    """Says what to answer to each message of a batch the child handed over, after
-    committing its callbacks together (:meth:`handle`, the :class:`FrameServer`'s
-    handler). ``on_stored`` is called after a commit that stored a callback when the
-    service forwards them (the queue's wake-up)."""
+    """The receiver's :class:`~.receiver.Sink` in the daemon: commits each callback and
+    says what to answer, after the commit; counts and logs the 401s and 413s.
+    ``on_stored`` is called after a commit that stored a callback when the intake
+    forwards them (the queue's wake-up)."""
 
     def __init__(
         self,
-        service: CallbackService,
+        intake: CallbackIntake,
         metrics: Metrics,
         *,
         on_stored: Callable[[], None] | None = None,
         unauthorized_log: UnauthorizedLog | None = None,
     ) -> None:
-        self.service = service
+        self.intake = intake
         self.metrics = metrics
         self.on_stored = on_stored
         self.unauthorized_log = unauthorized_log or UnauthorizedLog()
@@ -913,35 +805,33 @@ class CallbackReceiver:
             counter = self._counters[outcome] = self.metrics.callbacks.labels(outcome)
         counter.inc()
 
-    def handle(self, batch: list[Message]) -> list[tuple[int, bytes]]:
-        replies: list[tuple[int, bytes] | None] = [None] * len(batch)
-        items: list[tuple[bytes, str | None]] = []
-        where: list[int] = []
-        for i, msg in enumerate(batch):
-            if msg.kind == KIND_CALLBACK:
-                items.append((msg.body, msg.text or None))
-                where.append(i)
-                continue
-            if msg.kind == KIND_UNAUTHORIZED:
-                self._count("unauthorized")
-                self.unauthorized_log.attempt(msg.text)
-            elif msg.kind == KIND_TOO_LARGE:
-                self._count("too_large")
-            replies[i] = (204, b"")
-        stored = False
-        for i, result in zip(where, self.service.receive_many(items) if items else [], strict=True):
-            if isinstance(result, StoreUnavailable):
-                self._count("unavailable")
-                log_event("callback.not_committed", level=logging.ERROR, error=str(result))
-                replies[i] = unavailable_reply()
-            elif isinstance(result, BaseException):  # a bug: this callback alone gets a 500
-                log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
-                replies[i] = internal_error_reply()
-            else:
-                self._count(result.outcome)
-                stored = stored or result.outcome == "stored"
-                answer = {"status": result.outcome, "pa_id": result.pa_id}
-                replies[i] = (200, json.dumps(answer).encode())
-        if stored and self.service.forward and self.on_stored is not None:
+    def _reply(self, result: CallbackResult | BaseException) -> tuple[int, bytes]:
+        if isinstance(result, StoreUnavailable):
+            self._count("unavailable")
+            log_event("callback.not_committed", level=logging.ERROR, error=str(result))
+            return unavailable_reply()
+        if isinstance(result, BaseException):  # a bug: this callback alone gets a 500
+            log_event("callback.error", level=logging.ERROR, error=type(result).__name__)
+            return internal_error_reply()
+        self._count(result.outcome)
+        return 200, json.dumps({"status": result.outcome, "pa_id": result.pa_id}).encode()
+
+    def receive(self, body: bytes, content_type: str | None) -> tuple[int, bytes]:
+        """Commit one callback (those that arrive together commit together: the store's
+        writer takes every job waiting in one transaction); what to answer, after the
+        commit."""
+        (result,) = self.intake.receive_many([(body, content_type)])
+        reply = self._reply(result)
+        stored = isinstance(result, CallbackResult) and result.outcome == "stored"
+        if stored and self.intake.forward and self.on_stored is not None:
             self.on_stored()
-        return [r if r is not None else internal_error_reply() for r in replies]
+        return reply
+
+    def unauthorized(self, remote: str) -> None:
+        """A request without the right credentials (answered 401; nothing stored)."""
+        self._count("unauthorized")
+        self.unauthorized_log.attempt(remote)
+
+    def too_large(self) -> None:
+        """A body over ``callbacks.max_body_bytes`` (answered 413; nothing stored)."""
+        self._count("too_large")

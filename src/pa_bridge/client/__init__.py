@@ -1,9 +1,7 @@
 """The client of the PA service's pharmacy interfaces.
 
-Three interfaces, each with its own pool of connections (httpx for the claim
-interface and the dashboard; kept-alive connections of our own, read by httptools, for
-the outcomes call, which is on every 70/75/76 claim's path: see ``_outcomes_http``
-and docs/decisions/0007-outcomes-http-path.md and 0029):
+Three interfaces, on one ``httpx.Client`` (one TLS setup, the environment's proxy
+settings, each call on a connection of its own; decision 0043):
 
 * the pharmacy **claim interface** (:meth:`PaServiceClient.submit_claim`): B1 starts a
   PA, B2 deletes it. Both are **safe to retry**: the service answers a duplicate B1 or
@@ -30,7 +28,7 @@ One concern a module, each importing only those above it in this list:
 * ``_mapping``: NCPDP claim exchange to variables, the payer-sheet minimum, framing
   (pure functions);
 * ``_answers``: the success bodies, the error pages, the outcomes body;
-* ``_outcomes_http`` and ``_outcomes``: the outcomes call's transport and deadline;
+* ``_outcomes``: the outcomes call and its deadline;
 * ``_client``: :class:`PaServiceClient`;
 * ``_requests``: :class:`RequestsResource`.
 
@@ -82,7 +80,7 @@ from ._mapping import (
     outcome_variables,
     patient_age,
 )
-from ._outcomes import OutcomesCall, form_encode
+from ._outcomes import OutcomesCall
 from ._requests import RequestsResource
 from ._tls import failure_kind, verify_context
 from ._urls import best_urls, origin, pa_id_from_url
@@ -122,7 +120,6 @@ __all__ = [
     "error_text",
     "failure_kind",
     "fallback_reason",
-    "form_encode",
     "frame_claim",
     "is_framed",
     "missing_variables",

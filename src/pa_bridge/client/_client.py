@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from http.cookiejar import CookieJar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -35,7 +35,7 @@ from ._errors import (
     UnreachableError,
 )
 from ._mapping import claim_minimum_missing, frame_claim, outcome_variables
-from ._outcomes import OutcomesCall, OutcomesTransport
+from ._outcomes import OUTCOMES_HEADERS, OutcomesCall, post_outcomes
 from ._tls import is_tls_failure, verify_context
 from ._urls import dedup, pa_id_from_url
 
@@ -44,6 +44,14 @@ __all__ = ["PaServiceClient", "transport_error"]
 log = logging.getLogger("pa_bridge.client")
 _USER_AGENT = "pa-bridge"
 _login_url = dashboard_login_url
+
+
+class _NoCookies(CookieJar):
+    """A jar that keeps no cookie (one pharmacy's login must never ride on another's
+    call), without reading the answers' ``Set-Cookie`` to decide so."""
+
+    def extract_cookies(self, response: object, request: object) -> None:
+        return None
 
 
 def transport_error(exc: httpx.TransportError, what: str) -> ServiceError:
@@ -104,21 +112,20 @@ class PaServiceClient:
         self.dashboard_login_url = dashboard_login_url or _login_url(dashboard_url)
         self._credentials = Credentials(username, password, api_key)
         self.timeout_s = timeout_s
-        ctx = verify_context(verify)
-        common: dict[str, Any] = {
-            "verify": ctx,
-            "follow_redirects": False,
-            "headers": {"User-Agent": _USER_AGENT},
-        }
-        self._claim_http = httpx.Client(timeout=timeout_s, **common)
-        self._outcomes = OutcomesTransport(
-            outcomes_url,
-            verify=ctx,
-            common=common,
-            max_connections=outcomes_workers * 2,
-            user_agent=_USER_AGENT,
+        # one client for the three interfaces: one TLS setup, the proxy settings of
+        # the environment honoured alike, and every call on a connection of its own, so
+        # that an answer is only ever read by the request it answers (decision 0043)
+        self._http = httpx.Client(
+            timeout=timeout_s,
+            verify=verify_context(verify),
+            follow_redirects=False,
+            headers={"User-Agent": _USER_AGENT, "Connection": "close"},
+            limits=httpx.Limits(max_connections=outcomes_workers * 2 + 4),
+            # no cookies kept: one pharmacy's login must never ride on another's call
+            cookies=_NoCookies(),
         )
-        self._dashboard_http = httpx.Client(timeout=timeout_s, **common)
+        self._outcomes_url = httpx.URL(outcomes_url)
+        self._outcomes_headers = httpx.Headers({**self._http.headers, **OUTCOMES_HEADERS})
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=outcomes_workers, thread_name_prefix="pa-outcomes"
         )
@@ -149,9 +156,7 @@ class PaServiceClient:
                 return
             self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self._claim_http.close()
-        self._outcomes.close()
-        self._dashboard_http.close()
+        self._http.close()
 
     def __enter__(self) -> PaServiceClient:
         return self
@@ -216,7 +221,7 @@ class PaServiceClient:
         }
         started = time.monotonic()
         try:
-            resp = self._claim_http.post(self.claim_url, data=form)
+            resp = self._http.post(self.claim_url, data=form)
         except httpx.TransportError as exc:
             err = transport_error(exc, "claim interface")
             log_event(
@@ -340,21 +345,17 @@ class PaServiceClient:
             form.setdefault("api_key", self._credentials.api_key)
             if self._closed:
                 raise BadOutcome("closed: client is closed")
-            sent = self._outcomes.start_inline(form, call.deadline)
-            if sent is not None:
-                call.inline = (self._outcomes, sent)
-            else:
-                call.future = self._pool.submit(
-                    self._outcomes.call, form, call.deadline, call.in_use
-                )
+            call.future = self._pool.submit(
+                post_outcomes,
+                self._http,
+                self._outcomes_url,
+                self._outcomes_headers,
+                form,
+                call.deadline,
+            )
         except Exception as exc:  # the contract is: never raise
             call.fail(exc)
         return call
-
-    @property
-    def _outcomes_fast(self) -> Any:
-        """The outcomes call's fast path, or None when httpx carries it (tests read it)."""
-        return self._outcomes.fast
 
     # -- dashboard
 
@@ -363,7 +364,7 @@ class PaServiceClient:
         default this client's); the token (never logged)."""
         creds = credentials or self._credentials
         try:
-            resp = self._dashboard_http.post(
+            resp = self._http.post(
                 self.dashboard_login_url,
                 data=dict(
                     zip(DASHBOARD_LOGIN_VARIABLES, (creds.username, creds.password), strict=True)

@@ -23,8 +23,8 @@ The status is checked before the body is parsed. Errors are :class:`ServiceError
 JSON described is :class:`BadResponseError`. The service's error body
 ``{"errors": [{"code", "message", "debug"}]}`` gives the detail (its code and message,
 capped; never ``debug``). Values in the request objects may be strings where the type
-is a boolean or a number (real-service-evidence.md): the objects are handed on as they
-came, for the callback parser, which reads either.
+is a boolean or a number (the product's real-service-evidence.md): the objects are
+handed on as they came, for the callback parser, which reads either.
 
 Logging: status codes, counts and elapsed times; never a token, the api_id or a body.
 """

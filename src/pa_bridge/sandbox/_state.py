@@ -169,7 +169,7 @@ class SandboxState:
 
     def request_object(self, pa: dict[str, Any]) -> dict[str, Any]:
         """The PA as the real service's request object looks in a callback (the
-        evidence, docs/real-service-evidence.md): links (``href``, ``html_url``,
+        evidence, the product's real-service-evidence.md): links (``href``, ``html_url``,
         ``pdf_url``, ``thumbnail_urls``, ``tokens`` with their own links), values as
         strings where the type is a number or boolean (``urgent: "false"``, quantities),
         ``is_epa`` a boolean and ``attachments_included`` a number (as in the

@@ -6,9 +6,10 @@
 - :class:`Deliveries` (deliveries.py): the queue's deliverers;
 - pure decision logic in decisions.py (imports only ``ncpdp``).
 
-:class:`Services` holds one of each for the web layer; the composition root
-(:func:`pa_bridge.runtime.build_services`) builds it and registers the deliverers with
-the queue. Web handlers turn :class:`BridgeError` into the JSON error body.
+:class:`UseCases` holds one of each for the web layer; the composition root
+(:func:`pa_bridge.runtime.build_use_cases`) builds it and registers the deliverers with
+the queue. Use cases raise the kinds of :mod:`.errors` (no HTTP in them); the web
+layer says each in its status and the JSON error body.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ __all__ = [
     "PaService",
     "Pharmacies",
     "Reversals",
-    "Services",
+    "UseCases",
 ]
 
 
 @dataclass
-class Services:
+class UseCases:
     """One of each use case, and what they share, for the web layer and the daemon."""
 
     settings: Settings

@@ -1,20 +1,20 @@
 """Every request and response body of the local API (``/v1/...``), defined once.
 
-Services take and return these models, the views dump them, and the OpenAPI
+UseCases take and return these models, the views dump them, and the OpenAPI
 components are generated from them (web/openapi.py). Field order is the order of the
 keys in the answers; a field left out when it does not apply is ``None`` here and
 dropped by :func:`dump` (``exclude_none``) for the answers that do so (the claim
 answer); the PA answers keep their nulls.
 
-Request bodies check their fields in order and raise :class:`BridgeError` with the
-same code and message as before (a body field that is not what it should be is
-``invalid_body``; NCPDP that does not parse is ``malformed_claim``).
+Request bodies check their fields in order; :func:`read` says the first field that is
+not what it should be as an ``InvalidRequest`` with its code (``invalid_body``; NCPDP
+that does not parse is ``malformed_claim``, with where in its ``detail``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -22,26 +22,39 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    ValidationError,
     WithJsonSchema,
+    field_serializer,
     model_validator,
 )
 from typing_extensions import TypedDict
 
 import ncpdp
 
-from ..callbacks.ingest import WORKFLOW_RANK
 from ..client import FALLBACK_REASONS
-from ._parse import parse_transmission
-from .errors import BridgeError
+from ..pa_guide import ATTENTION_ORDER
+from ..pa_rules import WORKFLOW_RANK
+from ._parse import invalid, parse_transmission
+from .errors import InvalidRequest
 
 __all__ = [
+    "AcknowledgeAnswer",
+    "DashboardQuery",
+    "KeyHeader",
+    "PaFeedQuery",
+    "PharmacyQuery",
+    "AcknowledgeBody",
+    "Acknowledgement",
     "Claim",
     "ClaimAnswer",
     "ClaimTransactionPa",
     "ClaimExchange",
+    "ConsoleClaim",
+    "ConsolePa",
     "Error",
     "ErrorInfo",
     "Event",
+    "Health",
     "HistoryEntry",
     "Pa",
     "PaLinks",
@@ -53,14 +66,116 @@ __all__ = [
     "SubmitPa",
     "TransactionAnswer",
     "WebhookChange",
+    "Worklist",
+    "WorklistClaim",
+    "WorklistItem",
+    "WorklistPa",
     "dump",
+    "read",
 ]
+
+
+_Body_T = TypeVar("_Body_T", bound=BaseModel)
+
+
+def read(model: type[_Body_T], data: Any) -> _Body_T:
+    """``data`` as ``model``, or :class:`InvalidRequest` for its first field that is not
+    what it should be (its code, message and detail as the validator said them)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        ctx = first.get("ctx") or {}
+        raise InvalidRequest(
+            first["type"] if "message" in ctx else "invalid_body",
+            str(ctx.get("message") or first["msg"]),
+            ctx.get("detail"),
+        ) from None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
     """The JSON-ready dict of an answer: the claim answers leave out what does not
     apply, the others keep their nulls."""
     return model.model_dump(exclude_none=isinstance(model, ClaimAnswer | TransactionAnswer))
+
+
+# ---- what a request says besides its body -------------------------------------------------
+def _text(description: str, **schema: Any) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "minLength": 1, **schema, "description": description})
+
+
+class KeyHeader(BaseModel):
+    """The ``Idempotency-Key`` header of the POSTs (decision 0017)."""
+
+    idempotency_key: Annotated[
+        str | None,
+        _text(
+            "Send the same key again (a UUID, 1-255 printable ASCII characters) when"
+            " re-sending the same request: the first request's answer comes back, with its"
+            " status (header `Idempotent-Replayed: true`), and nothing is done twice. The"
+            " same key with other content, or on another path, is a 422"
+            " `idempotency_key_reused`.",
+            maxLength=255,
+            pattern="^[!-~]+$",
+        ),
+    ] = Field(default=None, alias="Idempotency-Key")
+
+
+_PHARMACY = (
+    "a chain's store: only the claims and PAs of this provider id (201-B1); a token limited"
+    " to other stores is refused"
+)
+
+
+class PharmacyQuery(BaseModel):
+    """``?pharmacy=``: one store of a chain."""
+
+    pharmacy: Annotated[str | None, _text(_PHARMACY)] = None
+
+
+class DashboardQuery(BaseModel):
+    """``GET /v1/dashboard/open``."""
+
+    pharmacy: Annotated[
+        str | None,
+        _text(
+            "a chain's store (provider id) to log in as: required when several are"
+            " configured, unless the token is limited to one"
+        ),
+    ] = None
+
+
+class PaFeedQuery(BaseModel):
+    """``GET /v1/pa``."""
+
+    since: Annotated[
+        str | None,
+        _text(
+            "a `cursor` from an earlier answer: only PAs changed after it (a cursor beyond"
+            " the newest change is a 400 naming the newest, `detail.newest_cursor`)"
+        ),
+    ] = None
+    limit: Annotated[
+        int,
+        WithJsonSchema(
+            {
+                "type": "integer",
+                "minimum": 1,
+                "default": 100,
+                "description": "at most this many; more than 1000 is taken as 1000",
+            }
+        ),
+    ] = 100
+    pharmacy: Annotated[
+        str | None, _text(_PHARMACY + "; the cursor never skips one of its changes")
+    ] = None
+    claim_id: Annotated[
+        str | None,
+        _text(
+            "only this claim's PAs (as in GET /v1/claims/{claim_id}); `since` and `limit`"
+            " do not apply"
+        ),
+    ] = None
 
 
 # ---- request bodies ---------------------------------------------------------------------
@@ -79,7 +194,7 @@ def _as_sent(value: Any) -> Any:
 def _metadata(value: Any) -> dict[str, Any]:
     value = value or {}
     if not isinstance(value, dict):
-        raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+        raise invalid("invalid_body", "'metadata' must be an object")
     return value
 
 
@@ -89,6 +204,7 @@ RawRequest = Annotated[
     WithJsonSchema(
         {
             "type": "string",
+            "minLength": 1,
             "description": "the raw NCPDP request (separators as \\u001e \\u001c \\u001d)",
         }
     ),
@@ -96,12 +212,12 @@ RawRequest = Annotated[
 RawResponse = Annotated[
     ncpdp.Transmission,
     PlainValidator(_response),
-    WithJsonSchema({"type": "string", "description": "the raw NCPDP response"}),
+    WithJsonSchema({"type": "string", "minLength": 1, "description": "the raw NCPDP response"}),
 ]
 RawReversal = Annotated[
     ncpdp.Transmission,
     PlainValidator(_request),
-    WithJsonSchema({"type": "string", "description": "the raw NCPDP B2"}),
+    WithJsonSchema({"type": "string", "minLength": 1, "description": "the raw NCPDP B2"}),
 ]
 #: the transaction index of a submit, taken as sent: the use case checks it against
 #: the claim (after finding the claim, as it always has)
@@ -193,7 +309,7 @@ class _Body(BaseModel):
     def _every_field(cls, data: Any) -> Any:
         """A missing field is checked like a null one, in field order."""
         if not isinstance(data, dict):
-            raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+            raise invalid("invalid_body", "the body must be a JSON object")
         return {name: data.get(name) for name in cls.model_fields}
 
 
@@ -232,7 +348,7 @@ class SubmitPa(_Body):
     @classmethod
     def _every_field(cls, data: Any) -> Any:
         if not isinstance(data, dict):
-            raise BridgeError(400, "invalid_body", "the body must be a JSON object or empty")
+            raise invalid("invalid_body", "the body must be a JSON object or empty")
         return {"transaction": data.get("transaction", 0), "metadata": data.get("metadata")}
 
 
@@ -465,15 +581,9 @@ class Claim(BaseModel):
     provider_id: str | None = Field(
         default=None, description="the pharmacy: 201-B1 (service provider id) of the claim"
     )
-    answer: Annotated[
-        dict[str, Any] | None,
-        WithJsonSchema(
-            {
-                "oneOf": [{"$ref": "#/components/schemas/ClaimAnswer"}, {"type": "null"}],
-                "description": "the answer given (null for a moment after it is sent)",
-            }
-        ),
-    ]
+    answer: ClaimAnswer | None = Field(
+        description="the answer given (null for a moment after it is sent)"
+    )
     transactions: list[ClaimTransactionPa]
     pa: Pa | None = Field(description="its PA, if any (the first of `pas`)")
     pas: list[Pa] = Field(
@@ -481,6 +591,11 @@ class Claim(BaseModel):
         " of the same claim key (BIN, PCN, group, Rx number, fill number, provider)"
         " submitted from another exchange"
     )
+
+    @field_serializer("answer", mode="wrap")
+    def _answer_as_given(self, value: ClaimAnswer | None, handler: Any) -> Any:
+        """The answer as the claim's answer is sent: what does not apply left out."""
+        return None if value is None else dump(value)
 
 
 class WebhookChangeInfo(BaseModel):
@@ -520,3 +635,297 @@ class Error(BaseModel):
     """Every error body. `detail` is never PHI and never a secret."""
 
     error: ErrorInfo
+
+
+# ---- health, and the console's answers (issue 31: each its model) ------------------------
+Tone = Literal["ok", "warn", "bad", "info"]
+Attention = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "enum": list(ATTENTION_ORDER),
+            "description": "why it needs the pharmacist (the worklist's groups, in this order)",
+        }
+    ),
+]
+
+
+class HealthReconcile(BaseModel):
+    enabled: bool
+    off_reason: str | None = None
+    last_complete_at: str | None = None
+    last_changes: int | None = Field(
+        default=None, description="changes it found: non-zero means callbacks are lost"
+    )
+    last_pass_complete: bool | None = None
+
+
+class Health(BaseModel):
+    """``GET /healthz``. The daemon adds its own checks; every boolean must be true."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ok", "degraded", "unavailable"] = Field(
+        description="degraded (200): it works, but `degraded` lists what needs store IT;"
+        " unavailable (503): a check is false"
+    )
+    degraded: list[str] | None = Field(
+        default=None,
+        description="service_unreachable, service_credentials_refused, queue_failed,"
+        " queue_held_after_restore, queue_held_for_configuration, callbacks_lost (the last"
+        " reconciliation pass found changes the callbacks missed), reconcile_incomplete,"
+        " callbacks_certificate_expired, callbacks_certificate_expiring"
+        " (docs/operations.md)",
+    )
+    database: bool
+    queue_depth: int | None = Field(ge=0, description="null while the queue cannot be read")
+    queue_oldest_age_s: float | None = None
+    queue_held_for: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        description="held queue items by why they wait: restore (for review after a"
+        " restore), configuration (refused for pa-bridge's credentials or configuration:"
+        " retried at the next start or reload), pharmacy (a store this daemon does not"
+        " list: left for a daemon that does)",
+    )
+    scheduler: bool | None = None
+    writer: bool | None = None
+    callbacks: bool | None = Field(
+        default=None, description="the callback listener's process is running"
+    )
+    daemon_id: str | None = Field(
+        default=None,
+        description="host:pid of the daemon that answered (several daemons may share one"
+        " PostgreSQL database)",
+    )
+    database_engine: Literal["sqlite", "postgresql"] | None = None
+    reconcile: HealthReconcile | None = Field(
+        default=None,
+        description="reading PAs back from the service (issue 28): the fleet's last complete pass",
+    )
+    callbacks_certificate_expires_at: str | None = Field(
+        default=None,
+        description="when the callback listener's TLS certificate expires (with"
+        " `callbacks.tls_cert`)",
+    )
+    wire: bool | None = Field(
+        default=None, description="the tap and inline listeners' event loop runs"
+    )
+
+
+class AcknowledgeBody(BaseModel):
+    """``POST /v1/pa/{pa_id}/acknowledge``'s optional body."""
+
+    cursor: str | None = Field(
+        default=None, description="the PA's `cursor` as the pharmacist's page showed it"
+    )
+
+
+class Acknowledgement(BaseModel):
+    at: str = Field(description="when (UTC)")
+    by: str = Field(
+        description="who: `token#N` (the N-th `[intake] tokens` entry), or `console` on"
+        " loopback with no tokens"
+    )
+    attention: Attention | None
+    cursor: str | None = Field(description="the PA's cursor acknowledged: the one the page showed")
+
+
+class AcknowledgeAnswer(BaseModel):
+    """``POST /v1/pa/{pa_id}/acknowledge``."""
+
+    pa_id: str
+    acknowledged: Acknowledgement
+
+
+class NamedLink(BaseModel):
+    href: str
+    label: str = Field(description="what it opens: which PA, its page or PDF, a token or not")
+
+
+class WorklistPa(BaseModel):
+    """A PA as the console shows it: its status in words, no patient data."""
+
+    model_config = ConfigDict(extra="allow")
+
+    pa_id: str
+    claim_id: str | None = None
+    transaction_index: int | None = None
+    workflow_status: str | None
+    plan_outcome: str | None
+    deleted: bool
+    fax_failed: bool
+    open_url: str
+    url: str | None
+    created_at: str | None = None
+    updated_at: str | None = None
+    cursor: str | None = None
+    rx_number: str | None = None
+    product_id: str | None = None
+    label: str = Field(description="the status in a pharmacist's words")
+    meaning: str = Field(description="what it means")
+    next_step: str = Field(description="what to do next")
+    tone: Tone
+    attention: Attention | None = Field(
+        description="the worklist group its latest state puts it in (null: nothing to do):"
+        " deleted; else a fax failure no later status has followed; else its current"
+        " status's group; else waiting too long"
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what the label does not say already (a fax failure a later status"
+        " superseded); never the label again",
+    )
+    news_cursor: str | None = Field(
+        default=None,
+        description="the cursor of its latest news (a new status or outcome, an event not"
+        " seen before): an acknowledgement of an older cursor no longer holds",
+    )
+    provisional_id: str | None = Field(
+        default=None,
+        description="the provisional `pending-...` id a submit answered before the PA's"
+        " first callback (it still finds the PA)",
+    )
+    drug_name: str | None = Field(
+        default=None, description="name and strength, from the service's callbacks"
+    )
+    expiration_date: str | None = Field(
+        default=None,
+        description="end of the approval period (`authorization_period`), as the service"
+        " wrote it; null unless the PA's latest state is an approval",
+    )
+    effective_date: str | None = None
+    expires_at: str | None = Field(default=None, description="the approval's last day, YYYY-MM-DD")
+    days_left: int | None = Field(
+        default=None, description="days until the approval ends (negative: ended)"
+    )
+    renewal_of: str | None = Field(default=None, description="the PA this one renews")
+    renewed_by: str | None = Field(default=None, description="a PA renewing this one")
+    gone: bool = Field(
+        default=False, description="the service no longer returns it: effectively deleted"
+    )
+    is_epa: bool | None = Field(default=None, description="ePA or classic (fax)")
+    page_url: str = Field(description="the PA's console page")
+    acknowledged: Acknowledgement | None = None
+    other_links: list[NamedLink] | None = Field(
+        default=None, description="(a PA's page) every link but `url`, named for what it opens"
+    )
+    groups: dict[str, str] | None = Field(
+        default=None, description="(a PA's page) each group's words, by key"
+    )
+
+
+class WorklistClaim(BaseModel):
+    """A claim rejected for PA, as the console shows it."""
+
+    key: str = Field(description="claim_id:transaction_index")
+    claim_id: str
+    transaction_index: int = Field(ge=0)
+    received_at: str
+    rx_number: str | None
+    product_id: str | None
+    reject_codes: list[str]
+    message: str | None
+    button_label: str
+    message_source: MessageSource | None
+    fallback_reason: FallbackReason | None = Field(
+        default=None,
+        description="why the outcomes message is missing, when the answer recorded it",
+    )
+    pa: WorklistPa | None
+    pa_via: Literal["claim", "claim_key"] | None = Field(
+        default=None, description="`claim_key`: the PA of the same claim sent earlier"
+    )
+
+
+class WorklistItem(BaseModel):
+    attention: Attention
+    key: str = Field(description="`claim:<key>` or `pa:<pa_id>`")
+    since: str | None = Field(description="received or last changed")
+    claim: WorklistClaim | None
+    pa: WorklistPa | None
+    returned: bool = Field(
+        default=False,
+        description="acknowledged before, and back: news since, or another group",
+    )
+
+
+class StatusGuide(BaseModel):
+    """One status the service can report (or an event), in words."""
+
+    workflow_status: str | None
+    plan_outcome: str | None
+    event: str | None = None
+    label: str
+    meaning: str
+    next_step: str
+    tone: Tone
+    attention: Attention | None = None
+    overdue: str | None = Field(
+        default=None,
+        description="what to do when it has waited too long (null: the general words)",
+    )
+
+
+class WorklistGroup(BaseModel):
+    key: Attention
+    title: str
+    words: str = Field(description="the group in a few words")
+    tone: Tone
+    count: int = Field(ge=0)
+
+
+class PharmacyChoice(BaseModel):
+    provider_id: str
+    name: str | None
+
+
+class Worklist(BaseModel):
+    """``GET /v1/console/worklist``: what the console shows. No patient names, dates of
+    birth or cardholder ids, only Rx number, product id and drug name."""
+
+    generated_at: str
+    day_start: str = Field(description="local midnight, in UTC")
+    pending_alert_hours: float
+    counts: dict[str, int] = Field(description="items per group, and `total`")
+    groups: list[WorklistGroup]
+    items: list[WorklistItem] = Field(description="what needs the pharmacist, most urgent first")
+    claims: list[WorklistClaim]
+    pas: list[WorklistPa]
+    guide: list[StatusGuide]
+    pharmacy: str | None = Field(description="the one store shown (a chain), else null")
+    pharmacies: list[PharmacyChoice] = Field(
+        default_factory=list,
+        description="a chain's stores the token may choose between (empty for a single store)",
+    )
+
+
+class ConsoleClaim(BaseModel):
+    """The claim a PA came from (BIN, PCN and group identify the plan, not the patient)."""
+
+    claim_id: str
+    transaction_index: int
+    received_at: str
+    transaction_code: str | None
+    bin: str | None
+    pcn: str | None
+    group_id: str | None
+    rx_number: str | None
+    product_id: str | None
+    reject_codes: list[str]
+    message: str | None
+    message_source: MessageSource | None
+    fallback_reason: FallbackReason | None = None
+    purged: bool
+
+
+class ConsolePa(BaseModel):
+    """``GET /v1/console/pa/{pa_id}``: one PA for its console page. No patient data."""
+
+    generated_at: str
+    pa: WorklistPa
+    claim: ConsoleClaim | None = Field(
+        description="the claim it came from (null for a PA known only from callbacks)"
+    )
+    history: list[HistoryEntry]
+    events: list[Event]
+    acknowledgements: list[Acknowledgement]

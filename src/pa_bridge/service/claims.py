@@ -35,9 +35,9 @@ from ..store import (
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
-from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer
+from .bodies import ClaimAnswer, ClaimExchange, MessageSource, TransactionAnswer, read
 from .decisions import TxDecision, claim_key, count_problem, decide, prescriber_fax
-from .errors import BridgeError
+from .errors import InvalidRequest, NotFound, Unavailable
 from .exchange_rules import missing_for_decision
 from .pharmacies import Pharmacies, Scope, check_scope
 
@@ -92,14 +92,13 @@ class ClaimIntake:
         started = time.monotonic()
         budget_s = self.settings.outcomes.budget_ms / 1000.0
         if not isinstance(body, ClaimExchange):
-            body = ClaimExchange.model_validate(body)
+            body = read(ClaimExchange, body)
         req, resp, metadata = body.request, body.response, body.metadata
         req_bytes, resp_bytes = bytes(req), bytes(resp)
         rv = req.as_request()
         missing = missing_for_decision(req, resp, rv)
         if missing:  # lenient parsing tolerates framing, not missing substance
-            raise BridgeError(
-                400,
+            raise InvalidRequest(
                 "malformed_claim",
                 "the claim exchange lacks what a decision needs: " + "; ".join(missing),
                 {"missing": missing},
@@ -119,7 +118,7 @@ class ClaimIntake:
         if problem is not None:
             part, why = problem
             detail = {"part": part, "field_id": "A9"} if part == "request" else {"part": part}
-            raise BridgeError(400, "malformed_claim", why, detail)
+            raise InvalidRequest("malformed_claim", why, detail)
         sv = resp.as_response()
         decisions = decide(sv)
         claim_id = uuid.uuid4().hex
@@ -216,8 +215,7 @@ class ClaimIntake:
 
         if stored_error is not None:
             self._answering.pop(claim_id, None)  # nothing was stored: no replay to serve
-            raise BridgeError(
-                503,
+            raise Unavailable(
                 "storage_unavailable",
                 "the claim could not be stored; send it again",
                 str(stored_error),
@@ -290,8 +288,7 @@ class ClaimIntake:
             self.store.flush()
             row = exchanges.get(self.store.reader(), claim_id)
             if row is None:  # purged with its key's claim, or never there
-                raise BridgeError(404, "unknown_claim", "no claim with that id",
-                                  {"claim_id": claim_id})  # fmt: skip
+                raise NotFound("unknown_claim", "no claim with that id", {"claim_id": claim_id})
             if row["answer_json"] is not None:
                 saved = json.loads(row["answer_json"])
                 return idempotency.ReplayedClaimAnswer.model_validate(saved)

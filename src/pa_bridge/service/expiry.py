@@ -14,7 +14,7 @@ within ``[worklist] expiring_days`` of today, and that no renewal PA renews yet:
   all in one transaction. A new end date (a renewed period) is announced again when
   it comes close in its turn.
 
-"Today" is the pharmacy's: the daemon's local date. Times come from the services'
+"Today" is the pharmacy's: the daemon's local date. Times come from the use cases'
 clock, so the tests move it.
 """
 

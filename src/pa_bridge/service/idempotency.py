@@ -7,9 +7,10 @@ fingerprint of what was sent; a later request with the key and the same content 
 that object back, and nothing is done twice (no second claim, no second call to the
 service). The same key with other content is a mistake: 422.
 
-Keys are scoped by route (``claims``, ``submit``, ``reversals``), kept with the
-database (no PHI in them: the fingerprint is a SHA-256), and purged with the rows
-they name.
+A key is one request's: the same key on another path (``claims``, ``submit``,
+``reversals``) is a mistake too (422). A replay answers the status the first answer
+had (a submit that created its PA says so again). Keys are kept with the database (no PHI in
+them: the fingerprint is a SHA-256) and purged with the rows they name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from ..store import Database, Store, now_iso
 from ..store import idempotency as idempotency_keys
 from .bodies import ClaimAnswer, Pa, ReversalAnswer
-from .errors import BridgeError
+from .errors import BridgeError, Refused
 
 __all__ = [
     "IdempotencyConflict",
@@ -31,6 +32,7 @@ __all__ = [
     "ReplayedPa",
     "ReplayedReversalAnswer",
     "check_key",
+    "earlier",
     "fingerprint",
     "key_reused",
     "lookup",
@@ -59,8 +61,7 @@ class ReplayedReversalAnswer(ReversalAnswer, Replayed):
 
 
 def key_reused() -> BridgeError:
-    return BridgeError(
-        422,
+    return Refused(
         "idempotency_key_reused",
         "this Idempotency-Key was used before with another request; use a new key for new content",
     )
@@ -99,22 +100,32 @@ def fingerprint(*parts: Any) -> str:
 
 def lookup(store: Store, scope: str, key: str, fp: str) -> str | None:
     """The object a key made before (None when the key is new). Raises
-    :class:`IdempotencyConflict` when it was used with other content."""
-    found = idempotency_keys.get(store.reader(), scope, key)
+    :class:`IdempotencyConflict` when it was used with other content or on another
+    path."""
+    found = earlier(store, scope, key, fp)
+    return None if found is None else found.object_id
+
+
+def earlier(store: Store, scope: str, key: str, fp: str) -> idempotency_keys.KeyRow | None:
+    """:func:`lookup`'s record, with what the first answer said (``created``)."""
+    found = idempotency_keys.get(store.reader(), key)
     if found is None:
         return None
-    if found[0] != fp:
+    if found.scope != scope or found.fingerprint != fp:
         raise IdempotencyConflict(scope)
-    return found[1]
+    return found
 
 
-def record(db: Database, scope: str, key: str, fp: str, object_id: str) -> None:
-    """Record the key inside the write job that does the work; raises :class:`KeyTaken`
-    (so the job undoes its part) when a concurrent request recorded it first, or
-    :class:`IdempotencyConflict` when that one had other content."""
-    found = idempotency_keys.get(db, scope, key)
+def record(
+    db: Database, scope: str, key: str, fp: str, object_id: str, created: bool | None = None
+) -> None:
+    """Record the key inside the write job that does the work (``created``: whether it
+    made the object now, when a replay must say it again); raises :class:`KeyTaken` (so the
+    job undoes its part) when a concurrent request recorded it first, or
+    :class:`IdempotencyConflict` when that one had other content or another path."""
+    found = idempotency_keys.get(db, key)
     if found is not None:
-        if found[0] != fp:
+        if found.scope != scope or found.fingerprint != fp:
             raise IdempotencyConflict(scope)
-        raise KeyTaken(found[1])
-    idempotency_keys.insert(db, scope, key, fp, object_id, now_iso())
+        raise KeyTaken(found.object_id)
+    idempotency_keys.insert(db, scope, key, fp, object_id, now_iso(), created)

@@ -13,10 +13,10 @@ from typing import Any, cast
 import ncpdp
 
 from .. import policy
-from ..callbacks.ingest import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..client import ClaimResult, PaServiceClient, ServiceError, best_urls, claim_metadata
 from ..logs import log_event
 from ..metrics import Metrics
+from ..pa_rules import PENDING_PREFIX, claim_match_fields, fields_agree
 from ..store import Database, Store, StoreUnavailable, audit, exchanges, now_iso, pa_history, pas
 from ..store import outbox as queue_items
 from ..store.pas import PaRow
@@ -29,21 +29,34 @@ from .bodies import (
     PaList,
     PaWithHistory,
     SubmitPa,
+    read,
 )
 from .decisions import claim_key
-from .errors import BridgeError
+from .errors import (
+    BridgeError,
+    Conflict,
+    Gone,
+    InvalidRequest,
+    NotFound,
+    Refused,
+    ServiceFailed,
+    ServiceTimeout,
+    Unavailable,
+)
 from .pharmacies import Pharmacies, Scope, check_scope, in_scope
 
 __all__ = ["PaService", "pa_json", "pa_links", "pa_model", "service_error"]
 
 
 def service_error(e: ServiceError) -> BridgeError:
-    """The answer for a service failure: 504 timeout, 503 unreachable, 502 TLS and
-    other refusals, 422 for claim data the service needs and did not get."""
-    status = {"timeout": 504, "unreachable": 503, "tls": 502, "missing_claim_data": 422}.get(
-        e.code, 502
-    )
-    return BridgeError(status, f"service_{e.code}", e.message, e.detail)
+    """What a service failure is for the caller: it timed out, it is unreachable, it
+    lacks claim data it needs (refused), or it answered with an error (TLS included)."""
+    kind: type[BridgeError] = {
+        "timeout": ServiceTimeout,
+        "unreachable": Unavailable,
+        "missing_claim_data": Refused,
+    }.get(e.code, ServiceFailed)
+    return kind(f"service_{e.code}", e.message, e.detail)
 
 
 def pa_links(row: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], str | None]:
@@ -119,7 +132,7 @@ class PaService:
         """The claim; 404 when unknown or of a pharmacy ``scope`` does not include."""
         row = exchanges.get(self.store.reader(), claim_id)
         if row is None or row["kind"] != "claim" or not in_scope(scope, row["provider_id"]):
-            raise BridgeError(404, "unknown_claim", "no claim with that id", {"claim_id": claim_id})
+            raise NotFound("unknown_claim", "no claim with that id", {"claim_id": claim_id})
         return row
 
     # ---- submit PA -------------------------------------------------------------
@@ -143,24 +156,27 @@ class PaService:
         (not created now) and sends nothing to the service (decision 0017). The claim
         goes with its pharmacy's credentials; 404 for a claim outside ``scope``."""
         if not isinstance(body, SubmitPa):
-            body = SubmitPa.model_validate(body)
+            body = read(SubmitPa, body)
         if scope is not None:
             self._exchange(claim_id, scope)
         if idempotency_key is None:
             return self._submit_pa(claim_id, body, actor)
         fp = idempotency.fingerprint(claim_id, body.transaction, body.metadata)
         try:
-            earlier = idempotency.lookup(self.store, "submit", idempotency_key, fp)
+            earlier = idempotency.earlier(self.store, "submit", idempotency_key, fp)
         except idempotency.IdempotencyConflict:
             raise idempotency.key_reused() from None
         if earlier is not None:
-            row = self.get_pa_row(earlier)
+            row = self.get_pa_row(earlier.object_id)
             if row is not None:  # by its provisional id too, once its callback renamed it
-                return idempotency.ReplayedPa(**dict(pa_model(row))), False
+                # what the first answer said: created then, or found
+                return idempotency.ReplayedPa(**dict(pa_model(row))), bool(earlier.created)
         pa, created = self._submit_pa(claim_id, body, actor)
         try:
             self.store.write(
-                lambda db: idempotency.record(db, "submit", idempotency_key, fp, pa.pa_id)
+                lambda db: idempotency.record(
+                    db, "submit", idempotency_key, fp, pa.pa_id, created=created
+                )
             )
         except idempotency.KeyTaken:
             pass  # a concurrent request with the key: the claim key's lock gave both this PA
@@ -174,8 +190,7 @@ class PaService:
         ex = self._exchange(claim_id)
         index = body.transaction
         if not isinstance(index, int) or not 0 <= index < max(1, int(ex["transaction_count"] or 1)):
-            raise BridgeError(
-                400,
+            raise InvalidRequest(
                 "invalid_body",
                 "'transaction' must be the index of one of the claim's transactions",
             )
@@ -184,19 +199,19 @@ class PaService:
             return pa_model(existing), False
         creds = self.pharmacies.credentials_for(ex["provider_id"])  # 422 if not configured
         if ex["request_raw"] is None:
-            raise BridgeError(
-                410, "claim_purged", "this claim is older than the retention period; send it again"
+            raise Gone(
+                "claim_purged", "this claim is older than the retention period; send it again"
             )
         req = ncpdp.parse(ex["request_raw"], strict=False)
         resp = ncpdp.parse(ex["response_raw"] or b"", strict=False)
         tx = resp.as_response().transactions
         if index >= len(tx) or not policy.pa_eligible(tx[index]):
-            raise BridgeError(
-                409, "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
+            raise Conflict(
+                "not_pa_eligible", "this claim was not rejected for a reason that allows a PA"
             )
         extra = body.metadata or {}
         if not isinstance(extra, dict):
-            raise BridgeError(400, "invalid_body", "'metadata' must be an object")
+            raise InvalidRequest("invalid_body", "'metadata' must be an object")
         dispensing = {**json.loads(ex["metadata_json"] or "{}"), **extra}
         key = claim_key(req, index)
         # One lock per claim key: two clicks on the same claim (or on two exchanges of
@@ -207,8 +222,7 @@ class PaService:
             if existing is not None:
                 return pa_model(existing), False
             if self._reversed_since(key, str(ex["received_at"])):
-                raise BridgeError(
-                    409,
+                raise Conflict(
                     "claim_reversed",
                     "this claim was reversed after it was sent; a PA cannot be started for"
                     " it. If it was billed again, send the new claim",
@@ -334,8 +348,7 @@ class PaService:
         try:
             pa_id, known = self.store.write(job)
         except StoreUnavailable as e:
-            raise BridgeError(
-                503,
+            raise Unavailable(
                 "storage_unavailable",
                 "the PA was created but could not be saved; click again",
                 str(e),
@@ -371,7 +384,7 @@ class PaService:
         if pharmacy is not None:
             pharmacy = pharmacy.strip()
             if not pharmacy:
-                raise BridgeError(400, "invalid_pharmacy", "'pharmacy' must be a provider id")
+                raise InvalidRequest("invalid_pharmacy", "'pharmacy' must be a provider id")
             check_scope(scope, pharmacy)
             return [pharmacy]
         return None if scope is None else sorted(scope)
@@ -399,7 +412,7 @@ class PaService:
             if pharmacy is not None:
                 found.pas = [p for p in found.pas if p.provider_id in (ids or ())]
             return found
-        bad = BridgeError(400, "invalid_cursor", "'since' must be a cursor from an earlier answer")
+        bad = InvalidRequest("invalid_cursor", "'since' must be a cursor from an earlier answer")
         try:
             after = int(since) if since not in (None, "") else 0
         except ValueError:
@@ -411,8 +424,7 @@ class PaService:
             raise bad
         upto, newest = pas.feed_head(self.store.reader())
         if after > newest:  # a restore's floor counts: cursors from before it still work
-            raise BridgeError(
-                400,
+            raise InvalidRequest(
                 "invalid_cursor",
                 "'since' is beyond the newest change; it was not handed out by this"
                 " pa-bridge (start again without 'since', or from a cursor it gave)",
@@ -483,7 +495,7 @@ class PaService:
     def get_pa(self, pa_id: str, scope: Scope = None) -> PaWithHistory:
         row = self._visible(self.get_pa_row(pa_id), scope)
         if row is None:
-            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+            raise NotFound("unknown_pa", "no PA with that id", {"pa_id": pa_id})
         history = [
             HistoryEntry(
                 received_at=h["received_at"],
@@ -501,11 +513,10 @@ class PaService:
     def pa_open_url(self, pa_id: str, scope: Scope = None) -> str:
         row = self._visible(self.get_pa_row(pa_id), scope)
         if row is None:
-            raise BridgeError(404, "unknown_pa", "no PA with that id", {"pa_id": pa_id})
+            raise NotFound("unknown_pa", "no PA with that id", {"pa_id": pa_id})
         url = pa_links(row)[2]
         if url is None:
-            raise BridgeError(
-                404,
+            raise NotFound(
                 "no_pa_url",
                 "PA started, link on its way: the service sends it with the PA's first callback",
             )
@@ -522,8 +533,7 @@ class PaService:
             if pharmacy is None:
                 choices = sorted(scope) if scope is not None else self.pharmacies.ids()
                 if len(choices) != 1:
-                    raise BridgeError(
-                        400,
+                    raise InvalidRequest(
                         "missing_pharmacy",
                         "'pharmacy' (the provider id of the store whose dashboard to open)"
                         " is required: this pa-bridge serves several pharmacies",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..client import Credentials
 from ..config import Settings
 from ..logs import log_event
-from .errors import BridgeError
+from .errors import BridgeError, NotAllowed, Refused
 
 __all__ = [
     "Pharmacies",
@@ -44,8 +44,7 @@ def _pid(provider_id: str | None) -> str:
 def unknown_pharmacy(provider_id: str | None) -> BridgeError:
     """422: the claim's pharmacy is not one this deployment serves (nothing sent)."""
     pid = _pid(provider_id)
-    return BridgeError(
-        422,
+    return Refused(
         "unknown_pharmacy",
         f"pharmacy {pid or '(none)'} (201-B1 service provider id) is not configured here;"
         " nothing was sent to the PA service. Store IT adds it under [[pharmacies]]",
@@ -56,8 +55,7 @@ def unknown_pharmacy(provider_id: str | None) -> BridgeError:
 def not_allowed(provider_id: str | None) -> BridgeError:
     """403: the intake token is limited to other pharmacies."""
     pid = _pid(provider_id)
-    return BridgeError(
-        403,
+    return NotAllowed(
         "pharmacy_not_allowed",
         f"this intake token may not act for pharmacy {pid or '(none)'}",
         {"provider_id": pid},
@@ -85,8 +83,8 @@ class Pharmacy:
 class Pharmacies:
     """The configured stores by provider id (empty: a single store)."""
 
-    def __init__(self, stores: Iterable[Pharmacy] = ()) -> None:
-        self._by_id = {p.provider_id: p for p in stores}
+    def __init__(self, pharmacies: Iterable[Pharmacy] = ()) -> None:
+        self._by_id = {p.provider_id: p for p in pharmacies}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pharmacies:

@@ -9,7 +9,7 @@ with its own tokens (from its links: ``token_id`` of its hosted-page URLs) and t
 api_id of its store (``[[pharmacies]] api_id``, else ``service.api_id``).
 
 What comes back goes through the callbacks' own apply path
-(:meth:`CallbackService.reconcile_many`): the same merge, ordering rule, history entry
+(:meth:`CallbackIntake.reconcile_many`): the same merge, ordering rule, history entry
 (source ``reconcile``) and webhook; a read that changes nothing of the PA is not
 applied. A PA the search does not return (no token left: "inaccessible through the
 API, effectively deleted") is marked ``gone`` (a feed change, a history entry and a
@@ -41,7 +41,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..callbacks.ingest import CallbackService
+from ..callbacks.ingest import CallbackIntake
 from ..client import CredentialsError, RequestNotFoundError, RequestsResource, ServiceError
 from ..config import Settings
 from ..logs import log_event
@@ -156,7 +156,7 @@ class Reconciler:
         settings: Settings,
         store: Store,
         requests: RequestsResource | None,
-        callbacks: CallbackService,
+        callbacks: CallbackIntake,
         *,
         metrics: Metrics,
         default_api_id: str | None,

@@ -25,26 +25,31 @@ from ..store import outbox as queue_items
 from ..store.outbox import enqueue
 from . import idempotency
 from ._parse import new_exchange
-from .bodies import Reversal, ReversalAnswer, ReversalPa
+from .bodies import Reversal, ReversalAnswer, ReversalPa, read
 from .decisions import claim_key, request_count_problem
-from .errors import BridgeError
+from .errors import Conflict, InvalidRequest, Refused, Unavailable
 from .pharmacies import Pharmacies, Scope, check_scope
 
 __all__ = ["Reversals", "reversal_outcome"]
 
 
 def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
-    """What a reversal's answer says happened: ``pa_found``, ``pas`` (each PA the
-    service deletes; ``deleted`` turns true when its DELETE event has arrived) and a
-    plain ``message``."""
-    names = ", ".join(p.pa_id for p in held)
+    """What a reversal's answer says happened: ``pa_found``, ``pas`` (the claim's PAs,
+    each PA the service deletes; ``deleted`` is true once its DELETE event has arrived,
+    as for a repeated B2) and a plain ``message``."""
+    live = ", ".join(p.pa_id for p in held if not p.deleted)
+    done = ", ".join(p.pa_id for p in held if p.deleted)
+    already = f" PA {done} was deleted already." if done else ""
     if status == Status.DELIVERED:
-        message = (
-            f"The PA service took the reversal and deletes PA {names}; its DELETE event"
-            " follows by callback."
-            if held
-            else "The PA service took the reversal; pa-bridge knows no PA for this claim."
-        )
+        if live:
+            message = (
+                f"The PA service took the reversal and deletes PA {live}; its DELETE event"
+                " follows by callback." + already
+            )
+        elif done:
+            message = "The PA service took the reversal." + already
+        else:
+            message = "The PA service took the reversal; pa-bridge knows no PA for this claim."
     elif status == Status.FAILED:
         message = "The PA service refused the reversal; nothing was deleted."
     elif status == Status.HELD:
@@ -53,11 +58,14 @@ def reversal_outcome(status: str, held: list[ReversalPa]) -> dict[str, Any]:
         message = (
             "The reversal is queued and waits for store IT (pa-bridge queue list shows"
             " why); it is sent once that is fixed"
-            + (f"; it then deletes PA {names}." if held else ".")
+            + (f"; it then deletes PA {live}." if live else ".")
+            + already
         )
     else:
-        message = "The reversal is queued and retried until the PA service takes it" + (
-            f"; it then deletes PA {names}." if held else "."
+        message = (
+            "The reversal is queued and retried until the PA service takes it"
+            + (f"; it then deletes PA {live}." if live else ".")
+            + already
         )
     return {"pa_found": bool(held), "pas": held, "message": message}
 
@@ -92,17 +100,17 @@ class Reversals:
         B2 from a pharmacy it does not list (422) or outside ``scope`` (403) is refused
         before anything is stored (decision 0022)."""
         if not isinstance(body, Reversal):
-            body = Reversal.model_validate(body)
+            body = read(Reversal, body)
         req = body.request
         raw = bytes(req)
         if req.transaction_code != "B2":
-            raise BridgeError(
-                400, "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
+            raise InvalidRequest(
+                "not_a_reversal", f"a reversal must be a B2, this is a {req.transaction_code}"
             )
         problem = request_count_problem(req)
         if problem is not None:
-            raise BridgeError(
-                400, "malformed_claim", f"the B2's {problem}", {"part": "request", "field_id": "A9"}
+            raise InvalidRequest(
+                "malformed_claim", f"the B2's {problem}", {"part": "request", "field_id": "A9"}
             )
         rv = req.as_request()
         missing = [
@@ -119,8 +127,7 @@ class Reversals:
         if missing:
             # the service needs these to find the PA to delete; a B2 without them
             # would sit in the queue failing for good
-            raise BridgeError(
-                400,
+            raise InvalidRequest(
                 "malformed_claim",
                 "the B2 lacks what the service needs to find the claim: " + ", ".join(missing),
                 {"part": "request"},
@@ -138,7 +145,8 @@ class Reversals:
                 raise idempotency.key_reused() from None
             if earlier is not None:
                 return self._replayed(earlier, keys)
-        held = self._held(keys, live_only=True)
+        # a PA deleted already (a repeated B2) is still the claim's: found
+        held = self._held(keys)
 
         def job(db: Database) -> int:
             row = new_exchange(exchange_id, "reversal", actor, rv, raw, now_iso(self.clock()))
@@ -163,8 +171,7 @@ class Reversals:
         except idempotency.IdempotencyConflict:
             raise idempotency.key_reused() from None
         except StoreUnavailable as e:
-            raise BridgeError(
-                503,
+            raise Unavailable(
                 "storage_unavailable",
                 "the reversal could not be stored; send it again",
                 str(e),
@@ -190,8 +197,7 @@ class Reversals:
         )
         log_event("reversal.accepted", reversal_id=exchange_id, queue_id=item_id, status=status)
         if answer.status == "failed":  # refused for good: store IT sees it in `queue list`
-            raise BridgeError(
-                422,
+            raise Refused(
                 "reversal_refused",
                 "the PA service refused this reversal; it is kept in the queue as failed"
                 " (pa-bridge queue list) and is not retried by itself",
@@ -199,8 +205,8 @@ class Reversals:
             )
         return answer, delivered
 
-    def _held(self, keys: list[str], *, live_only: bool) -> list[ReversalPa]:
-        """The PAs we hold for the reversed claims (by claim key)."""
+    def _held(self, keys: list[str]) -> list[ReversalPa]:
+        """The PAs we hold for the reversed claims (by claim key), deleted or not."""
         db = self.store.reader()
         out: list[ReversalPa] = []
         for key in dict.fromkeys(keys):
@@ -210,7 +216,7 @@ class Reversals:
                     workflow_status=row["workflow_status"],
                     deleted=bool(row["deleted"]),
                 )
-                for row in pas.for_reversal(db, key, live_only=live_only)
+                for row in pas.for_reversal(db, key)
             )
         return out
 
@@ -221,8 +227,7 @@ class Reversals:
         queue item's state now; nothing is sent again."""
         item = queue_items.for_claim(self.store.reader(), exchange_id, Kind.REVERSAL)
         if item is None:
-            raise BridgeError(
-                409,
+            raise Conflict(
                 "idempotency_in_progress",
                 "a request with this Idempotency-Key is still being answered; send it again in"
                 " a moment",
@@ -234,11 +239,11 @@ class Reversals:
             queue_id=item_id,
             status=status,
             last_error=last_error,
-            **reversal_outcome(status, self._held(keys, live_only=False)),
+            **reversal_outcome(status, self._held(keys)),
         )
         if status == Status.FAILED:
-            raise BridgeError(
-                422, "reversal_refused", "the PA service refused this reversal", answer.model_dump()
+            raise Refused(
+                "reversal_refused", "the PA service refused this reversal", answer.model_dump()
             )
         return answer, status == Status.DELIVERED
 

@@ -2,23 +2,47 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ._db import Database
 
-__all__ = ["get", "insert"]
+__all__ = ["KeyRow", "get", "insert"]
 
 
-def get(db: Database, scope: str, key: str) -> tuple[str, str] | None:
-    """(fingerprint, object_id) recorded for the key, or None."""
+class KeyRow(NamedTuple):
+    """What a key was used for: the path's scope, the request's fingerprint, what it
+    made, and whether it was made then (None: not recorded)."""
+
+    scope: str
+    fingerprint: str
+    object_id: str
+    created: bool | None
+
+
+def get(db: Database, key: str) -> KeyRow | None:
+    """The key's record, on whichever path it was used (the first, should an older
+    version have recorded it on two), or None."""
     row = db.conn.execute(
-        "SELECT fingerprint, object_id FROM idempotency_keys WHERE scope = ? AND key = ?",
-        [scope, key],
+        "SELECT scope, fingerprint, object_id, created FROM idempotency_keys WHERE key = ?"
+        " ORDER BY created_at LIMIT 1",
+        [key],
     ).fetchone()
-    return None if row is None else (str(row[0]), str(row[1]))
+    if row is None:
+        return None
+    return KeyRow(str(row[0]), str(row[1]), str(row[2]), None if row[3] is None else bool(row[3]))
 
 
-def insert(db: Database, scope: str, key: str, fingerprint: str, object_id: str, now: str) -> None:
+def insert(
+    db: Database,
+    scope: str,
+    key: str,
+    fingerprint: str,
+    object_id: str,
+    now: str,
+    created: bool | None = None,
+) -> None:
     db.conn.execute(
-        "INSERT INTO idempotency_keys (scope, key, fingerprint, object_id, created_at)"
-        " VALUES (?, ?, ?, ?, ?)",
-        [scope, key, fingerprint, object_id, now],
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, object_id, created_at, created)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [scope, key, fingerprint, object_id, now, None if created is None else int(created)],
     )

@@ -300,6 +300,15 @@ def m010_pa_news_and_aliases(db: Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m011_idempotency_created(db: Database) -> None:
+    # Issue 31: a replayed Idempotency-Key answers what its first answer said (a PA
+    # created then, or found), and a key is one request's, whatever the path: it is
+    # looked up by itself.
+    db.execute("ALTER TABLE idempotency_keys ADD COLUMN created INTEGER")
+    db.execute("CREATE INDEX idempotency_keys_key ON idempotency_keys(key)")
+
+
 def known() -> list[str]:
     """Every step this version knows, in order."""
     return [m.name for m in MIGRATIONS.pending(Database(memory=True))]

@@ -152,15 +152,14 @@ def all_for_claim(db: Database, claim_id: str) -> list[PaRow]:
     )
 
 
-def for_reversal(db: Database, key: str, *, live_only: bool) -> list[PaRow]:
-    """The PAs a submit tied to a claim with ``key`` (not deleted, with ``live_only``)."""
+def for_reversal(db: Database, key: str) -> list[PaRow]:
+    """The PAs a submit tied to a claim with ``key`` (deleted or not)."""
     return cast(
         list[PaRow],
         all_rows(
             db,
-            "SELECT * FROM pas WHERE claim_key = ? AND claim_id IS NOT NULL"
-            " AND (deleted = 0 OR ? = 1) ORDER BY created_at",
-            [key, 0 if live_only else 1],
+            "SELECT * FROM pas WHERE claim_key = ? AND claim_id IS NOT NULL ORDER BY created_at",
+            [key],
         ),
     )
 

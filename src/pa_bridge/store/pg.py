@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from . import meta
 from . import pg_migrations as schema
 from ._db import Database
+from ._pg_pipeline import PipelineCursor
 from .crypto import Keyring
 from .engine import Store, StoreError, StoreUnavailable, _Job, probe_round_trip
 
@@ -60,25 +61,6 @@ _FLEET_CLASS = 3
 def _pg_sql(sql: str) -> str:
     """The table modules' ``?`` placeholders in psycopg's spelling."""
     return sql.replace("%", "%%").replace("?", "%s")
-
-
-class _Cursor(psycopg.Cursor[Any]):
-    """A cursor whose ``rowcount`` and ``description`` are right in pipeline mode too.
-
-    In pipeline mode (the write path's fast attempt) a statement's result arrives only
-    when something asks for it; psycopg's fetch methods wait for it, its ``rowcount``
-    and ``description`` do not. These two wait for it as well, so table functions need
-    not know whether the statements they send are pipelined."""
-
-    @property
-    def rowcount(self) -> int:
-        self._fetch_pipeline()
-        return super().rowcount
-
-    @property
-    def description(self) -> list[psycopg.Column] | None:
-        self._fetch_pipeline()
-        return super().description
 
 
 def _execute(raw: psycopg.Connection[Any], sql: str, parameters: Any) -> psycopg.Cursor[Any]:
@@ -142,7 +124,7 @@ def _connect_kwargs(url: str, *, timeout_s: float = 10, settings: str = "") -> d
     options = f"{given.get('options') or ''} {settings}".strip()
     return {
         "autocommit": True,
-        "cursor_factory": _Cursor,
+        "cursor_factory": PipelineCursor,
         "connect_timeout": max(1, int(timeout_s)),
         "options": options,
         "application_name": application_name(url),

@@ -179,6 +179,13 @@ PG_MIGRATIONS: list[tuple[str, list[str]]] = [
             " WHERE provisional_id IS NOT NULL",
         ],
     ),
+    (
+        "m011_idempotency_created",
+        [
+            "ALTER TABLE idempotency_keys ADD COLUMN created INTEGER",
+            "CREATE INDEX idempotency_keys_key ON idempotency_keys(key)",
+        ],
+    ),
 ]
 
 _TABLE = (

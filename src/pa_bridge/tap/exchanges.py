@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..logs import log_event
-from ..service import BridgeError, Services
+from ..service import BridgeError, UseCases
 from ..service.bodies import ClaimAnswer
 from .matching import Message
 
@@ -68,13 +68,13 @@ class ExchangeTaker:
 
     def __init__(
         self,
-        services: Services,
+        use_cases: UseCases,
         *,
         retransmit_seconds: float = 120.0,
         wait_seconds: float = 3.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.services = services
+        self.use_cases = use_cases
         self.window = retransmit_seconds
         #: how long a retransmission waits for the first one's result still being made
         self.wait_seconds = wait_seconds
@@ -150,7 +150,7 @@ class ExchangeTaker:
         actor = f"{mode}:{peer}"
         try:
             if code in CLAIM_CODES:
-                answer = self.services.claims.intake(
+                answer = self.use_cases.claims.intake(
                     {
                         "request": request_payload.decode("latin-1"),
                         "response": response_payload.decode("latin-1"),
@@ -162,7 +162,7 @@ class ExchangeTaker:
                 if response.transmission.as_response().rejected:
                     taken = Taken("skipped", detail="the payer refused the reversal")
                 else:
-                    self.services.reversals.reversal(
+                    self.use_cases.reversals.reversal(
                         {"request": request_payload.decode("latin-1")}, actor
                     )
                     taken = Taken("reversal")
@@ -187,4 +187,4 @@ class ExchangeTaker:
         return taken
 
     def _count(self, mode: str, result: str) -> None:
-        self.services.metrics.tap_exchanges.labels(mode, result).inc()
+        self.use_cases.metrics.tap_exchanges.labels(mode, result).inc()

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..config import Settings, as_list, parse_listen
 from ..logs import log_event
 from ..loop_thread import LoopThread, close_writers
-from ..service import Services
+from ..service import UseCases
 from .copies import TapListener
 from .exchanges import ExchangeTaker
 from .inline import InlineRelay
@@ -63,19 +63,19 @@ class WireListeners:
     def __init__(
         self,
         settings: Settings,
-        services: Services,
+        use_cases: UseCases,
         *,
         switch: list[tuple[str, int]] | None = None,
     ) -> None:
         self.settings = settings
-        self.services = services
+        self.use_cases = use_cases
         self.stop_grace = settings.inline.stop_grace_seconds
         self._switch = switch
         self._loop_thread = LoopThread("ncpdp-wire")
         self._servers: list[asyncio.Server] = []
         self._writers: set[asyncio.StreamWriter] = set()
         self._ticker: asyncio.Task[None] | None = None
-        self.taker = ExchangeTaker(services, retransmit_seconds=settings.inline.retransmit_seconds)
+        self.taker = ExchangeTaker(use_cases, retransmit_seconds=settings.inline.retransmit_seconds)
         self.answer_executor = ThreadPoolExecutor(8, thread_name_prefix="inline-answer")
         self.background_executor = ThreadPoolExecutor(4, thread_name_prefix="wire-intake")
         self.tap: TapListener | None = None
@@ -101,7 +101,7 @@ class WireListeners:
 
     async def _start(self) -> None:
         s = self.settings
-        metrics = self.services.metrics
+        metrics = self.use_cases.metrics
         if s.tap.listen is not None:
             self.tap = TapListener(
                 framing=s.framing_profile(s.tap.framing),

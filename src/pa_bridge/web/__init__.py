@@ -1,1 +1,1 @@
-"""Thin Flask layers over the use cases in :mod:`pa_bridge.bridge`."""
+"""Thin Flask layers over the use cases in :mod:`pa_bridge.service`."""

@@ -1,9 +1,7 @@
-"""What every request to the intake listener must pass, read from the WSGI environ:
-the Host and Origin guard (decision 0012), the intake token, the JSON body.
-
-One copy, used by the Flask hooks in :mod:`.intake` and by :class:`.claim_route.ClaimRoute`,
-which serves ``POST /v1/claims`` without Flask (decision 0028): the two cannot drift.
-Each function reads the environ exactly as werkzeug's ``Request`` reads it.
+"""What every request to the intake listener must pass, read from werkzeug's
+``Request``: the Host and Origin guard (decision 0012), the 415 for a body that is not
+JSON, the intake token, the JSON body, for the one ``before_request`` hook of
+:mod:`.intake`.
 """
 
 from __future__ import annotations
@@ -14,11 +12,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from werkzeug.http import parse_options_header
-from werkzeug.wsgi import get_content_length, get_host
+from werkzeug.wrappers import Request
 
 from ..jsonlimits import MAX_DEPTH, TooDeep, loads_bounded
-from ..service import BridgeError
+from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 
 __all__ = [
@@ -27,16 +24,11 @@ __all__ = [
     "guard",
     "host_allowed",
     "identify",
-    "is_json",
     "json_object",
-    "mimetype",
-    "origin_refusal",
 ]
 
-Environ = dict[str, Any]
-
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
 
 @dataclass(frozen=True)
@@ -78,51 +70,29 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     return True
 
 
-def mimetype(environ: Environ) -> str:
-    """``request.mimetype``: the Content-Type without parameters, lower case."""
-    return parse_options_header(environ.get("CONTENT_TYPE", ""))[0].lower()
-
-
-def is_json(ctype: str) -> bool:
-    """``request.is_json`` for a :func:`mimetype`."""
-    return ctype == "application/json" or (
-        ctype.startswith("application/") and ctype.endswith("+json")
-    )
-
-
-def guard(environ: Environ, allowed: frozenset[str], max_body: int | None) -> Refusal | None:
+def guard(request: Request, allowed: frozenset[str], max_body: int | None) -> Refusal | None:
     """Cross-site requests and foreign host names (issue 19, decision 0012): a page on
     another origin may not change anything here, and a rebound name may not read; and
     a body that is not JSON (415). A body over ``max_body`` passes (its 413 comes
     first, whatever its type). Which paths are exempt is the caller's business."""
-    refused = origin_refusal(environ, allowed)
-    if refused is not None or environ.get("REQUEST_METHOD", "GET").upper() in SAFE_METHODS:
-        return refused
-    length = get_content_length(environ)
-    n = length or 0
-    if n > (max_body or n):
-        return None
-    ctype = mimetype(environ)
-    if ctype in _FORM_TYPES or (length and ctype != "application/json"):
-        return NOT_JSON
-    return None
-
-
-def origin_refusal(environ: Environ, allowed: frozenset[str]) -> Refusal | None:
-    """The Host check, and for a method that may change something the
-    ``Sec-Fetch-Site`` and ``Origin`` check: the part of :func:`guard` about who
-    sends the request."""
-    host = get_host(environ)
+    host = request.host
     if not host_allowed(host, allowed):
         return FORBIDDEN_HOST
-    if environ.get("REQUEST_METHOD", "GET").upper() in SAFE_METHODS:
+    if request.method in SAFE_METHODS:
         return None
-    site = environ.get("HTTP_SEC_FETCH_SITE")
-    origin = environ.get("HTTP_ORIGIN")
+    headers = request.headers
+    site = headers.get("Sec-Fetch-Site")
+    origin = headers.get("Origin")
     if (site is not None and site not in ("same-origin", "none")) or (
-        origin is not None and origin != f"{environ['wsgi.url_scheme']}://{host}"
+        origin is not None and origin != f"{request.scheme}://{host}"
     ):
         return CROSS_ORIGIN
+    length = request.content_length or 0
+    if max_body is not None and length > max_body:
+        return None
+    ctype = request.mimetype
+    if ctype in _FORM_TYPES or (length and ctype != "application/json"):
+        return NOT_JSON
     return None
 
 
@@ -146,14 +116,16 @@ class Tokens:
         return bool(self.everyone or self.scoped)
 
 
-def identify(environ: Environ, tokens: Tokens) -> tuple[str, Scope] | None:
+def identify(request: Request, tokens: Tokens) -> tuple[str, Scope] | None:
     """Who sends this request (the actor written in the audit trail) and the
     pharmacies it may act for; None when a token is required and this one is not
     valid (401)."""
-    remote = environ.get("REMOTE_ADDR")
+    remote = request.remote_addr
     if not tokens.required:
         return remote or "unknown", None
-    scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    # the header itself, not ``request.authorization``: werkzeug reads a token with
+    # an "=" inside as parameters, and a configured token may hold one
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and presented:
         raw = presented.encode()
         for i, t in enumerate(tokens.everyone):
@@ -167,16 +139,18 @@ def identify(environ: Environ, tokens: Tokens) -> tuple[str, Scope] | None:
 
 def json_object(raw: bytes, ctype: str) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 ``invalid_body``."""
-    if not is_json(ctype):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+    if ctype != "application/json" and not (
+        ctype.startswith("application/") and ctype.endswith("+json")
+    ):
+        raise InvalidRequest("invalid_body", "the body must be a JSON object")
     try:
         body = loads_bounded(raw)
     except TooDeep:
-        raise BridgeError(
-            400, "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
+        raise InvalidRequest(
+            "invalid_body", f"the JSON body is nested deeper than {MAX_DEPTH} levels"
         ) from None
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise BridgeError(400, "invalid_body", "the body must be a JSON object")
+        raise InvalidRequest("invalid_body", "the body must be a JSON object")
     return body

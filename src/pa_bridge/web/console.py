@@ -11,25 +11,25 @@ were given (``/?token=...`` once, or typed into the form) from ``sessionStorage`
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, current_app, g, jsonify, request, send_from_directory
 
 from .. import worklist
-from ..service import BridgeError, Services
+from ..service import UseCases, bodies
+from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 from . import checks
+from .openapi import operation
 
 __all__ = ["bp", "is_public_path", "scope", "STATIC_PREFIX"]
 
 STATIC_PREFIX = "/console/static"
 PA_PAGE_PREFIX = "/console/pa/"
 
-bp = Blueprint(
-    "console",
-    __name__,
-    static_folder="static",
-    static_url_path=STATIC_PREFIX,
-)
+bp = Blueprint("console", __name__)
+#: the pages, their script and style (served by :func:`_page` and :func:`console_asset`)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 #: No inline script or style, nothing from another origin.
 _CSP = (
@@ -47,13 +47,13 @@ def is_public_path(path: str) -> bool:
     )
 
 
-def _bridge() -> Services:
-    b: Services = current_app.extensions["pa_bridge"]
+def _use_cases() -> UseCases:
+    b: UseCases = current_app.extensions["pa_bridge"]
     return b
 
 
 def _page(name: str) -> Response:
-    resp = bp.send_static_file(name)
+    resp = send_from_directory(STATIC_DIR, name)
     resp.headers["Content-Security-Policy"] = _CSP
     resp.headers["Referrer-Policy"] = "no-referrer"  # a ?token= never leaks onwards
     resp.headers["X-Content-Type-Options"] = "nosniff"
@@ -61,15 +61,47 @@ def _page(name: str) -> Response:
     return resp
 
 
+_HTML = {200: ["text/html"]}
+_PA_ID = {"pa_id": "the PA id"}
+
+
 @bp.get("/")
+@operation("console", public=True, answers={200: (None, "the page")}, content=_HTML)
 def console_page() -> Response:
+    """The pharmacist console (HTML); no token needed to load it
+
+    When tokens are configured, open `/?token=<intake token>` once (or type the token
+    into the page's form): the page keeps it in sessionStorage and sends it on its API
+    calls."""
     return _page("console.html")
 
 
 @bp.get("/console/pa/<pa_id>")
+@operation(
+    "consolePaPage",
+    public=True,
+    path=_PA_ID,
+    answers={200: (None, "the page")},
+    content=_HTML,
+)
 def console_pa_page(pa_id: str) -> Response:
+    """A PA's console page (HTML); no token needed to load it"""
     # the page shell only: it reads the PA from /v1/console/pa/{id} with the token
     return _page("pa.html")
+
+
+@bp.get(STATIC_PREFIX + "/<path:filename>")
+@operation(
+    "consoleAsset",
+    public=True,
+    path={"filename": "console.js, common.js, pa.js, console.css, favicon.svg, ..."},
+    answers={200: (None, "the file")},
+    errors={404: "no such file"},
+    content={200: ["text/javascript", "text/css", "text/html", "image/svg+xml"]},
+)
+def console_asset(filename: str) -> Response:
+    """The console's script and style"""
+    return send_from_directory(STATIC_DIR, filename)
 
 
 def _no_store(resp: Response) -> Response:
@@ -85,18 +117,47 @@ def scope() -> Scope:
 
 
 @bp.get("/v1/console/worklist")
+@operation(
+    "consoleWorklist",
+    query=bodies.PharmacyQuery,
+    answers={200: (bodies.Worklist, "the worklist")},
+    errors={
+        400: "an empty `pharmacy`",
+        403: "`pharmacy_not_allowed`: the token is limited to other pharmacies",
+    },
+)
 def console_worklist() -> Response:
-    """``?pharmacy=<provider id>``: one store's (a scoped token: only its own)."""
-    bridge = _bridge()
-    ids = bridge.pas.pharmacy_filter(request.args.get("pharmacy"), scope())
-    answer = worklist.worklist(bridge, pharmacies=ids)
-    answer["pharmacies"] = worklist.pharmacy_choices(bridge, scope())
-    return _no_store(jsonify(answer))
+    """The console's data: what needs the pharmacist, today's claims and PAs
+
+    `items`: what needs the pharmacist, grouped (`counts`, `groups`): claims rejected
+    for PA today and not submitted; PAs denied, deleted, with a failed fax, failed or
+    expired, approved, or without a decision `intake.pending_alert_hours` after they
+    started, until acknowledged. `claims`: claims rejected for PA received today (local
+    time of the daemon) with their replacement message and button label; `pas`: PAs
+    created or changed today; `guide`: every status in words. The console polls this
+    every 2 s. A chain: `?pharmacy=<provider id>` for one store's; `pharmacies` lists
+    the stores the token may choose between."""
+    use_cases = _use_cases()
+    ids = use_cases.pas.pharmacy_filter(request.args.get("pharmacy"), scope())
+    answer = worklist.worklist(use_cases, pharmacies=ids)
+    answer["pharmacies"] = worklist.pharmacy_choices(use_cases, scope())
+    return _no_store(jsonify(bodies.Worklist.model_validate(answer).model_dump(exclude_unset=True)))
 
 
 @bp.get("/v1/console/pa/<pa_id>")
+@operation(
+    "consolePa",
+    path=_PA_ID,
+    answers={200: (bodies.ConsolePa, "the PA")},
+    errors={404: "unknown PA"},
+)
 def console_pa(pa_id: str) -> Response:
-    return _no_store(jsonify(worklist.pa_page(_bridge(), pa_id, scope=scope())))
+    """One PA for the console's PA page
+
+    Status in words, history, events (DELETE, fax failure), acknowledgements, the claim
+    it came from (Rx number, product id, drug name where known) and its links."""
+    page = worklist.pa_page(_use_cases(), pa_id, scope=scope())
+    return _no_store(jsonify(bodies.ConsolePa.model_validate(page).model_dump(exclude_unset=True)))
 
 
 def who() -> str:
@@ -120,18 +181,34 @@ def who() -> str:
 
 
 @bp.post("/v1/pa/<pa_id>/acknowledge")
+@operation(
+    "acknowledgePa",
+    path=_PA_ID,
+    body=bodies.AcknowledgeBody,
+    body_required=False,
+    answers={200: (bodies.AcknowledgeAnswer, "recorded")},
+    errors={
+        400: "`invalid_body`: a body that is not an object, or a cursor that is not one",
+        404: "unknown PA",
+        503: "could not be saved; try again",
+    },
+)
 def acknowledge_pa(pa_id: str) -> Response:
-    """Optional body ``{"cursor": "<the PA's cursor as the page showed it>"}``: what the
-    pharmacist saw is what is acknowledged (news after it keeps the PA on the list)."""
+    """The pharmacist has dealt with the PA: it leaves the worklist
+
+    Recorded in the audit trail with who and when. The optional body names the PA's
+    cursor the pharmacist's page showed; without it, the PA's cursor now. The PA comes
+    back on the worklist with news after that cursor (a new status or outcome, an event
+    not seen before) or another group (decision 0014)."""
     raw = request.get_data()
     seen = None
     if raw.strip():
         cursor = checks.json_object(raw, (request.mimetype or "").lower()).get("cursor")
         if cursor is not None:
             if isinstance(cursor, bool) or not isinstance(cursor, str | int):
-                raise BridgeError(400, "invalid_body", "'cursor' must be the PA's cursor")
+                raise InvalidRequest("invalid_body", "'cursor' must be the PA's cursor")
             seen = str(cursor)
     answer = worklist.acknowledge(
-        _bridge(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr
+        _use_cases(), pa_id, who(), scope=scope(), seen=seen, remote=request.remote_addr
     )
     return _no_store(jsonify(answer))

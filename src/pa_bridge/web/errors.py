@@ -1,7 +1,7 @@
 """Every error body is ``{"error": {"code", "message", "detail"}}``.
 
 :func:`error_body` makes its bytes and :func:`failure` says what an exception from a
-use case answers, for Flask's error handlers and for ``ClaimRoute`` (decision 0028).
+use case answers, for Flask's error handlers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ from werkzeug.exceptions import HTTPException
 
 from ..logs import log_event
 from ..service.bodies import Error, ErrorInfo
-from ..service.errors import BridgeError
+from ..service.errors import (
+    BridgeError,
+    Conflict,
+    Gone,
+    InvalidRequest,
+    NotAllowed,
+    NotFound,
+    Refused,
+    ServiceFailed,
+    ServiceTimeout,
+    Unavailable,
+)
 from ..store import DatabaseError, PgError, StoreError
 
 __all__ = ["error_body", "error_response", "failure", "install_error_handlers"]
@@ -37,11 +48,27 @@ def error_response(
     return Response(error_body(code, message, detail), mimetype="application/json"), status
 
 
+#: each kind of use-case failure in HTTP
+STATUS: dict[type[BridgeError], int] = {
+    InvalidRequest: 400,
+    NotAllowed: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Gone: 410,
+    Refused: 422,
+    ServiceFailed: 502,
+    Unavailable: 503,
+    ServiceTimeout: 504,
+}
+
+
 def failure(e: Exception) -> Failure:
     """What an exception raised by a use case answers (and logs, when it is ours to
-    log): a :class:`BridgeError` its own status, the database 503, anything else 500."""
+    log): each kind of :class:`BridgeError` its status (:data:`STATUS`), the database
+    503, anything else 500."""
     if isinstance(e, BridgeError):
-        return e.status, e.code, e.message, e.detail
+        status = next((STATUS[k] for k in type(e).__mro__ if k in STATUS), 500)
+        return status, e.code, e.message, e.detail
     if isinstance(e, StoreError | DatabaseError | PgError):
         # SQLite's and the store's messages name the problem ("disk I/O error",
         # "database is locked") and never carry row values

@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from flask import (
@@ -30,6 +30,7 @@ from flask import (
     request,
     send_from_directory,
 )
+from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as BaseResponse
 
 from ..auth.oidc import Oidc, OidcFailed
@@ -42,10 +43,27 @@ from ..auth.people import (
     with_remote_user,
 )
 from ..logs import log_event
-from ..service import Services
+from ..service import UseCases
+from ..service.errors import NotFound
 from .errors import error_response
+from .openapi import operation
 
-__all__ = ["COOKIE", "admit", "bp", "install", "is_own", "opened", "person", "record"]
+__all__ = [
+    "COOKIE",
+    "CodeBody",
+    "SessionState",
+    "SignInAnswer",
+    "SignInBody",
+    "SignInOptions",
+    "SignOutAnswer",
+    "admit",
+    "bp",
+    "install",
+    "is_own",
+    "opened",
+    "person",
+    "record",
+]
 
 COOKIE = "pa_bridge_session"
 PENDING_COOKIE = "pa_bridge_sign_in"
@@ -63,7 +81,7 @@ bp = Blueprint("people", __name__)
 
 def install(app: Any) -> None:
     """The sign-in's routes on ``app``; its use case is made on first use from the
-    app's services (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
+    app's use cases (``People``, and ``Oidc`` when ``[oidc]`` is set)."""
     app.register_blueprint(bp)
 
 
@@ -77,11 +95,11 @@ def _people() -> People:
         with _MADE:
             found = ext.get("pa_bridge.people")
             if found is None:
-                services: Services = ext["pa_bridge"]
-                s = services.settings
+                use_cases: UseCases = ext["pa_bridge"]
+                s = use_cases.settings
                 if s.oidc.enabled():
                     ext["pa_bridge.oidc"] = Oidc(s.oidc, s.secret(s.oidc.client_secret))
-                found = People(services.store, s, clock=services.clock)
+                found = People(use_cases.store, s, clock=use_cases.clock)
                 ext["pa_bridge.people"] = found
     return found
 
@@ -130,7 +148,8 @@ def admit() -> tuple[Response, int] | BaseResponse | None:
     g.person = None
     if is_own(path):
         return None
-    token = request.cookies.get(COOKIE)
+    # the dispensing system sends no cookie: nothing to parse then
+    token = request.cookies.get(COOKIE) if "HTTP_COOKIE" in request.environ else None
     needs = _is_page(path) or path.startswith("/v1/console/")
     if not token and not needs:
         return None  # the dispensing system's requests: nothing to look at
@@ -168,21 +187,21 @@ def person() -> Person | None:
     return found
 
 
-def opened(services: Services, pa_id: str, url: str) -> str:
+def opened(use_cases: UseCases, pa_id: str, url: str) -> str:
     """The hosted page's URL for whoever opens the PA, recorded in the audit log: a
     person's display name and the store's phone and fax go to the service
     (``remote_user``, saved in the PA's history)."""
     who = person()
     if who is not None:
-        row = services.pas.get_pa_row(pa_id)
-        phone, fax = pharmacy_contact(services.settings, row["provider_id"] if row else None)
+        row = use_cases.pas.get_pa_row(pa_id)
+        phone, fax = pharmacy_contact(use_cases.settings, row["provider_id"] if row else None)
         url = with_remote_user(url, who.display_name, phone, fax)
-    record(services, "pa.open", pa_id)
+    record(use_cases, "pa.open", pa_id)
     return url
 
 
 def record(
-    services: Services, action: str, object_id: str | None, detail: str | None = None
+    use_cases: UseCases, action: str, object_id: str | None, detail: str | None = None
 ) -> None:
     """An audit entry for what this request did, by whoever sent it."""
     actor = str(g.get("actor") or _remote() or "unknown")
@@ -190,6 +209,61 @@ def record(
 
 
 # ---- pages and JSON of signing in ------------------------------------------------------
+
+
+class SignInBody(BaseModel):
+    name: str = Field(description="the sign-in name")
+    password: str
+
+
+class CodeBody(BaseModel):
+    code: str = Field(description="the authenticator's six digits")
+
+
+class SignInAnswer(BaseModel):
+    signed_in: bool
+    display_name: str | None = Field(default=None, description="when signed in")
+    next: Literal["code"] | None = Field(
+        default=None, description="`code`: the authenticator's code is next"
+    )
+
+
+class OidcChoice(BaseModel):
+    label: str = Field(description="the button's words")
+
+
+class SignInOptions(BaseModel):
+    required: bool = Field(description="whether the console needs a person signed in")
+    totp: bool = Field(description="whether an authenticator's code follows the password")
+    oidc: OidcChoice | None = Field(description="single sign-on, when `[oidc]` is set")
+
+
+class SignOutAnswer(BaseModel):
+    signed_out: bool = Field(description="a session was ended")
+
+
+class SessionState(BaseModel):
+    signed_in: bool
+    name: str
+    display_name: str
+    idle_minutes: int = Field(description="`[console] idle_minutes`")
+    idle_seconds_left: int = Field(ge=0)
+
+
+def _json(model: BaseModel) -> Response:
+    resp = jsonify(model.model_dump(exclude_unset=True))
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+_REFUSALS = {
+    400: "a body without what the step needs (`invalid_body`), or no sign-in started"
+    " (`sign_in_not_started`)",
+    401: "`sign_in_failed`: the name, password or code is not right; `sign_in_expired`:"
+    " start again",
+    429: "`locked`: too many attempts; `Retry-After` says when to try again",
+    503: "the database cannot be used; try again",
+}
 
 
 def _page(name: str) -> Response:
@@ -202,20 +276,29 @@ def _page(name: str) -> Response:
 
 
 @bp.get(SIGN_IN_PAGE)
+@operation(
+    "signInPage",
+    public=True,
+    answers={200: (None, "the page")},
+    content={200: ["text/html"]},
+)
 def sign_in_page() -> Response:
+    """The sign-in page (HTML)"""
     return _page("signin.html")
 
 
 @bp.get(f"{SIGN_IN_PAGE}/options")
+@operation("signInOptions", public=True, answers={200: (SignInOptions, "how to sign in")})
 def sign_in_options() -> Response:
+    """Whether sign-in is required, with an authenticator's code, or single sign-on"""
     people = _people()
     oidc: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
     return jsonify(
-        {
-            "required": people.required(),
-            "totp": people.totp_required,
-            "oidc": None if oidc is None else {"label": oidc.s.button_label},
-        }
+        SignInOptions(
+            required=people.required(),
+            totp=people.totp_required,
+            oidc=None if oidc is None else OidcChoice(label=oidc.s.button_label),
+        ).model_dump()
     )
 
 
@@ -232,15 +315,22 @@ def _refused(e: SignInRefused) -> tuple[Response, int]:
 
 
 def _signed_in(token: str, who: Person | None) -> Response:
-    resp = jsonify({"signed_in": True, "display_name": who.display_name if who else None})
+    resp = _json(SignInAnswer(signed_in=True, display_name=who.display_name if who else None))
     _set_cookie(resp, COOKIE, token)
     _clear(resp, PENDING_COOKIE)
-    resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.post(SIGN_IN_PAGE)
+@operation(
+    "signIn",
+    public=True,
+    body=SignInBody,
+    answers={200: (SignInAnswer, "signed in (a `pa_bridge_session` cookie), or the code is next")},
+    errors=_REFUSALS,
+)
 def sign_in() -> Response | tuple[Response, int]:
+    """Name and password: signed in, or the authenticator's code is next"""
     body = _body()
     if not body.get("name") or not body.get("password"):
         return error_response(400, "invalid_body", 'send {"name": ..., "password": ...}')
@@ -251,15 +341,22 @@ def sign_in() -> Response | tuple[Response, int]:
     except SignInRefused as e:
         return _refused(e)
     if step.stage == "totp":
-        resp = jsonify({"signed_in": False, "next": "code"})
+        resp = _json(SignInAnswer(signed_in=False, next="code"))
         _set_cookie(resp, PENDING_COOKIE, step.token, lax=True)
-        resp.headers["Cache-Control"] = "no-store"
         return resp
     return _signed_in(step.token, step.person)
 
 
 @bp.post(f"{SIGN_IN_PAGE}/code")
+@operation(
+    "signInCode",
+    public=True,
+    body=CodeBody,
+    answers={200: (SignInAnswer, "signed in (a `pa_bridge_session` cookie)")},
+    errors=_REFUSALS,
+)
 def sign_in_code() -> Response | tuple[Response, int]:
+    """The authenticator's code"""
     pending = request.cookies.get(PENDING_COOKIE)
     if not pending:
         return error_response(400, "sign_in_not_started", "start with your name and password")
@@ -271,19 +368,29 @@ def sign_in_code() -> Response | tuple[Response, int]:
 
 
 @bp.post("/console/sign-out")
+@operation("signOut", public=True, answers={200: (SignOutAnswer, "signed out")})
 def sign_out() -> Response:
+    """End this session"""
     token = request.cookies.get(COOKIE)
     ended = _people().sign_out(token, _remote()) if token else False
-    resp = jsonify({"signed_out": ended})
+    resp = _json(SignOutAnswer(signed_out=ended))
     _clear(resp, COOKIE)
-    resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.get("/console/session")
+@operation(
+    "session",
+    public=True,
+    security=[{"personSession": []}],
+    answers={200: (SessionState, "who is signed in")},
+    errors={401: "`sign_in_required` or `session_ended` (`detail.why`)"},
+)
 def session_state() -> Response | tuple[Response, int]:
-    """Who is signed in (a request without the background header keeps the session
-    alive: the pages send one when the person does something)."""
+    """Who is signed in
+
+    A request without `X-PA-Bridge-Background: 1` keeps the session alive: the pages
+    send the header on what they do by themselves."""
     token = request.cookies.get(COOKIE)
     people = _people()
     if not token:
@@ -300,9 +407,7 @@ def session_state() -> Response | tuple[Response, int]:
         )  # fmt: skip
         _clear(resp, COOKIE)
         return resp, status
-    resp = jsonify(people.state(who))
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return _json(SessionState.model_validate(people.state(who)))
 
 
 # ---- OpenID Connect --------------------------------------------------------------------
@@ -312,9 +417,7 @@ def _oidc() -> Oidc:
     _people()  # makes the client too
     found: Oidc | None = current_app.extensions.get("pa_bridge.oidc")
     if found is None:
-        from ..service import BridgeError
-
-        raise BridgeError(404, "not_found", "sign-in through an identity provider is not set up")
+        raise NotFound("not_found", "sign-in through an identity provider is not set up")
     return found
 
 
@@ -323,7 +426,14 @@ def _redirect_uri(oidc: Oidc) -> str:
 
 
 @bp.get(f"{SIGN_IN_PAGE}/oidc")
+@operation(
+    "signInOidc",
+    public=True,
+    answers={302: (None, "to the identity provider")},
+    errors={404: "single sign-on is not set up", 502: "the identity provider failed"},
+)
 def oidc_start() -> BaseResponse | tuple[Response, int]:
+    """To the identity provider (OpenID Connect)"""
     oidc = _oidc()
     try:
         url, pending = oidc.start(_redirect_uri(oidc))
@@ -341,7 +451,14 @@ def oidc_start() -> BaseResponse | tuple[Response, int]:
 
 
 @bp.get("/console/oidc/callback")
+@operation(
+    "oidcCallback",
+    public=True,
+    answers={302: (None, "signed in, to the page asked for; else to the sign-in page")},
+    errors={404: "single sign-on is not set up"},
+)
 def oidc_callback() -> BaseResponse | tuple[Response, int]:
+    """Back from the identity provider"""
     oidc = _oidc()
     people = _people()
     token = request.cookies.get(PENDING_COOKIE)
@@ -362,64 +479,3 @@ def oidc_callback() -> BaseResponse | tuple[Response, int]:
     _clear(resp, PENDING_COOKIE)
     resp.headers["Cache-Control"] = "no-store"
     return resp
-
-
-# ---- the OpenAPI description of these paths (web/openapi.py merges it) ---------------
-
-
-def openapi_paths(public: list[Any], default_error: dict[str, Any]) -> dict[str, Any]:
-    """The sign-in's paths. They take no token; the console's JSON and the PA's open
-    redirect take the session cookie (``personSession``) instead of one."""
-
-    def op(op_id: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
-        return {
-            "operationId": op_id,
-            "summary": summary,
-            "security": public,
-            "responses": {**responses, "default": default_error},
-            **more,
-        }
-
-    json_ok = {"description": "done", "content": {"application/json": {}}}
-    body = {
-        "required": True,
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }
-    return {
-        SIGN_IN_PAGE: {
-            "get": op("signInPage", "The sign-in page (HTML)", {
-                "200": {"description": "the page", "content": {"text/html": {}}}}),
-            "post": op(
-                "signIn",
-                "Name and password: signed in (a `pa_bridge_session` cookie), or the"
-                " TOTP code is next",
-                {"200": json_ok, "401": json_ok, "429": json_ok},
-                requestBody=body,
-            ),
-        },
-        f"{SIGN_IN_PAGE}/options": {
-            "get": op("signInOptions", "Whether sign-in is required, TOTP, OIDC", {"200": json_ok})
-        },
-        f"{SIGN_IN_PAGE}/code": {
-            "post": op("signInCode", "The authenticator's code", {"200": json_ok, "401": json_ok},
-                       requestBody=body)
-        },
-        f"{SIGN_IN_PAGE}/oidc": {
-            "get": op("signInOidc", "To the identity provider (OpenID Connect)",
-                      {"302": {"description": "to the provider"}})
-        },
-        "/console/oidc/callback": {
-            "get": op("oidcCallback", "Back from the identity provider",
-                      {"302": {"description": "signed in, to the page asked for"}})
-        },
-        "/console/sign-out": {
-            "post": op("signOut", "End this session", {"200": json_ok})
-        },
-        "/console/session": {
-            "get": {
-                **op("session", "Who is signed in (keeps the session alive unless sent with"
-                     " `X-PA-Bridge-Background: 1`)", {"200": json_ok, "401": json_ok}),
-                "security": [{"personSession": []}],
-            }
-        },
-    }  # fmt: skip
