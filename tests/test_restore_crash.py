@@ -150,3 +150,26 @@ def test_the_command_to_finish_names_the_config_given(
     r = cli("doctor", env=env)
     assert f"`pa-bridge restore {backup}`" in r.stdout, r.stdout
     assert "<config>" not in r.stdout
+
+
+def test_putting_back_the_database_just_moved_aside_in_the_same_second(tmp_path: Path) -> None:
+    """Store IT restores a backup, sees it was the wrong one and puts the database it
+    replaced back at once: the second restore's aside gets its own name (it took the
+    first's, then refused: both files 'exist')."""
+    from pa_bridge.backup import backup_database
+    from pa_bridge.restore import restore_database
+    from pa_bridge.store import Store
+
+    db = tmp_path / "pa.sqlite3"
+    with Store(db) as store:
+        assert store.schema_current()
+    backup = tmp_path / "copy.sqlite3"
+    backup_database(db, backup)
+    noon = 1_795_780_800.0  # one fixed second for both restores
+    first = restore_database(backup, db, clock=lambda: noon)
+    assert first.moved_aside is not None and first.moved_aside.exists()
+    second = restore_database(first.moved_aside, db, clock=lambda: noon)
+    assert second.moved_aside is not None
+    assert second.moved_aside != first.moved_aside and second.moved_aside.name.endswith("-2")
+    assert second.moved_aside.exists() and db.exists()
+    assert first.moved_aside.exists()  # the backup restored is copied, never moved

@@ -265,14 +265,11 @@ def restore_database(
             say(f"finishing the interrupted restore of {backup_p}")
             mark = journal["mark"]
         else:
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
             mark = _copy_durably(backup_p, tmp, mark)
             journal = {
                 "backup": str(backup_p.resolve()),
                 "mark": mark,
-                "aside": str(dest_p.with_name(f"{dest_p.name}.before-restore-{stamp}"))
-                if dest_p.exists()
-                else None,
+                "aside": str(_aside_name(dest_p, clock())) if dest_p.exists() else None,
             }
             _write_journal(journal_p, journal)
         aside = Path(journal["aside"]) if journal["aside"] else None
@@ -293,6 +290,18 @@ def restore_database(
     finally:
         os.umask(old_umask)
         os.close(lock_fd)
+
+
+def _aside_name(dest: Path, now: float) -> Path:
+    """``<dest>.before-restore-<time>``, with ``-2``, ``-3``... when a restore in the
+    same second (putting back the database just moved aside) took that name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    aside = dest.with_name(f"{dest.name}.before-restore-{stamp}")
+    n = 1
+    while any(Path(f"{aside}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
+        n += 1
+        aside = dest.with_name(f"{dest.name}.before-restore-{stamp}-{n}")
+    return aside
 
 
 def _read_journal(path: Path) -> dict[str, Any] | None:
