@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
@@ -49,6 +49,7 @@ from pa_bridge.client import (
     outcome_variables,
     patient_age,
 )
+from pa_bridge.client._outcomes import form_body
 from pa_bridge.sandbox import SANDBOX_API_KEY, SANDBOX_PASSWORD, SandboxConfig, SandboxServer
 
 from .builders import (
@@ -527,6 +528,14 @@ def test_outcomes_over_tls_with_the_configured_ca(tls_material: tuple[ssl.SSLCon
             got = c.outcomes(rejected_vars(), fallback_message="o")
             assert (got.source, got.button_label) == ("outcomes", "Start PA"), got.error
         assert len(fake.requests) == 2
+
+
+@given(st.dictionaries(st.text(max_size=12), st.text(max_size=24), max_size=30))
+def test_the_outcomes_form_is_urlencoded_byte_for_byte(form: dict[str, str]) -> None:
+    # the body the service reads is the stdlib's urlencode, names quoted too, twice
+    # (the second time from the remembered names)
+    assert form_body(form) == urlencode(form).encode()
+    assert form_body(form) == urlencode(form).encode()
 
 
 # --------------------------------------------------------------------------- outcomes: sandbox

@@ -17,9 +17,11 @@ claim's, and no request meets a kept-alive connection the service is just closin
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import time
-from urllib.parse import urlencode
+from collections.abc import Mapping
+from urllib.parse import quote_plus
 
 import httpx
 
@@ -27,7 +29,7 @@ from ..logs import log_event
 from ._answers import BadOutcome, OutcomeResult, read_outcome
 from ._tls import causes, is_tls_failure
 
-__all__ = ["OUTCOMES_HEADERS", "OutcomesCall", "post_outcomes"]
+__all__ = ["OUTCOMES_HEADERS", "OutcomesCall", "form_body", "post_outcomes"]
 
 log = logging.getLogger("pa_bridge.client")
 
@@ -38,6 +40,16 @@ OUTCOMES_HEADERS = {
     "Accept-Encoding": "identity",
     "Content-Type": "application/x-www-form-urlencoded",
 }
+
+
+#: The form's names are the interface's two dozen: each is quoted once.
+_quoted_name = functools.lru_cache(maxsize=256)(quote_plus)
+
+
+def form_body(form: Mapping[str, str]) -> bytes:
+    """``urlencode(form).encode()``, byte for byte (the same stdlib quoting), with
+    each name's quoting remembered: half the quoting work of a claim's outcomes call."""
+    return "&".join([f"{_quoted_name(k)}={quote_plus(v)}" for k, v in form.items()]).encode()
 
 
 class _Deadline(Exception):
@@ -119,7 +131,7 @@ def post_outcomes(
         "POST",
         url,
         headers=headers,
-        content=urlencode(form).encode(),
+        content=form_body(form),
         extensions={"timeout": httpx.Timeout(remaining).as_dict()},
     )
     try:
