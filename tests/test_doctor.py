@@ -161,6 +161,36 @@ def test_expired_certificate_and_wrong_key_fail(tmp_path: Path, doctor: Doctor) 
     assert any(ln.startswith("FAIL  tls key:") and "does not match" in ln for ln in fails)
 
 
+def test_tap_and_inline_certificates_are_checked_too(tmp_path: Path, doctor: Doctor) -> None:
+    """The dispensing system's TLS to tap or inline, and inline's client certificate to
+    the switch, fail as quietly as the callbacks' when they expire: doctor says so."""
+    dirs = {n: tmp_path / n for n in ("tap", "inline", "client")}
+    for d in dirs.values():
+        d.mkdir()
+    tap_cert, tap_key = cert_files(dirs["tap"], days=-1, not_before_days=-30)
+    in_cert, in_key = cert_files(dirs["inline"], days=10)
+    cl_cert, cl_key = cert_files(dirs["client"], days=-2, not_before_days=-30)
+    cfg = write_config(
+        tmp_path,
+        f'[tap]\nlisten = "127.0.0.1:0"\ntls_cert = "{tap_cert}"\ntls_key = "{tap_key}"\n'
+        f'[inline]\nlisten = "127.0.0.1:0"\nswitch = "127.0.0.1:{free_port()}"\n'
+        f'tls_cert = "{in_cert}"\ntls_key = "{in_key}"\n'
+        f'switch_cert_file = "{cl_cert}"\nswitch_key_file = "{cl_key}"\n',
+    )
+    r = doctor(cfg)
+    assert r.exit_code == 1
+    out = r.stdout.splitlines()
+    assert any(ln.startswith("FAIL  tap tls certificate:") and "EXPIRED" in ln for ln in out)
+    assert "ok    tap tls key: matches the certificate" in out
+    (soon,) = [ln for ln in out if ln.startswith("warn  inline tls certificate:")]
+    assert "in 9 day(s)" in soon or "in 10 day(s)" in soon
+    assert any(
+        ln.startswith("FAIL  inline switch client certificate:") and "EXPIRED" in ln for ln in out
+    ), r.stdout
+    # the callbacks' own line is unchanged: plain HTTP on loopback
+    assert any(ln.startswith("ok    tls: not configured") for ln in out)
+
+
 def test_database_checks_read_but_never_migrate(tmp_path: Path, doctor: Doctor) -> None:
     db_path = tmp_path / "db" / "pa.sqlite3"
     with Store(db_path):

@@ -453,32 +453,68 @@ def _host_matches(host: str, names: Iterable[str]) -> bool:
 
 
 def check_tls(s: Settings, *, now: float) -> list[Check]:
+    """The callback listener's TLS (the service wants HTTPS), and the certificates of
+    the tap and inline listeners and of inline's client side to the switch, each in
+    date and with its own key."""
     cb = s.callbacks
     host, _ = parse_listen(cb.listen)
-    if cb.tls_cert is None:
-        if is_loopback(host):
-            return [ok("tls", f"not configured: callbacks over HTTP on loopback ({cb.listen})")]
-        return [
+    out: list[Check]
+    if cb.tls_cert is not None:
+        out = _certificate_checks(
+            "tls",
+            Path(cb.tls_cert),
+            cb.tls_key,
+            now=now,
+            public_url=cb.public_url,
+            public_key="callbacks.public_url",
+        )
+    elif is_loopback(host):
+        out = [ok("tls", f"not configured: callbacks over HTTP on loopback ({cb.listen})")]
+    else:
+        out = [
             warn(
                 "tls",
                 f"callbacks are served over plain HTTP on {cb.listen}",
                 "set callbacks.tls_cert and callbacks.tls_key (the service wants HTTPS)",
             )
         ]
+    for section, mode in (("tap", s.tap), ("inline", s.inline)):
+        if mode.listen is not None and mode.tls_cert is not None:
+            out += _certificate_checks(f"{section} tls", Path(mode.tls_cert), mode.tls_key, now=now)
+    sw = s.inline
+    if sw.listen is not None and sw.switch_tls and sw.switch_cert_file is not None:
+        out += _certificate_checks(
+            "inline switch client", Path(sw.switch_cert_file), sw.switch_key_file, now=now
+        )
+    return out
+
+
+def _certificate_checks(
+    label: str,
+    cert_path: Path,
+    key_file: Path | None,
+    *,
+    now: float,
+    public_url: str | None = None,
+    public_key: str = "",
+) -> list[Check]:
+    """A listener's (or a client's) certificate and key: readable, in date (a warning
+    within WARN_DAYS of its end), naming ``public_url``'s host, the key its own and
+    private. Each line's name starts with ``label``."""
     try:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
         from cryptography.x509.oid import NameOID
     except ImportError:  # pragma: no cover - cryptography is a dependency
-        return [warn("tls", "cannot inspect the certificate", "install cryptography")]
+        return [warn(label, "cannot inspect the certificate", "install cryptography")]
     out: list[Check] = []
-    cert_path = Path(cb.tls_cert)
+    cert_name, key_name = f"{label} certificate", f"{label} key"
     try:
         data = cert_path.read_bytes()
     except OSError as e:
         return [
             fail(
-                "tls certificate",
+                cert_name,
                 f"cannot read {cert_path}: {e.strerror}",
                 "fix the path or its permissions",
             )
@@ -488,7 +524,7 @@ def check_tls(s: Settings, *, now: float) -> list[Check]:
     except ValueError:
         return [
             fail(
-                "tls certificate",
+                cert_name,
                 f"{cert_path} is not a PEM certificate",
                 "give the PEM chain, leaf first",
             )
@@ -508,42 +544,39 @@ def check_tls(s: Settings, *, now: float) -> list[Check]:
     who = f"subject CN={cns[0] if cns else '-'}, names {', '.join(names) or '-'}"
     when = f"expires {expires:%Y-%m-%d %H:%M} UTC"
     if expires <= now_dt:
-        out.append(fail("tls certificate", f"{who}; EXPIRED {expires:%Y-%m-%d}", "renew it"))
+        out.append(fail(cert_name, f"{who}; EXPIRED {expires:%Y-%m-%d}", "renew it"))
     elif starts > now_dt:
         out.append(
             fail(
-                "tls certificate",
+                cert_name,
                 f"{who}; not valid before {starts:%Y-%m-%d}",
                 "check the clock or the certificate",
             )
         )
     elif days < WARN_DAYS:
-        out.append(
-            warn("tls certificate", f"{who}; {when}, in {int(days)} day(s)", "renew it soon")
-        )
+        out.append(warn(cert_name, f"{who}; {when}, in {int(days)} day(s)", "renew it soon"))
     else:
-        out.append(ok("tls certificate", f"{who}; {when} ({int(days)} days)"))
-    public = cb.public_url
-    if public:
-        ph = httpx.URL(public).host
+        out.append(ok(cert_name, f"{who}; {when} ({int(days)} days)"))
+    if public_url:
+        ph = httpx.URL(public_url).host
         if ph and not _host_matches(ph, names or cns):
             out.append(
                 warn(
-                    "tls certificate",
-                    f"does not name {ph} (callbacks.public_url)",
+                    cert_name,
+                    f"does not name {ph} ({public_key})",
                     "issue it for the name the service calls",
                 )
             )
-    if cb.tls_key is None:
+    if key_file is None:
         return out
-    key_path = Path(cb.tls_key)
+    key_path = Path(key_file)
     try:
         key_data = key_path.read_bytes()
         key_mode = stat.S_IMODE(key_path.stat().st_mode)
     except OSError as e:
         out.append(
             fail(
-                "tls key",
+                key_name,
                 f"cannot read {key_path}: {e.strerror}",
                 "fix the path or its permissions",
             )
@@ -553,30 +586,28 @@ def check_tls(s: Settings, *, now: float) -> list[Check]:
         key = serialization.load_pem_private_key(key_data, password=None)
     except TypeError:
         out.append(
-            fail("tls key", f"{key_path} is encrypted", "give an unencrypted key (mode 0600)")
+            fail(key_name, f"{key_path} is encrypted", "give an unencrypted key (mode 0600)")
         )
         return out
     except ValueError:
-        out.append(fail("tls key", f"{key_path} is not a PEM private key", "give the PEM key"))
+        out.append(fail(key_name, f"{key_path} is not a PEM private key", "give the PEM key"))
         return out
     der = serialization.Encoding.DER
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(der, spki) != leaf.public_key().public_bytes(der, spki):
         out.append(
             fail(
-                "tls key",
+                key_name,
                 f"{key_path} does not match the certificate",
                 "give the certificate's own key",
             )
         )
     elif key_mode & 0o077:
         out.append(
-            warn(
-                "tls key", f"matches the certificate; mode {key_mode:04o}", f"chmod 600 {key_path}"
-            )
+            warn(key_name, f"matches the certificate; mode {key_mode:04o}", f"chmod 600 {key_path}")
         )
     else:
-        out.append(ok("tls key", "matches the certificate"))
+        out.append(ok(key_name, "matches the certificate"))
     return out
 
 
