@@ -28,7 +28,7 @@ from pa_bridge.sandbox import (
     SandboxServer,
 )
 from pa_bridge.service.reconcile import tokens_of
-from pa_bridge.store import PgStore, Store, pa_history
+from pa_bridge.store import PgStore, Store, outbox, pa_history
 from tests import builders as b
 from tests.fakes import FakeHttpServer, RecordedRequest, Reply
 from tests.real_shapes import callback_body
@@ -363,6 +363,50 @@ def test_a_read_back_applies_the_callbacks_ordering_rule(store_url: str) -> None
             ("reconcile", "Archived"),
         ]
         assert pa_history.for_pa(store.reader(), "RC28ZZ") == []  # never inserted
+    finally:
+        store.close()
+
+
+def test_a_late_callback_for_a_change_reconciliation_applied_is_not_a_second_change(
+    store_url: str,
+) -> None:
+    """The service's callback for a change a pass already read back comes late (it was
+    held up, not lost): it is kept, but the PA's history and the dispensing system's
+    webhooks show the one change once. A later change still comes through."""
+    store = PgStore(store_url) if store_url.startswith("postgresql://") else Store(store_url)
+    try:
+        ingest = CallbackIntake(store, forward=True)
+
+        def webhooks() -> int:
+            return sum(
+                1
+                for item in outbox.list_items(store.reader(), limit=1000)
+                if item["kind"] == "webhook"
+            )
+
+        (first,) = ingest.receive_many([(callback_body("RC28LT", "New"), None)])
+        assert not isinstance(first, BaseException) and first.outcome == "stored"
+        decided = callback_body("RC28LT", "PA Response", "Favorable")
+        assert [r.outcome for r in ingest.reconcile_many([decided])] == ["changed"]
+        assert webhooks() == 2
+        (late,) = ingest.receive_many([(decided, None)])
+        assert not isinstance(late, BaseException) and late.outcome == "stored"
+        history = pa_history.for_pa(store.reader(), "RC28LT")
+        assert [(h["source"], h["workflow_status"]) for h in history] == [
+            ("callback", "New"),
+            ("reconcile", "PA Response"),
+        ]
+        assert webhooks() == 2
+        (archived,) = ingest.receive_many(
+            [(callback_body("RC28LT", "Archived", "Favorable"), None)]
+        )
+        assert not isinstance(archived, BaseException) and archived.outcome == "stored"
+        assert [h["source"] for h in pa_history.for_pa(store.reader(), "RC28LT")] == [
+            "callback",
+            "reconcile",
+            "callback",
+        ]
+        assert webhooks() == 3
     finally:
         store.close()
 

@@ -571,6 +571,24 @@ class CallbackIntake:
             out.append(result)
         return out
 
+    @staticmethod
+    def _reconciled_already(
+        db: Database, cb: ParsedCallback, state: pas.CallbackState, row: pas.CallbackState
+    ) -> bool:
+        """Whether this callback is the late delivery of the change reconciliation
+        already applied: it changes nothing of the PA, and the PA's newest history entry
+        is that read back, at the same status and outcome. It is kept (its body is), but
+        it adds no second history entry and no second webhook for the one change."""
+        if not _same_state(state, row):
+            return False
+        last = pa_history.latest(db, cb.pa_id)
+        return (
+            last is not None
+            and last["source"] == "reconcile"
+            and (last["workflow_status"], last["plan_outcome"])
+            == (cb.workflow_status, cb.plan_outcome)
+        )
+
     def _merge(
         self,
         db: Database,
@@ -674,6 +692,8 @@ class CallbackIntake:
             "news_seq": seq if news or row is None else row["news_seq"],
         }
         outcome = "stored"
+        if not only_if_changed and row is not None and self._reconciled_already(db, cb, state, row):
+            return CallbackResult(outcome, cb.pa_id), row
         if only_if_changed and row is not None:
             if _same_state(state, row):
                 return CallbackResult("unchanged", cb.pa_id), row

@@ -8,7 +8,7 @@ from typing import TypedDict, cast
 from ._db import Database
 from ._rows import all_rows
 
-__all__ = ["HistoryRow", "add", "for_pa"]
+__all__ = ["HistoryRow", "add", "for_pa", "latest"]
 
 
 class HistoryRow(TypedDict):
@@ -48,3 +48,11 @@ def for_pa(db: Database, pa_id: str) -> list[HistoryRow]:
         list[HistoryRow],
         all_rows(db, "SELECT * FROM pa_history WHERE pa_id = ? ORDER BY id", [pa_id]),
     )
+
+
+def latest(db: Database, pa_id: str) -> HistoryRow | None:
+    """The PA's newest history entry, or None."""
+    rows = all_rows(
+        db, "SELECT * FROM pa_history WHERE pa_id = ? ORDER BY id DESC LIMIT 1", [pa_id]
+    )
+    return cast(HistoryRow, rows[0]) if rows else None
