@@ -139,3 +139,25 @@ def test_a_certificate_about_to_expire_is_said_while_callbacks_still_arrive(
     health = httpx.get(f"{d.intake_server.url}/healthz").json()
     assert health["status"] == "degraded"
     assert health["degraded"] == ["callbacks_certificate_expiring"]
+
+
+def test_the_tap_listeners_expired_certificate_is_said_in_healthz_and_the_log(
+    tmp_path: Path, make_daemon: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dispensing system refuses an expired certificate on the tap (or inline)
+    listener, so no copy arrives: said as the callback listener's is, under its name."""
+    ca = trustme.CA()
+    caplog.set_level("INFO", logger="pa_bridge")
+    d = make_daemon(
+        tap={"listen": "127.0.0.1:0", **_certificate(tmp_path, ca, days=-2)},
+        sandbox={"enabled": False},
+        service={**NO_SERVICE, "probe_seconds": 0},
+    )
+    health = httpx.get(f"{d.intake_server.url}/healthz").json()
+    assert health["status"] == "degraded"
+    assert "tap_certificate_expired" in health["degraded"]
+    assert not any(r.startswith("callbacks_certificate") for r in health["degraded"])
+    assert health["tap_certificate_expires_at"] < dt.datetime.now(dt.UTC).isoformat()
+    assert "callbacks_certificate_expires_at" not in health
+    said = [r for r in caplog.records if getattr(r, "event", "") == "tap.certificate_expired"]
+    assert said and said[0].levelname == "ERROR"

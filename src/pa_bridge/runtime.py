@@ -196,7 +196,8 @@ class Daemon:
         self._lock_fd: int | None = None
         self._db_problem: str | None = None
         #: when the callback listener's certificate expires (None: no TLS)
-        self._cert_not_after: float | None = None
+        #: when each TLS certificate pa-bridge presents expires, by its health name
+        self._cert_not_after: dict[str, float] = {}
 
     # ---- start -----------------------------------------------------------------
     def start(self) -> None:
@@ -483,13 +484,13 @@ class Daemon:
             out["wire"] = self.wire.alive
         out.update(self.service_health.snapshot())
         degraded = self.service_health.degraded_reasons()
-        if self._cert_not_after is not None:
-            out["callbacks_certificate_expires_at"] = datetime.fromtimestamp(
-                self._cert_not_after, UTC
+        for name, not_after in self._cert_not_after.items():
+            out[f"{name}_certificate_expires_at"] = datetime.fromtimestamp(
+                not_after, UTC
             ).isoformat()
-            state = self._certificate_state()
+            state = self._certificate_state(name)
             if state is not None:
-                degraded.append(f"callbacks_{state}")
+                degraded.append(f"{name}_{state}")
         if problem is None and self.use_cases is not None:
             counts, _ = queue_summary(self.store)  # type: ignore[arg-type]
             out["queue"] = {
@@ -511,26 +512,41 @@ class Daemon:
         return out
 
     def _check_certificate(self) -> None:
-        """Note when the callback listener's certificate expires, and say so at start
-        when it has expired or soon will: the service refuses an expired one, so no
-        callback would arrive (issue 32). ``/healthz`` says it while it lasts."""
-        cert = self.settings.callbacks.tls_cert
-        self._cert_not_after = None if cert is None else certificate_not_after(cert)
-        state = self._certificate_state()
-        if state is not None:
-            log_event(
-                f"callbacks.{state}",
-                level=logging.ERROR if state.endswith("expired") else logging.WARNING,
-                certificate=str(cert),
-                expires_at=datetime.fromtimestamp(self._cert_not_after or 0, UTC).isoformat(),
-            )
+        """Note when each certificate pa-bridge presents expires, and say so at start
+        when one has expired or soon will (issue 32): the callback listener's (the
+        service refuses an expired one, so no callback would arrive), the tap and inline
+        listeners' (the dispensing system refuses it), inline's client certificate to
+        the switch. ``/healthz`` says it while it lasts."""
+        s = self.settings
+        certs: dict[str, Path | None] = {"callbacks": s.callbacks.tls_cert}
+        if s.tap.listen is not None:
+            certs["tap"] = s.tap.tls_cert
+        if s.inline.listen is not None:
+            certs["inline"] = s.inline.tls_cert
+            if s.inline.switch_tls:
+                certs["inline_switch_client"] = s.inline.switch_cert_file
+        self._cert_not_after = {}
+        for name, cert in certs.items():
+            not_after = None if cert is None else certificate_not_after(cert)
+            if not_after is None:
+                continue
+            self._cert_not_after[name] = not_after
+            state = self._certificate_state(name)
+            if state is not None:
+                log_event(
+                    f"{name}.{state}",
+                    level=logging.ERROR if state.endswith("expired") else logging.WARNING,
+                    certificate=str(cert),
+                    expires_at=datetime.fromtimestamp(not_after, UTC).isoformat(),
+                )
 
-    def _certificate_state(self) -> str | None:
+    def _certificate_state(self, name: str) -> str | None:
         """``certificate_expired``, ``certificate_expiring`` (within CERT_WARN_DAYS) or
-        None."""
-        if self._cert_not_after is None:
+        None, for the certificate of that health name."""
+        not_after = self._cert_not_after.get(name)
+        if not_after is None:
             return None
-        left = self._cert_not_after - self.clock()
+        left = not_after - self.clock()
         if left <= 0:
             return "certificate_expired"
         return "certificate_expiring" if left < CERT_WARN_DAYS * 86400 else None

@@ -674,8 +674,8 @@ class Health(BaseModel):
         description="service_unreachable, service_credentials_refused, queue_failed,"
         " queue_held_after_restore, queue_held_for_configuration, callbacks_lost (the last"
         " reconciliation pass found changes the callbacks missed), reconcile_incomplete,"
-        " callbacks_certificate_expired, callbacks_certificate_expiring"
-        " (docs/operations.md)",
+        " callbacks_certificate_expired, callbacks_certificate_expiring (and tap_,"
+        " inline_, inline_switch_client_ for those certificates) (docs/operations.md)",
     )
     database: bool
     queue_depth: int | None = Field(ge=0, description="null while the queue cannot be read")
@@ -706,6 +706,16 @@ class Health(BaseModel):
         default=None,
         description="when the callback listener's TLS certificate expires (with"
         " `callbacks.tls_cert`)",
+    )
+    tap_certificate_expires_at: str | None = Field(
+        default=None, description="when the tap listener's TLS certificate expires"
+    )
+    inline_certificate_expires_at: str | None = Field(
+        default=None, description="when the inline listener's TLS certificate expires"
+    )
+    inline_switch_client_certificate_expires_at: str | None = Field(
+        default=None,
+        description="when inline's client certificate to the switch expires",
     )
     wire: bool | None = Field(
         default=None, description="the tap and inline listeners' event loop runs"
