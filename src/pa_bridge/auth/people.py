@@ -195,9 +195,11 @@ class People:
         until = row["locked_until"]
         if until is not None and until > now:
             wait = int(until - now) + 1
-            with self._lock:
-                said = self._locked_said.get(row["name"]) == until
-                self._locked_said[row["name"]] = until
+            with self._lock:  # once per lock: a request holding an older read of the
+                # row (an earlier lock that a guess in flight has lengthened) says nothing
+                said = until <= self._locked_said.get(row["name"], 0.0)
+                if not said:
+                    self._locked_said[row["name"]] = until
             if not said:
                 self._audit(f"user:{row['name']}", "sign_in.locked", f"{wait} s left", remote)
             raise SignInRefused(
