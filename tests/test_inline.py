@@ -191,8 +191,14 @@ def test_fail_open_when_the_outcomes_interface_errs_or_stalls(
             assert answer.raw == switch.sent[-1]  # the payer's own bytes
             assert time.monotonic() - started < 4.5  # not the drill's 5 s
     wait_until(lambda: len(_exchanges(d)) == 2, what="both claims taken in")
-    answers = d.store.query("SELECT answer_json FROM exchanges")
-    assert all('"message_source":"fallback"' in a["answer_json"] for a in answers)
+
+    def answers() -> list[str | None]:
+        d.store.flush()
+        return [a["answer_json"] for a in d.store.query("SELECT answer_json FROM exchanges")]
+
+    # each answer's record follows its claim's row (the outcomes call comes between)
+    wait_until(lambda: None not in answers(), what="both answers recorded")
+    assert all('"message_source":"fallback"' in str(a) for a in answers())
 
 
 def test_fail_open_when_pa_bridge_itself_is_stuck(make_daemon: Any, switch: SandboxSwitch) -> None:
