@@ -11,21 +11,15 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option
+from .cli_daemon import config_option, ops_settings
 
 __all__ = ["audit"]
 
 
 def _open(config_path: str | None, *, write: bool) -> tuple[Any, Any]:
-    from .config import ConfigError, load_ops_settings
     from .store import StoreError, files
 
-    try:
-        settings = load_ops_settings(config_path)
-    except ConfigError as e:
-        for p in e.problems:
-            click.echo(f"config error: {p}", err=True)
-        sys.exit(2)
+    settings = ops_settings(config_path)
     url = settings.storage.database_url()
     try:
         if url is not None:

@@ -95,6 +95,19 @@ def _storage_settings(config_path: str | None) -> StorageSettings:
         sys.exit(2)
 
 
+def ops_settings(config_path: str | None) -> Any:
+    """What the operators' commands (users, keys, audit) read: the settings without
+    the service's secrets. Its problems are printed, exit 2."""
+    from .config import load_ops_settings
+
+    try:
+        return load_ops_settings(config_path)
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"config error: {p}", err=True)
+        sys.exit(2)
+
+
 def _open_queue(config_path: str | None, *, write: bool) -> Any:
     from .store import StoreError, StoreMissing, files
 

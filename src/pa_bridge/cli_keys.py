@@ -10,20 +10,9 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option, require_database
+from .cli_daemon import config_option, ops_settings, require_database
 
 __all__ = ["keys"]
-
-
-def _settings(config_path: str | None) -> Any:
-    from .config import ConfigError, load_ops_settings
-
-    try:
-        return load_ops_settings(config_path)
-    except ConfigError as e:
-        for p in e.problems:
-            click.echo(f"config error: {p}", err=True)
-        sys.exit(2)
 
 
 def reseal_all(store: Any, say: Any, batch: int = 200) -> int:
@@ -136,7 +125,7 @@ def keys_rotate(config_path: str | None, key_file: Path | None, stage: bool, res
     from .encryption import KeyProblem, key_source
     from .store import crypto
 
-    settings = _settings(config_path)
+    settings = ops_settings(config_path)
     if key_file is None:
         try:
             src = key_source(settings)
@@ -277,7 +266,7 @@ def keys_encrypt_existing(config_path: str | None, backup_file: str | None) -> N
     from .encryption import KeyProblem, open_store
     from .store import now_iso
 
-    settings = _settings(config_path)
+    settings = ops_settings(config_path)
     stamp = now_iso().replace(":", "").replace("-", "")[:15]
     url = settings.storage.database_url()
     if url is None:

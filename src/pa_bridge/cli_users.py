@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .cli_daemon import config_option, require_database
+from .cli_daemon import config_option, ops_settings, require_database
 
 __all__ = ["users"]
 
@@ -20,17 +20,11 @@ def open_ops_store(config_path: str | None) -> Any:
     """The database with its key (``users`` seals TOTP secrets, ``keys`` re-seals):
     errors printed, exit 2 for the config, 1 for the rest (a database that is not
     there among them)."""
-    from .config import ConfigError, load_ops_settings
     from .encryption import open_store
     from .store import StoreError
     from .store.crypto import KeyProblem
 
-    try:
-        settings = load_ops_settings(config_path)
-    except ConfigError as e:
-        for p in e.problems:
-            click.echo(f"config error: {p}", err=True)
-        sys.exit(2)
+    settings = ops_settings(config_path)
     require_database(config_path, settings)
     try:
         return settings, open_store(settings)
