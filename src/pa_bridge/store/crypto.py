@@ -432,17 +432,21 @@ def has_sealed(db: Database) -> bool:
     return row is not None
 
 
-def _walk(db: Database, col: PhiColumn, batch: int) -> Iterator[list[tuple[Any, Any, Any]]]:
-    after: Any = None
-    while True:
-        where = f"{col.column} IS NOT NULL" + ("" if after is None else f" AND {col.key} > ?")
-        rows = db.conn.execute(
+def _page(db: Database, col: PhiColumn, after: Any, limit: int) -> list[Any]:
+    """Up to ``limit`` (key, row, value) of ``col``'s stored values past ``after``."""
+    where = f"{col.column} IS NOT NULL" + ("" if after is None else f" AND {col.key} > ?")
+    return list(
+        db.conn.execute(
             f"SELECT {col.key}, {col.row}, {col.column} FROM {col.table}"  # noqa: S608 - our names
             f" WHERE {where} ORDER BY {col.key} LIMIT ?",
-            [*([] if after is None else [after]), batch],
+            [*([] if after is None else [after]), limit],
         ).fetchall()
-        if not rows:
-            return
+    )
+
+
+def _walk(db: Database, col: PhiColumn, batch: int) -> Iterator[list[tuple[Any, Any, Any]]]:
+    after: Any = None
+    while rows := _page(db, col, after, batch):
         yield [tuple(r) for r in rows]
         after = rows[-1][0]
 
@@ -466,12 +470,7 @@ def reseal_batch(
     are plain or sealed with another key (a write job: each is updated only if it is
     still the value read). (the last key seen, or None at the end; values read;
     values sealed now)."""
-    where = f"{col.column} IS NOT NULL" + ("" if after is None else f" AND {col.key} > ?")
-    rows = db.conn.execute(
-        f"SELECT {col.key}, {col.row}, {col.column} FROM {col.table}"  # noqa: S608 - our names
-        f" WHERE {where} ORDER BY {col.key} LIMIT ?",
-        [*([] if after is None else [after]), limit],
-    ).fetchall()
+    rows = _page(db, col, after, limit)
     if not rows:
         return None, 0, 0
     sealed = 0
