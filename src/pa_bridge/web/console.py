@@ -11,7 +11,6 @@ were given (``/?token=...`` once, or typed into the form) from ``sessionStorage`
 from __future__ import annotations
 
 import ipaddress
-from pathlib import Path
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, send_from_directory
 
@@ -21,6 +20,7 @@ from ..service.errors import InvalidRequest
 from ..service.pharmacies import Scope
 from . import checks
 from .openapi import operation
+from .pages import STATIC_DIR, page
 
 __all__ = ["bp", "is_public_path", "scope", "STATIC_PREFIX"]
 
@@ -28,14 +28,6 @@ STATIC_PREFIX = "/console/static"
 PA_PAGE_PREFIX = "/console/pa/"
 
 bp = Blueprint("console", __name__)
-#: the pages, their script and style (served by :func:`_page` and :func:`console_asset`)
-STATIC_DIR = Path(__file__).resolve().parent / "static"
-
-#: No inline script or style, nothing from another origin.
-_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
 
 
 def is_public_path(path: str) -> bool:
@@ -53,12 +45,7 @@ def _use_cases() -> UseCases:
 
 
 def _page(name: str) -> Response:
-    resp = send_from_directory(STATIC_DIR, name)
-    resp.headers["Content-Security-Policy"] = _CSP
-    resp.headers["Referrer-Policy"] = "no-referrer"  # a ?token= never leaks onwards
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Cache-Control"] = "no-cache"
-    return resp
+    return page(name, cache="no-cache")
 
 
 _HTML = {200: ["text/html"]}

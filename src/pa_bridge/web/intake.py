@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from werkzeug.wrappers import Response as BaseResponse
@@ -17,6 +17,7 @@ from . import checks, console, openapi, people
 from .console import scope
 from .errors import error_response, install_error_handlers
 from .openapi import operation
+from .pages import private_redirect
 
 __all__ = ["create_intake_app"]
 
@@ -264,10 +265,7 @@ def open_pa(pa_id: str) -> BaseResponse:
     """302 to the PA's URL (a person signed in: with their name for the service's
     history, issue 29)"""
     url = _use_cases().pas.pa_open_url(pa_id, scope())
-    resp = redirect(people.opened(_use_cases(), pa_id, url), code=302)
-    resp.headers["Cache-Control"] = "no-store"
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    return resp
+    return private_redirect(people.opened(_use_cases(), pa_id, url))
 
 
 @bp.get("/v1/dashboard/open")
@@ -288,10 +286,7 @@ def open_dashboard() -> BaseResponse:
     """Log in to the service's dashboard as the pharmacy and redirect there"""
     url = _use_cases().pas.dashboard_url(request.args.get("pharmacy"), scope())
     people.record(_use_cases(), "dashboard.open", request.args.get("pharmacy"))
-    resp = redirect(url, code=302)
-    resp.headers["Cache-Control"] = "no-store"
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    return resp
+    return private_redirect(url)
 
 
 @bp.get("/metrics")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -28,7 +27,6 @@ from flask import (
     jsonify,
     redirect,
     request,
-    send_from_directory,
 )
 from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as BaseResponse
@@ -47,6 +45,7 @@ from ..service import UseCases
 from ..service.errors import NotFound
 from .errors import error_response
 from .openapi import operation
+from .pages import page, private_redirect
 
 __all__ = [
     "COOKIE",
@@ -70,11 +69,6 @@ PENDING_COOKIE = "pa_bridge_sign_in"
 BACKGROUND = "X-PA-Bridge-Background"
 SIGN_IN_PAGE = "/console/sign-in"
 _OWN = ("/console/sign-in", "/console/sign-out", "/console/session", "/console/oidc/")
-_STATIC = Path(__file__).parent / "static"
-_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
 
 bp = Blueprint("people", __name__)
 
@@ -267,12 +261,7 @@ _REFUSALS = {
 
 
 def _page(name: str) -> Response:
-    resp = send_from_directory(_STATIC, name)
-    resp.headers["Content-Security-Policy"] = _CSP
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return page(name, cache="no-store")
 
 
 @bp.get(SIGN_IN_PAGE)
@@ -443,10 +432,8 @@ def oidc_start() -> BaseResponse | tuple[Response, int]:
     pending["next"] = _safe_next(request.args.get("next"))
     token = secrets.token_urlsafe(32)
     _people().pending(token, pending, _remote())
-    resp = redirect(url, code=302)
+    resp = private_redirect(url)
     _set_cookie(resp, PENDING_COOKIE, token, lax=True)
-    resp.headers["Cache-Control"] = "no-store"
-    resp.headers["Referrer-Policy"] = "no-referrer"
     return resp
 
 
