@@ -138,6 +138,16 @@ def _settled(sb: SandboxServer, ids: list[str]) -> bool:
     return all(pas[i]["workflow_status"] == "PA Response" or pas[i]["deleted"] for i in ids)
 
 
+def _submit_losing_callbacks(ph: Pharmacy, *claims: tuple[str, ...]) -> list[str]:
+    """Submit PA for each (Rx number[, group]) while the service drops every callback;
+    their PAs, once the service's reached their last step."""
+    ph.take_callbacks()
+    control(ph.sb, drop_callbacks=True)
+    ids = [ph.submit(*claim) for claim in claims]
+    wait_until(lambda: _settled(ph.sb, ids), what="the service's PAs settled")
+    return ids
+
+
 def _lose_callbacks_for_four_pas(ph: Pharmacy) -> dict[str, str]:
     """Four PAs whose every callback is lost: approved, denied, pending, and one
     deleted by a reversal. pa-bridge has only what each submit answered."""
@@ -244,10 +254,7 @@ def test_healthz_and_doctor_say_callbacks_are_lost_when_a_pass_finds_changes(
     )
     ph = Pharmacy(d, service)
     try:
-        ph.take_callbacks()
-        control(service, drop_callbacks=True)
-        pa_id = ph.submit("000000200001")
-        wait_until(lambda: _settled(service, [pa_id]), what="the PA settled")
+        _submit_losing_callbacks(ph, ("000000200001",))
         before = ph.api.get("/healthz").json()
         assert "callbacks_lost" not in before["degraded"]
         assert d.reconciler.run_pass().changed == 1
@@ -519,10 +526,7 @@ def test_the_command_reads_one_pa_or_all_of_them_without_a_daemon(
     d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
     ph = Pharmacy(d, service)
     try:
-        ph.take_callbacks()
-        control(service, drop_callbacks=True)
-        one, two = ph.submit("000000400001"), ph.submit("000000400002", "SYNDENY")
-        wait_until(lambda: _settled(service, [one, two]), what="the service's PAs settled")
+        one, two = _submit_losing_callbacks(ph, ("000000400001",), ("000000400002", "SYNDENY"))
     finally:
         ph.close()
     d.stop()  # no daemon serves the file now: the command runs the pass itself
@@ -556,10 +560,7 @@ def test_the_commands_own_log_lines_are_json_lines(
     d = make_daemon(service=service_settings(service), sandbox={"enabled": False})
     ph = Pharmacy(d, service)
     try:
-        ph.take_callbacks()
-        control(service, drop_callbacks=True)
-        pa_id = ph.submit("000000450001")
-        wait_until(lambda: _settled(service, [pa_id]), what="the service's PA settled")
+        _submit_losing_callbacks(ph, ("000000450001",))
     finally:
         ph.close()
     d.stop()
@@ -586,10 +587,7 @@ def test_the_command_asks_the_daemon_serving_the_database(
     )
     ph = Pharmacy(d, service)
     try:
-        ph.take_callbacks()
-        control(service, drop_callbacks=True)
-        pa_id = ph.submit("000000500001")
-        wait_until(lambda: _settled(service, [pa_id]), what="the service's PA settled")
+        (pa_id,) = _submit_losing_callbacks(ph, ("000000500001",))
         config = _config(tmp_path, service, d.settings.storage.path)
         r = cli("reconcile", "--config", config, "--wait", "60")
         assert r.exit_code == 0, r.output
